@@ -1,0 +1,109 @@
+//! Builds every provider plugin (`plugins/*`) and test guest (`tests/guests/*`) from
+//! source to a `wasm32-wasip2` component, the way wasmtime's test-programs artifacts
+//! are built: one nested `cargo build` into a separate target directory, rerun when
+//! any source file listed in the guests' dep-info changes. Plugins are embedded as
+//! built-ins; a plugin without `fixtures/vectors/<name>.json` fails the build.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::{env, fs};
+
+const TARGET: &str = "wasm32-wasip2";
+
+fn main() {
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let root = manifest.parent().expect("host/ lives in the workspace").to_path_buf();
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
+    // OUT_DIR is <target>/<profile>/build/hookhost-<hash>/out: guests get <target>/wasm-guests.
+    let target_dir = out.ancestors().nth(4).expect("OUT_DIR depth").join("wasm-guests");
+
+    let plugins = crates_in(&root.join("plugins"));
+    let guests = crates_in(&root.join("tests/guests"));
+    for dir in [root.join("plugins"), root.join("tests/guests"), root.join("wit")] {
+        println!("cargo:rerun-if-changed={}", dir.display());
+    }
+    for (name, _) in &plugins {
+        let vectors = root.join("fixtures/vectors").join(format!("{name}.json"));
+        println!("cargo:rerun-if-changed={}", vectors.display());
+        if !vectors.is_file() {
+            panic!(
+                "plugin `{name}` has no signature vectors: add {} (format: shared/VECTORS.md)",
+                vectors.display()
+            );
+        }
+    }
+
+    let mut cargo = Command::new(env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cargo
+        .current_dir(&root)
+        .args(["build", "--release", "--target", TARGET, "--target-dir"])
+        .arg(&target_dir)
+        // Guests are small and shipped inside the binary: no debug info.
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+        .env("CARGO_PROFILE_RELEASE_STRIP", "debuginfo")
+        .env("CARGO_PROFILE_RELEASE_INCREMENTAL", "false")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET");
+    for (_, package) in plugins.iter().chain(&guests) {
+        cargo.args(["-p", package]);
+    }
+    let status = cargo.status().expect("run cargo for the wasm guests");
+    if !status.success() {
+        panic!(
+            "building the wasm plugins failed (is the target installed? `rustup target add {TARGET}`)"
+        );
+    }
+
+    let wasm_dir = target_dir.join(TARGET).join("release");
+    let mut builtin = String::from("/// Built-in plugins: (name, component bytes).\npub const BUILTIN: &[(&str, &[u8])] = &[\n");
+    for (name, package) in &plugins {
+        let wasm = artifact(&wasm_dir, package);
+        builtin.push_str(&format!("    ({name:?}, include_bytes!({:?})),\n", wasm.display().to_string()));
+    }
+    builtin.push_str("];\n");
+    fs::write(out.join("builtin.rs"), builtin).expect("write builtin.rs");
+    for (_, package) in plugins.iter().chain(&guests) {
+        artifact(&wasm_dir, package);
+    }
+    println!("cargo:rustc-env=HOOKHOST_GUESTS_DIR={}", wasm_dir.display());
+}
+
+/// `(directory name, package name)` for each crate directly under `dir`, sorted.
+fn crates_in(dir: &Path) -> Vec<(String, String)> {
+    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
+    let mut crates: Vec<(String, String)> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .map(|p| {
+            let manifest = fs::read_to_string(p.join("Cargo.toml")).expect("read Cargo.toml");
+            let package = manifest
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("name = ").map(|v| v.trim_matches('"').to_string()))
+                .expect("package name in Cargo.toml");
+            let dir = p.file_name().expect("dir name").to_string_lossy().into_owned();
+            (dir, package)
+        })
+        .collect();
+    crates.sort();
+    crates
+}
+
+/// The component for `package`, with rerun-if-changed for every source it was built from.
+fn artifact(wasm_dir: &Path, package: &str) -> PathBuf {
+    let stem = package.replace('-', "_");
+    let wasm = wasm_dir.join(format!("{stem}.wasm"));
+    assert!(wasm.is_file(), "{} was not built", wasm.display());
+    if let Ok(dep_info) = fs::read_to_string(wasm_dir.join(format!("{stem}.d"))) {
+        // `out: dep dep ...` lines; paths escape spaces with a backslash.
+        for line in dep_info.lines() {
+            let Some((_, deps)) = line.split_once(": ") else { continue };
+            for dep in deps.split(' ').filter(|d| !d.is_empty() && !d.ends_with('\\')) {
+                println!("cargo:rerun-if-changed={dep}");
+            }
+        }
+    }
+    wasm
+}

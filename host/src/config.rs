@@ -1,0 +1,290 @@
+//! The TOML configuration file: parsing, defaults, and validation that names the file,
+//! the key and the reason. Secrets are resolved here (`env:NAME`, `file:PATH`, or a
+//! literal with a warning) and never printed.
+
+use crate::plugins::PluginLimits;
+use crate::verify::Secret;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Default body cap: larger than any provider's documented payload limit.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Default SQLite file name, created beside the configuration file.
+pub const DEFAULT_STORE_FILE: &str = "hookhost.db";
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where the file was read from (for messages); relative paths resolve beside it.
+    pub path: PathBuf,
+    pub listen: SocketAddr,
+    /// Public base URL senders address (`https://hooks.example.com`), no trailing slash.
+    pub public_url: String,
+    pub store: StoreConfig,
+    pub plugins_dir: Option<PathBuf>,
+    pub limits: Limits,
+    pub endpoints: Vec<EndpointConfig>,
+    /// Keys whose secrets were given literally, for a warning at start.
+    pub literal_secrets: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreConfig {
+    Sqlite(PathBuf),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub plugin: PluginLimits,
+}
+
+#[derive(Debug, Clone)]
+pub struct EndpointConfig {
+    pub id: String,
+    pub plugin: String,
+    /// Current first.
+    pub secrets: Vec<Secret>,
+    /// Override of the plugin's default timestamp window, seconds.
+    pub tolerance: Option<u32>,
+    /// The plugin configuration table, as JSON.
+    pub plugin_config: serde_json::Value,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("{path}: {key}: {reason}")]
+    Invalid { path: String, key: String, reason: String },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    listen: Option<String>,
+    public_url: Option<String>,
+    store: Option<String>,
+    plugins_dir: Option<PathBuf>,
+    #[serde(default)]
+    limits: RawLimits,
+    #[serde(default)]
+    endpoint: Vec<RawEndpoint>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    max_body_bytes: Option<usize>,
+    plugin_memory_bytes: Option<usize>,
+    plugin_time_ms: Option<u64>,
+    plugin_output_bytes: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEndpoint {
+    id: String,
+    plugin: String,
+    secrets: Vec<String>,
+    tolerance: Option<u32>,
+    #[serde(default)]
+    config: Option<toml::Table>,
+}
+
+impl Config {
+    /// Read and validate a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        Config::parse(path, &text, &|name| std::env::var(name).ok())
+    }
+
+    /// Parse `text` as if read from `path`; `env` resolves `env:NAME` secrets.
+    pub fn parse(
+        path: &Path,
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let shown = path.display().to_string();
+        let raw: RawConfig = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: shown.clone(), message: e.to_string() })?;
+        let invalid = |key: &str, reason: String| ConfigError::Invalid {
+            path: shown.clone(),
+            key: key.to_string(),
+            reason,
+        };
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let beside = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { dir.join(p) };
+
+        let listen_text = raw.listen.unwrap_or_else(|| "127.0.0.1:8080".into());
+        let listen: SocketAddr = listen_text
+            .parse()
+            .map_err(|_| invalid("listen", format!("{listen_text:?} is not an address like 127.0.0.1:8080")))?;
+        let public_url = raw
+            .public_url
+            .unwrap_or_else(|| format!("http://{listen}"))
+            .trim_end_matches('/')
+            .to_string();
+        if !(public_url.starts_with("http://") || public_url.starts_with("https://")) {
+            return Err(invalid("public_url", format!("{public_url:?} must start with http:// or https://")));
+        }
+        let store = match raw.store.as_deref() {
+            None => StoreConfig::Sqlite(dir.join(DEFAULT_STORE_FILE)),
+            Some(s) if s.starts_with("postgres://") || s.starts_with("postgresql://") => {
+                return Err(invalid("store", "PostgreSQL is not supported by this build yet; use a SQLite file path".into()));
+            }
+            Some(s) => {
+                let file = s.strip_prefix("sqlite://").unwrap_or(s);
+                if file.is_empty() {
+                    return Err(invalid("store", "empty path".into()));
+                }
+                StoreConfig::Sqlite(beside(Path::new(file)))
+            }
+        };
+
+        let defaults = PluginLimits::default();
+        let plugin = PluginLimits {
+            memory_bytes: raw.limits.plugin_memory_bytes.unwrap_or(defaults.memory_bytes),
+            time: raw.limits.plugin_time_ms.map(Duration::from_millis).unwrap_or(defaults.time),
+            output_bytes: raw.limits.plugin_output_bytes.unwrap_or(defaults.output_bytes),
+        };
+        if plugin.memory_bytes < 1024 * 1024 || plugin.memory_bytes > crate::plugins::MAX_PLUGIN_MEMORY {
+            return Err(invalid("limits.plugin_memory_bytes", "must be between 1 MiB and 256 MiB".into()));
+        }
+        if plugin.time.is_zero() || plugin.time > Duration::from_secs(10) {
+            return Err(invalid("limits.plugin_time_ms", "must be between 1 and 10000".into()));
+        }
+        if plugin.output_bytes < 1024 {
+            return Err(invalid("limits.plugin_output_bytes", "must be at least 1024".into()));
+        }
+        let max_body_bytes = raw.limits.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
+        if max_body_bytes == 0 {
+            return Err(invalid("limits.max_body_bytes", "must be greater than 0".into()));
+        }
+
+        let mut endpoints = Vec::new();
+        let mut literal_secrets = Vec::new();
+        for (i, e) in raw.endpoint.into_iter().enumerate() {
+            let key = format!("endpoint[{i}] (id {:?})", e.id);
+            if e.id.is_empty()
+                || !e.id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
+                return Err(invalid(&format!("{key}.id"), "must be non-empty [A-Za-z0-9_-]".into()));
+            }
+            if endpoints.iter().any(|x: &EndpointConfig| x.id == e.id) {
+                return Err(invalid(&format!("{key}.id"), "duplicate endpoint id".into()));
+            }
+            if e.secrets.is_empty() {
+                return Err(invalid(&format!("{key}.secrets"), "at least one secret is required".into()));
+            }
+            let mut secrets = Vec::new();
+            for (j, source) in e.secrets.iter().enumerate() {
+                let skey = format!("{key}.secrets[{j}]");
+                let value = if let Some(name) = source.strip_prefix("env:") {
+                    env(name).ok_or_else(|| invalid(&skey, format!("environment variable {name} is not set")))?
+                } else if let Some(file) = source.strip_prefix("file:") {
+                    let file = beside(Path::new(file));
+                    std::fs::read_to_string(&file)
+                        .map_err(|err| invalid(&skey, format!("cannot read {}: {err}", file.display())))?
+                        .trim_end_matches(['\r', '\n'])
+                        .to_string()
+                } else {
+                    literal_secrets.push(skey.clone());
+                    source.clone()
+                };
+                if value.is_empty() {
+                    return Err(invalid(&skey, "the secret is empty".into()));
+                }
+                secrets.push(Secret::new(value));
+            }
+            let plugin_config = serde_json::to_value(e.config.unwrap_or_default())
+                .map_err(|err| invalid(&format!("{key}.config"), err.to_string()))?;
+            endpoints.push(EndpointConfig {
+                id: e.id,
+                plugin: e.plugin,
+                secrets,
+                tolerance: e.tolerance,
+                plugin_config,
+            });
+        }
+        Ok(Config {
+            path: path.to_path_buf(),
+            listen,
+            public_url,
+            store,
+            plugins_dir: raw.plugins_dir.map(|p| beside(&p)),
+            limits: Limits { max_body_bytes, plugin },
+            endpoints,
+            literal_secrets,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(Path::new("/etc/hookhost/hookhost.toml"), text, &|name| {
+            (name == "STRIPE_SECRET").then(|| "whsec_from_env".to_string())
+        })
+    }
+
+    const GOOD: &str = r#"
+        listen = "127.0.0.1:9000"
+        public_url = "https://hooks.example.com/"
+        [[endpoint]]
+        id = "stripe-main"
+        plugin = "stripe"
+        secrets = ["env:STRIPE_SECRET", "whsec_literal"]
+        tolerance = 120
+        [endpoint.config]
+        mode = "strict"
+    "#;
+
+    #[test]
+    fn a_good_file_gets_defaults_and_resolved_secrets() {
+        let config = parse(GOOD).expect("valid");
+        assert_eq!(config.public_url, "https://hooks.example.com");
+        assert_eq!(config.store, StoreConfig::Sqlite(PathBuf::from("/etc/hookhost/hookhost.db")));
+        assert_eq!(config.limits.max_body_bytes, 1024 * 1024);
+        let endpoint = &config.endpoints[0];
+        assert_eq!(endpoint.secrets, vec![Secret::new("whsec_from_env"), Secret::new("whsec_literal")]);
+        assert_eq!(endpoint.plugin_config, serde_json::json!({"mode": "strict"}));
+        assert_eq!(config.literal_secrets, vec!["endpoint[0] (id \"stripe-main\").secrets[1]"]);
+        assert!(!format!("{config:?}").contains("whsec_from_env"));
+    }
+
+    fn error(text: &str) -> String {
+        parse(text).expect_err("invalid").to_string()
+    }
+
+    #[test]
+    fn errors_name_the_file_the_key_and_the_reason() {
+        let missing_env = error(
+            "[[endpoint]]\nid = \"a\"\nplugin = \"stripe\"\nsecrets = [\"env:NOPE\"]\n",
+        );
+        assert_eq!(
+            missing_env,
+            "/etc/hookhost/hookhost.toml: endpoint[0] (id \"a\").secrets[0]: environment variable NOPE is not set"
+        );
+        let unknown = error("listen = \"127.0.0.1:1\"\nlisten_port = 3\n");
+        assert!(unknown.starts_with("/etc/hookhost/hookhost.toml: "), "{unknown}");
+        assert!(unknown.contains("listen_port"), "{unknown}");
+        let missing_field = error("[[endpoint]]\nid = \"a\"\nsecrets = [\"x\"]\n");
+        assert!(missing_field.contains("plugin"), "{missing_field}");
+        assert!(error("listen = \"nowhere\"").contains("listen: "));
+        assert!(error("store = \"postgres://db/x\"").contains("store: "));
+        assert!(error("public_url = \"ftp://x\"").contains("public_url: "));
+        assert!(error("[limits]\nplugin_memory_bytes = 10").contains("limits.plugin_memory_bytes"));
+        let dup = "[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"x\"]\n";
+        assert!(error(&format!("{dup}{dup}")).contains("duplicate endpoint id"));
+        assert!(error("[[endpoint]]\nid = \"a/b\"\nplugin = \"p\"\nsecrets = [\"x\"]").contains(".id: "));
+        assert!(error("[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = []").contains("at least one secret"));
+        assert!(error("[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"file:/nonexistent/s\"]").contains("cannot read /nonexistent/s"));
+    }
+}

@@ -1,0 +1,96 @@
+//! The endpoint registry: which plugin and which keys serve `/webhooks/{id}`.
+//!
+//! Built from configuration at start; held behind one interface whose whole map is
+//! swapped atomically, so endpoints can later be changed at runtime without a restart.
+//! An endpoint id only ever selects that endpoint's own plugin and keys.
+
+use crate::config::EndpointConfig;
+use crate::plugins::{Catalog, Plugin};
+use crate::verify::{Key, decode_key};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+/// One configured endpoint, ready to judge requests.
+#[derive(Debug)]
+pub struct Endpoint {
+    pub id: String,
+    pub plugin: Arc<Plugin>,
+    /// Decoded active secrets, current first.
+    pub keys: Vec<Key>,
+    /// Timestamp window in seconds (endpoint override, else the plugin's default).
+    pub tolerance_seconds: Option<u32>,
+    /// The plugin configuration, serialised once as JSON.
+    pub plugin_config: String,
+}
+
+impl Endpoint {
+    /// Resolve an endpoint's plugin and decode its secrets with the plugin's key format.
+    /// Errors name the endpoint and what is wrong, never a secret's value.
+    pub fn build(config: &EndpointConfig, catalog: &Catalog) -> Result<Endpoint, String> {
+        let plugin = catalog.get(&config.plugin).ok_or_else(|| {
+            format!(
+                "endpoint {:?}: unknown plugin {:?} (available: {})",
+                config.id,
+                config.plugin,
+                catalog.names().join(", ")
+            )
+        })?;
+        Endpoint::build_with(config, plugin)
+    }
+
+    /// As [`Endpoint::build`], with the plugin already chosen.
+    pub fn build_with(config: &EndpointConfig, plugin: Arc<Plugin>) -> Result<Endpoint, String> {
+        let at = format!("endpoint {:?}", config.id);
+        let keys = config
+            .secrets
+            .iter()
+            .enumerate()
+            .map(|(i, secret)| {
+                decode_key(secret, &plugin.info.key_formats)
+                    .map_err(|e| format!("{at}: secrets[{i}]: {e} (plugin {})", plugin.name()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let tolerance_seconds = match (config.tolerance, plugin.info.default_tolerance_seconds) {
+            (Some(_), None) => {
+                return Err(format!(
+                    "{at}: tolerance: plugin {} signs no timestamp, so a window cannot apply",
+                    plugin.name()
+                ));
+            }
+            (Some(t), Some(_)) => Some(t),
+            (None, default) => default,
+        };
+        Ok(Endpoint {
+            id: config.id.clone(),
+            plugin,
+            keys,
+            tolerance_seconds,
+            plugin_config: config.plugin_config.to_string(),
+        })
+    }
+}
+
+/// All endpoints, looked up by id; replaced as a whole.
+#[derive(Debug, Default)]
+pub struct Registry {
+    current: RwLock<Arc<HashMap<String, Arc<Endpoint>>>>,
+}
+
+impl Registry {
+    pub fn new(endpoints: Vec<Endpoint>) -> Registry {
+        let registry = Registry::default();
+        registry.replace(endpoints);
+        registry
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<Endpoint>> {
+        let map = self.current.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        map.get(id).cloned()
+    }
+
+    /// Swap in a new set of endpoints; requests in flight keep the one they resolved.
+    pub fn replace(&self, endpoints: Vec<Endpoint>) {
+        let map = endpoints.into_iter().map(|e| (e.id.clone(), Arc::new(e))).collect();
+        *self.current.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(map);
+    }
+}

@@ -1,0 +1,94 @@
+//! Every way a request can fail, each with one status and one stable code.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum IngestError {
+    #[error("unknown endpoint")]
+    UnknownEndpoint,
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("body larger than the endpoint's cap")]
+    BodyTooLarge,
+    #[error("the body could not be read")]
+    BodyUnreadable,
+    #[error("a required signature or timestamp header is missing")]
+    MissingSignature,
+    #[error("no signature matched any active secret")]
+    InvalidSignature,
+    #[error("the signed timestamp is outside the allowed window")]
+    TimestampOutsideWindow,
+    #[error("the body is not what the provider sends")]
+    MalformedBody,
+    #[error("the plugin does not handle this request")]
+    Unsupported,
+    #[error("the plugin rejected the event: {0}")]
+    Rejected(String),
+    #[error("the plugin failed")]
+    PluginFailed,
+    #[error("the receipt could not be stored")]
+    StoreUnavailable,
+}
+
+impl IngestError {
+    /// The status and stable code for this error; one exhaustive match.
+    pub fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            IngestError::UnknownEndpoint => (StatusCode::NOT_FOUND, "unknown_endpoint"),
+            IngestError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            IngestError::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+            IngestError::BodyUnreadable => (StatusCode::BAD_REQUEST, "body_unreadable"),
+            IngestError::MissingSignature => (StatusCode::BAD_REQUEST, "missing_signature"),
+            IngestError::InvalidSignature => (StatusCode::BAD_REQUEST, "invalid_signature"),
+            IngestError::TimestampOutsideWindow => {
+                (StatusCode::BAD_REQUEST, "timestamp_outside_window")
+            }
+            IngestError::MalformedBody => (StatusCode::BAD_REQUEST, "malformed_body"),
+            IngestError::Unsupported => (StatusCode::BAD_REQUEST, "unsupported"),
+            IngestError::Rejected(_) => (StatusCode::UNPROCESSABLE_ENTITY, "event_rejected"),
+            IngestError::PluginFailed => (StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed"),
+            IngestError::StoreUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
+        }
+    }
+}
+
+impl IntoResponse for IngestError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let body = match &self {
+            // The plugin's reason is part of the sender-facing contract for 422.
+            IngestError::Rejected(reason) => serde_json::json!({ "error": code, "reason": reason }),
+            _ => serde_json::json!({ "error": code }),
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_has_its_status_and_no_signature_failure_is_5xx() {
+        let cases = [
+            (IngestError::UnknownEndpoint, 404, "unknown_endpoint"),
+            (IngestError::MethodNotAllowed, 405, "method_not_allowed"),
+            (IngestError::BodyTooLarge, 413, "body_too_large"),
+            (IngestError::BodyUnreadable, 400, "body_unreadable"),
+            (IngestError::MissingSignature, 400, "missing_signature"),
+            (IngestError::InvalidSignature, 400, "invalid_signature"),
+            (IngestError::TimestampOutsideWindow, 400, "timestamp_outside_window"),
+            (IngestError::MalformedBody, 400, "malformed_body"),
+            (IngestError::Unsupported, 400, "unsupported"),
+            (IngestError::Rejected("no".into()), 422, "event_rejected"),
+            (IngestError::PluginFailed, 500, "plugin_failed"),
+            (IngestError::StoreUnavailable, 503, "store_unavailable"),
+        ];
+        for (error, status, code) in cases {
+            let (s, c) = error.status_and_code();
+            assert_eq!((s.as_u16(), c), (status, code), "{error:?}");
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! `POST /webhooks/{endpoint}`: the request path of ARCHITECTURE.md, in its fixed order.
+
+use super::{App, IngestError};
+use crate::endpoints::Endpoint;
+use crate::store::{NewReceipt, Outcome, Resource};
+use crate::verify::{self, MessageSource, Verified};
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use hookhost_plugin_sdk::Disposition;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tracing::Instrument;
+
+pub async fn ingest(
+    State(app): State<Arc<App>>,
+    Path(endpoint): Path<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let span = tracing::info_span!("ingest", endpoint = %endpoint);
+    handle(&app, &endpoint, method, uri, headers, body)
+        .instrument(span)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn handle(
+    app: &App,
+    endpoint_id: &str,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, IngestError> {
+    // 1. Resolve the endpoint; only its plugin and secrets are used from here on.
+    let endpoint = app.endpoints.get(endpoint_id).ok_or(IngestError::UnknownEndpoint)?;
+    if method != Method::POST {
+        return Err(IngestError::MethodNotAllowed);
+    }
+
+    // 2. The raw body, capped while reading; nothing has parsed it yet.
+    let body = read_capped(&headers, body, app.max_body_bytes).await?;
+    let received_at_ms = unix_millis();
+    let headers = raw_headers(&headers);
+    let url = format!("{}{}", app.public_url, uri.path_and_query().map_or("", |p| p.as_str()));
+    let request = MessageSource { method: method.as_str(), url: &url, headers: &headers, body: &body };
+
+    // 3–6. Plugin plans; host checks every candidate against every key in constant
+    // time; timestamp window; plugin describes the event.
+    let verified = verify::judge(&endpoint, &request, received_at_ms / 1000)?;
+    tracing::debug!(event_id = %verified.event_id, event_type = %verified.event.event_type, "verified");
+
+    // 7–8. One transaction: receipt, dedupe, version gate, inbox. 2xx only after commit.
+    let receipt = receipt(&endpoint, &verified, &request, received_at_ms);
+    let outcome = app.store.record(receipt).await.map_err(|error| {
+        tracing::error!(%error, event_id = %verified.event_id, "receipt not stored");
+        IngestError::StoreUnavailable
+    })?;
+    tracing::info!(event_id = %verified.event_id, event_type = %verified.event.event_type, ?outcome, "received");
+    Ok(answer(&verified.event_id, outcome))
+}
+
+/// Read at most `cap` bytes; a declared or actual length past it is 413.
+async fn read_capped(headers: &HeaderMap, body: Body, cap: usize) -> Result<Vec<u8>, IngestError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > cap as u64) {
+        return Err(IngestError::BodyTooLarge);
+    }
+    match Limited::new(body, cap).collect().await {
+        Ok(collected) => Ok(collected.to_bytes().to_vec()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(IngestError::BodyTooLarge),
+        Err(_) => Err(IngestError::BodyUnreadable),
+    }
+}
+
+/// Headers as the plugin sees them: lower-case names (the `http` crate's), raw bytes.
+fn raw_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
+    headers
+        .iter()
+        .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+        .collect()
+}
+
+/// Headers that grant access to something; never stored with a receipt.
+const CREDENTIAL_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-api-key",
+    "x-auth-token",
+    "x-gitlab-token",
+];
+
+fn receipt(endpoint: &Endpoint, v: &Verified, request: &MessageSource<'_>, received_at_ms: i64) -> NewReceipt {
+    let event = &v.event;
+    let resource = match (&event.resource_kind, &event.resource_id) {
+        (Some(kind), Some(id)) => Some(Resource {
+            kind: kind.clone(),
+            id: id.clone(),
+            version: event.resource_version,
+            deleted: event.deleted,
+        }),
+        _ => None,
+    };
+    NewReceipt {
+        endpoint: endpoint.id.clone(),
+        event_id: v.event_id.clone(),
+        body_sha256: Sha256::digest(request.body).into(),
+        body: request.body.to_vec(),
+        headers: request
+            .headers
+            .iter()
+            .filter(|(name, _)| !CREDENTIAL_HEADERS.contains(&name.as_str()))
+            .map(|(name, value)| (name.clone(), String::from_utf8_lossy(value).into_owned()))
+            .collect(),
+        secret_index: v.secret_index,
+        plugin: endpoint.plugin.info.name.clone(),
+        plugin_version: endpoint.plugin.info.version.clone(),
+        plugin_digest: endpoint.plugin.digest.clone(),
+        message_id: v.plan.message_id.clone(),
+        event_type: event.event_type.clone(),
+        resource,
+        occurred_at: event.occurred_at,
+        signed_at: v.plan.timestamp,
+        received_at_ms,
+        ignore: match &event.disposition {
+            Disposition::Ignore(reason) => Some(reason.clone()),
+            Disposition::Process | Disposition::Reject(_) => None,
+        },
+    }
+}
+
+/// The 200 answers: stored, duplicate, or deliberately ignored (with the reason).
+fn answer(event_id: &str, outcome: Outcome) -> Response {
+    let body = match outcome {
+        Outcome::Accepted => serde_json::json!({ "status": "accepted", "event_id": event_id }),
+        Outcome::Duplicate => serde_json::json!({ "status": "duplicate", "event_id": event_id }),
+        Outcome::Conflict => serde_json::json!({ "ignored": "conflicting_duplicate", "event_id": event_id }),
+        Outcome::StaleVersion => serde_json::json!({ "ignored": "stale_version", "event_id": event_id }),
+        Outcome::SameVersion => serde_json::json!({ "ignored": "same_version", "event_id": event_id }),
+        Outcome::ResourceDeleted => serde_json::json!({ "ignored": "resource_deleted", "event_id": event_id }),
+        Outcome::Ignored(reason) => serde_json::json!({ "ignored": reason, "event_id": event_id }),
+    };
+    (StatusCode::OK, Json(body)).into_response()
+}
+
+fn unix_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

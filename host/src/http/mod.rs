@@ -1,0 +1,32 @@
+//! HTTP: the ingest route and the status-code contract with the sender's retry loop.
+//!
+//! Owns reading the raw body (capped, before anything parses it), the order of the
+//! request path, and mapping every outcome to a status and a stable error code.
+//! Never answers 2xx before the receipt is committed.
+
+mod error;
+pub mod ingest;
+
+pub use error::IngestError;
+
+use crate::endpoints::Registry;
+use crate::store::Store;
+use axum::Router;
+use axum::routing::{any, get};
+use std::sync::Arc;
+
+/// What every request handler shares.
+#[derive(Debug)]
+pub struct App {
+    pub endpoints: Registry,
+    pub store: Store,
+    pub public_url: String,
+    pub max_body_bytes: usize,
+}
+
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/webhooks/{endpoint}", any(ingest::ingest))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .with_state(app)
+}

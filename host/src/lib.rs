@@ -1,0 +1,85 @@
+//! hookhost: a self-hosted webhook receiver.
+//!
+//! Providers POST signed events to `/webhooks/{endpoint}`. hookhost proves each request
+//! authentic and fresh, stores a durable receipt exactly once per provider event,
+//! refuses to let an old version overwrite newer state, and keeps every accepted event
+//! in an inbox for delivery. Per-provider knowledge lives in sandboxed WebAssembly
+//! plugins (`plugins`); the host owns bytes, secrets, verification, receipts and
+//! status codes.
+//!
+//! One folder per stage of the request path: [`http`] → [`verify`] (asking
+//! [`plugins`]) → [`store`]. [`run`] wires them together; `main.rs` and the tests call
+//! the same function.
+
+pub mod cli;
+pub mod config;
+pub mod endpoints;
+pub mod http;
+pub mod plugins;
+pub mod store;
+pub mod vectors;
+pub mod verify;
+
+use anyhow::Context as _;
+use config::{Config, StoreConfig};
+use endpoints::{Endpoint, Registry};
+use plugins::Catalog;
+use std::future::Future;
+use std::sync::Arc;
+use store::Store;
+use tokio::net::TcpListener;
+
+/// Build everything the configuration describes: plugins, endpoints, store.
+pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
+    let at = config.path.display().to_string();
+    for key in &config.literal_secrets {
+        tracing::warn!("{at}: {key} is a literal secret; prefer env:NAME or file:PATH");
+    }
+    let (dir, limits) = (config.plugins_dir.clone(), config.limits.plugin);
+    // Compiling plugins is CPU work; keep it off the async workers.
+    let catalog = tokio::task::spawn_blocking(move || Catalog::load(dir.as_deref(), limits))
+        .await
+        .context("plugin loading panicked")??;
+    let endpoints = config
+        .endpoints
+        .iter()
+        .map(|e| Endpoint::build(e, &catalog).map_err(|reason| anyhow::anyhow!("{at}: {reason}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let store = match &config.store {
+        StoreConfig::Sqlite(path) => Store::open_sqlite(path)
+            .await
+            .with_context(|| format!("{at}: store: cannot open {}", path.display()))?,
+    };
+    Ok(Arc::new(http::App {
+        endpoints: Registry::new(endpoints),
+        store,
+        public_url: config.public_url.clone(),
+        max_body_bytes: config.limits.max_body_bytes,
+    }))
+}
+
+/// Serve the configuration on `listener` until `shutdown` resolves, then finish the
+/// requests in flight and flush the receipt writer.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let app = build(&config).await?;
+    serve(app, listener, shutdown).await
+}
+
+/// Serve an already built app (tests use this to keep a handle on the store).
+pub async fn serve(
+    app: Arc<http::App>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, "hookhost listening");
+    axum::serve(listener, http::router(app.clone()))
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    app.store.close().await;
+    Ok(())
+}

@@ -1,0 +1,18 @@
+//! The plugin runtime: loads provider components and calls them in a sandbox.
+//!
+//! Owns the one wasmtime [`Engine`](wasmtime::Engine), compiling each plugin once and
+//! pre-instantiating it, and a fresh `Store` per request so nothing survives from one
+//! request (or tenant) to the next. The WASI context is empty: no files, no
+//! environment, no sockets, a clock stuck at zero. Each call is bounded in memory,
+//! CPU time (epoch deadline) and output size. A trap is a [`PluginFailure`], never a
+//! rejection. Never sees a secret and never touches the store.
+
+mod bindings;
+mod builtin;
+mod runtime;
+
+pub use bindings::PLUGIN_INTERFACE;
+pub use builtin::BUILTIN_NAMES;
+pub use runtime::{
+    Catalog, LoadError, MAX_PLUGIN_MEMORY, Origin, Plugin, PluginFailure, PluginLimits, Session,
+};

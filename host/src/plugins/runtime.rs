@@ -1,0 +1,481 @@
+//! Engine, loading, and per-request sessions.
+
+use super::bindings::{self, Head, Header, Provider, ProviderPre};
+use crate::verify::MessageSource;
+use hookhost_plugin_sdk::{Event, Plan, PluginInfo, Rejection};
+use sha2::{Digest as _, Sha256};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+/// How often the engine's epoch advances; a call's deadline is counted in ticks.
+/// 5 ms keeps the ticker thread idle while bounding a runaway call to deadline + 5 ms.
+const EPOCH_TICK: Duration = Duration::from_millis(5);
+/// What a plugin may write to stderr per request; the guest sees a write error past it.
+const STDERR_CAPACITY: usize = 64 * 1024;
+/// How much of that reaches the log.
+const STDERR_LOGGED: usize = 2 * 1024;
+/// Largest memory a configuration may grant one plugin call.
+pub const MAX_PLUGIN_MEMORY: usize = 256 * 1024 * 1024;
+
+/// Per-call bounds on a plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PluginLimits {
+    /// Linear memory, bytes (default 16 MiB).
+    pub memory_bytes: usize,
+    /// CPU time of one call (default 50 ms).
+    pub time: Duration,
+    /// Bytes of strings and lists one call may return (default 64 KiB).
+    pub output_bytes: usize,
+}
+
+impl Default for PluginLimits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: 16 * 1024 * 1024,
+            time: Duration::from_millis(50),
+            output_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// A plugin call that did not produce an answer. Never the sender's fault: HTTP 500.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum PluginFailure {
+    #[error("plugin exceeded its time limit")]
+    Timeout,
+    #[error("plugin exceeded its memory limit")]
+    Memory,
+    #[error("plugin returned more than {0} bytes")]
+    OutputTooLarge(usize),
+    #[error("plugin trapped: {0}")]
+    Trap(String),
+    #[error("plugin could not be instantiated: {0}")]
+    Instantiate(String),
+}
+
+/// Why a `.wasm` file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{path}: {reason}")]
+    Refused { path: String, reason: String },
+    #[error("{path}: cannot read: {source}")]
+    Read { path: String, source: std::io::Error },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    Builtin,
+    File(PathBuf),
+}
+
+/// A loaded plugin: compiled once, pre-instantiated, ready for per-request stores.
+pub struct Plugin {
+    pub info: PluginInfo,
+    /// SHA-256 of the component bytes, hex.
+    pub digest: String,
+    pub origin: Origin,
+    /// Size of the component, bytes.
+    pub size: usize,
+    pre: ProviderPre<State>,
+    limits: PluginLimits,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("name", &self.info.name)
+            .field("version", &self.info.version)
+            .field("digest", &self.digest)
+            .field("origin", &self.origin)
+            .finish()
+    }
+}
+
+struct State {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: StoreLimits,
+    stderr: MemoryOutputPipe,
+}
+
+impl WasiView for State {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// A clock that always reads zero: plugins are pure functions of the request.
+struct ZeroClock;
+impl wasmtime_wasi::HostWallClock for ZeroClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+impl wasmtime_wasi::HostMonotonicClock for ZeroClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+/// The process's one engine, with epoch interruption and a ticker thread.
+fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let mut config = wasmtime::Config::new();
+        config.epoch_interruption(true);
+        config.wasm_component_model(true);
+        #[allow(clippy::expect_used)] // a fixed, valid configuration: failure is a build bug
+        let engine = Engine::new(&config).expect("wasmtime engine configuration is valid");
+        let ticker = engine.weak();
+        std::thread::Builder::new()
+            .name("hookhost-epoch".into())
+            .spawn(move || {
+                while let Some(engine) = ticker.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })
+            .map(drop)
+            .unwrap_or_else(|e| tracing::error!("cannot start the plugin epoch ticker: {e}"));
+        engine
+    })
+}
+
+fn linker() -> &'static Linker<State> {
+    static LINKER: OnceLock<Linker<State>> = OnceLock::new();
+    LINKER.get_or_init(|| {
+        let mut linker = Linker::new(engine());
+        // Link every WASI p2 interface; the context behind them is empty, so a plugin
+        // that reaches for files, env or sockets gets nothing.
+        #[allow(clippy::expect_used)] // fixed set of interfaces: failure is a build bug
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).expect("WASI links");
+        linker
+    })
+}
+
+/// Compiled components, shared by every catalog in the process (keyed by digest).
+fn compile(bytes: &[u8], digest: &[u8; 32]) -> wasmtime::Result<Component> {
+    static CACHE: OnceLock<Mutex<HashMap<[u8; 32], Component>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(hit) = cache.lock().ok().and_then(|c| c.get(digest).cloned()) {
+        return Ok(hit);
+    }
+    let component = Component::new(engine(), bytes)?;
+    if let Ok(mut c) = cache.lock() {
+        c.insert(*digest, component.clone());
+    }
+    Ok(component)
+}
+
+impl Plugin {
+    /// Validate, compile and pre-instantiate a component; `path` names it in errors.
+    pub fn load(bytes: &[u8], origin: Origin, limits: PluginLimits) -> Result<Plugin, LoadError> {
+        let path = match &origin {
+            Origin::Builtin => "built-in".to_string(),
+            Origin::File(p) => p.display().to_string(),
+        };
+        let refuse = |reason: String| LoadError::Refused { path: path.clone(), reason };
+        if bytes.get(..8) == Some(b"\0asm\x01\0\0\0".as_slice()) {
+            return Err(refuse(
+                "a core wasm module, not a component: build it for wasm32-wasip2".into(),
+            ));
+        }
+        let digest: [u8; 32] = Sha256::digest(bytes).into();
+        let component =
+            compile(bytes, &digest).map_err(|e| refuse(format!("not a valid component: {e}")))?;
+        check_contract(&component).map_err(refuse)?;
+        let pre = linker()
+            .instantiate_pre(&component)
+            .map_err(|e| refuse(format!("imports what the sandbox does not provide: {e}")))?;
+        let pre = ProviderPre::new(pre)
+            .map_err(|e| refuse(format!("does not match {}: {e:#}", bindings::PLUGIN_INTERFACE)))?;
+        let mut plugin = Plugin {
+            info: PluginInfo {
+                name: String::new(),
+                version: String::new(),
+                provider: String::new(),
+                key_formats: Vec::new(),
+                default_tolerance_seconds: None,
+                retry_behaviour: String::new(),
+            },
+            digest: hex::encode(digest),
+            origin,
+            size: bytes.len(),
+            pre,
+            limits,
+        };
+        let info = plugin.call_info().map_err(|e| refuse(format!("info() failed: {e}")))?;
+        if info.name.is_empty()
+            || !info.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            return Err(refuse(format!("info() name {:?} is not [a-z0-9-]+", info.name)));
+        }
+        if info.key_formats.is_empty() {
+            return Err(refuse("info() declares no key format".into()));
+        }
+        plugin.info = info;
+        Ok(plugin)
+    }
+
+    /// Load a `.wasm` file.
+    pub fn load_file(path: &Path, limits: PluginLimits) -> Result<Plugin, LoadError> {
+        let bytes = std::fs::read(path)
+            .map_err(|source| LoadError::Read { path: path.display().to_string(), source })?;
+        Plugin::load(&bytes, Origin::File(path.to_path_buf()), limits)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    /// What the component imports (all satisfied by the empty sandbox).
+    pub fn imports(&self) -> Vec<String> {
+        let ty = self.pre.instance_pre().component().component_type();
+        ty.imports(engine()).map(|(name, _)| name.to_string()).collect()
+    }
+
+    fn call_info(&self) -> Result<PluginInfo, PluginFailure> {
+        let (mut store, provider) = self.instantiate()?;
+        let info = guarded(&mut store, self.limits, |s| {
+            provider.hookhost_provider_plugin().call_info(s)
+        })?;
+        Ok(bindings::info(info))
+    }
+
+    fn instantiate(&self) -> Result<(Store<State>, Provider), PluginFailure> {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+        let wasi = WasiCtxBuilder::new()
+            .stderr(stderr.clone())
+            .wall_clock(ZeroClock)
+            .monotonic_clock(ZeroClock)
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(self.limits.memory_bytes)
+            .trap_on_grow_failure(true)
+            .build();
+        let mut store = Store::new(
+            engine(),
+            State { wasi, table: ResourceTable::new(), limits, stderr },
+        );
+        store.limiter(|s| &mut s.limits);
+        store.set_epoch_deadline(deadline_ticks(self.limits.time));
+        let provider = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| classify(e, "instantiate"))?;
+        Ok((store, provider))
+    }
+
+    /// A fresh, isolated instance for one request.
+    pub fn session<'a>(
+        &'a self,
+        config_json: &str,
+        request: &MessageSource<'a>,
+    ) -> Result<Session<'a>, PluginFailure> {
+        let (store, provider) = self.instantiate()?;
+        let head = Head {
+            method: request.method.to_owned(),
+            url: request.url.to_owned(),
+            headers: request
+                .headers
+                .iter()
+                .map(|(name, value)| Header { name: name.clone(), value: value.clone() })
+                .collect(),
+            config: config_json.to_owned(),
+        };
+        Ok(Session { plugin: self, store, provider, head, body: request.body })
+    }
+}
+
+fn deadline_ticks(time: Duration) -> u64 {
+    let tick = EPOCH_TICK.as_millis().max(1);
+    u64::try_from(time.as_millis().div_ceil(tick)).unwrap_or(u64::MAX).max(1) + 1
+}
+
+/// Run one export call under the time limit and classify any failure.
+fn guarded<T>(
+    store: &mut Store<State>,
+    limits: PluginLimits,
+    call: impl FnOnce(&mut Store<State>) -> wasmtime::Result<T>,
+) -> Result<T, PluginFailure> {
+    store.set_epoch_deadline(deadline_ticks(limits.time));
+    call(store).map_err(|e| classify(e, "call"))
+}
+
+fn classify(error: wasmtime::Error, during: &str) -> PluginFailure {
+    if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
+        return PluginFailure::Timeout;
+    }
+    let text = format!("{error:#}");
+    if text.contains("growing memory") {
+        return PluginFailure::Memory;
+    }
+    let text: String = text.chars().take(512).collect();
+    if during == "instantiate" {
+        PluginFailure::Instantiate(text)
+    } else {
+        PluginFailure::Trap(text)
+    }
+}
+
+/// One request's instance: `plan_verification`, then (after the host verified the
+/// signature) `describe_event`. Dropped at the end of the request.
+pub struct Session<'a> {
+    plugin: &'a Plugin,
+    store: Store<State>,
+    provider: Provider,
+    head: Head,
+    body: &'a [u8],
+}
+
+impl Session<'_> {
+    pub fn plan_verification(&mut self) -> Result<Result<Plan, Rejection>, PluginFailure> {
+        let limits = self.plugin.limits;
+        let (provider, head, body) = (&self.provider, &self.head, self.body);
+        let answer = guarded(&mut self.store, limits, |s| {
+            provider.hookhost_provider_plugin().call_plan_verification(s, head, body)
+        });
+        let answer = self.checked(answer, |r| match r {
+            Ok(plan) => bindings::plan_size(plan),
+            Err(rejection) => bindings::rejection_size(rejection),
+        })?;
+        Ok(answer.map(bindings::plan).map_err(bindings::rejection))
+    }
+
+    pub fn describe_event(&mut self) -> Result<Result<Event, Rejection>, PluginFailure> {
+        let limits = self.plugin.limits;
+        let (provider, head, body) = (&self.provider, &self.head, self.body);
+        let answer = guarded(&mut self.store, limits, |s| {
+            provider.hookhost_provider_plugin().call_describe_event(s, head, body)
+        });
+        let answer = self.checked(answer, |r| match r {
+            Ok(event) => bindings::event_size(event),
+            Err(rejection) => bindings::rejection_size(rejection),
+        })?;
+        Ok(answer.map(bindings::event).map_err(bindings::rejection))
+    }
+
+    /// Log the plugin's stderr and failures; enforce the output cap.
+    fn checked<T>(
+        &mut self,
+        answer: Result<T, PluginFailure>,
+        size: impl FnOnce(&T) -> usize,
+    ) -> Result<T, PluginFailure> {
+        let plugin = self.plugin.name();
+        let answer = answer.and_then(|value| {
+            let cap = self.plugin.limits.output_bytes;
+            if size(&value) > cap {
+                Err(PluginFailure::OutputTooLarge(cap))
+            } else {
+                Ok(value)
+            }
+        });
+        if let Err(failure) = &answer {
+            tracing::error!(plugin, %failure, "plugin call failed");
+        }
+        answer
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        // Whatever the plugin wrote to stderr during this request, capped.
+        let stderr = self.store.data().stderr.contents();
+        if !stderr.is_empty() {
+            let shown = String::from_utf8_lossy(&stderr[..stderr.len().min(STDERR_LOGGED)]);
+            tracing::warn!(plugin = self.plugin.name(), stderr = %shown, "plugin wrote to stderr");
+        }
+    }
+}
+
+/// Every plugin available to endpoints: the built-ins plus the drop-ins of `plugins_dir`.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    plugins: BTreeMap<String, Arc<Plugin>>,
+}
+
+impl Catalog {
+    /// Load the built-ins, then every `*.wasm` in `plugins_dir`. A drop-in that is not a
+    /// component of the supported contract, or that claims a name already taken, is an
+    /// error naming the file: a drop-in never silently shadows a built-in.
+    pub fn load(plugins_dir: Option<&Path>, limits: PluginLimits) -> Result<Catalog, LoadError> {
+        let mut catalog = Catalog::default();
+        for plugin in super::builtin::load_all(limits)? {
+            catalog.plugins.insert(plugin.info.name.clone(), Arc::new(plugin));
+        }
+        let Some(dir) = plugins_dir else { return Ok(catalog) };
+        let read_err = |source| LoadError::Read { path: dir.display().to_string(), source };
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(read_err)?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
+            .collect();
+        files.sort();
+        for path in files {
+            let plugin = Plugin::load_file(&path, limits)?;
+            if let Some(existing) = catalog.plugins.get(plugin.name()) {
+                return Err(LoadError::Refused {
+                    path: path.display().to_string(),
+                    reason: format!(
+                        "declares the name {:?}, already taken by {}; rename the plugin",
+                        plugin.name(),
+                        match &existing.origin {
+                            Origin::Builtin => "a built-in plugin".to_string(),
+                            Origin::File(p) => p.display().to_string(),
+                        }
+                    ),
+                });
+            }
+            catalog.plugins.insert(plugin.info.name.clone(), Arc::new(plugin));
+        }
+        Ok(catalog)
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Plugin>> {
+        self.plugins.get(name).cloned()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Plugin>> {
+        self.plugins.values()
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.plugins.keys().map(String::as_str).collect()
+    }
+}
+
+/// Refuse components that speak another version of the contract, with a clear message.
+fn check_contract(component: &Component) -> Result<(), String> {
+    let ty = component.component_type();
+    let exports: Vec<String> = ty.exports(engine()).map(|(name, _)| name.to_string()).collect();
+    if exports.iter().any(|n| n == bindings::PLUGIN_INTERFACE) {
+        return Ok(());
+    }
+    match exports.iter().find(|n| n.starts_with("hookhost:provider/plugin@")) {
+        Some(other) => Err(format!(
+            "exports {other}; this hookhost supports {}",
+            bindings::PLUGIN_INTERFACE
+        )),
+        None => Err(format!(
+            "does not export {} (exports: {})",
+            bindings::PLUGIN_INTERFACE,
+            if exports.is_empty() { "nothing".to_string() } else { exports.join(", ") }
+        )),
+    }
+}

@@ -1,0 +1,143 @@
+//! SQLite: the embedded default store, a file beside the configuration.
+
+use super::writer::{self, Writer};
+use super::{NewReceipt, Outcome, StoreError};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{ConnectOptions, Connection, Row};
+use std::path::Path;
+use std::time::Duration;
+
+/// How long a connection waits on a lock held by another process before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Readers answer the duplicate fast path and queries; they never block the writer (WAL).
+const READERS: u32 = 4;
+
+/// A receipt as stored (for inspection and tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceiptRow {
+    pub event_id: String,
+    pub state: String,
+    pub state_reason: Option<String>,
+    pub event_type: String,
+    pub secret_index: i64,
+    pub body: Vec<u8>,
+    pub headers: String,
+    pub resource_version: Option<i64>,
+}
+
+/// Handle to the store; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Store {
+    writer: Writer,
+    readers: SqlitePool,
+}
+
+impl Store {
+    /// Open (creating if needed) the SQLite file, apply migrations, start the writer.
+    pub async fn open_sqlite(path: &Path) -> Result<Store, StoreError> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // FULL: a commit is on disk (WAL fsynced), not merely handed to the OS.
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(BUSY_TIMEOUT)
+            .disable_statement_logging();
+        let mut conn = options.connect().await?;
+        sqlx::migrate!("./migrations/sqlite").run(&mut conn).await?;
+        let readers = SqlitePoolOptions::new()
+            .max_connections(READERS)
+            .connect_with(options.read_only(true))
+            .await?;
+        Ok(Store { writer: writer::spawn(conn), readers })
+    }
+
+    /// Store a verified request: dedupe, version gate, inbox, one durable commit.
+    pub async fn record(&self, receipt: NewReceipt) -> Result<Outcome, StoreError> {
+        // Fast path: an exact duplicate of a committed receipt needs no write and no
+        // wait for a commit; a durable row already proves it was received.
+        if self.is_exact_duplicate(&receipt).await? {
+            return Ok(Outcome::Duplicate);
+        }
+        self.writer.record(receipt).await
+    }
+
+    async fn is_exact_duplicate(&self, receipt: &NewReceipt) -> Result<bool, StoreError> {
+        let digest: Option<Vec<u8>> = sqlx::query_scalar(
+            "SELECT body_sha256 FROM receipts WHERE endpoint = ? AND event_id = ?",
+        )
+        .bind(&receipt.endpoint)
+        .bind(&receipt.event_id)
+        .fetch_optional(&self.readers)
+        .await?;
+        Ok(digest.is_some_and(|d| d == receipt.body_sha256))
+    }
+
+    /// One receipt, if stored.
+    pub async fn receipt(&self, endpoint: &str, event_id: &str) -> Result<Option<ReceiptRow>, StoreError> {
+        let row = sqlx::query(
+            "SELECT event_id, state, state_reason, event_type, secret_index, body, headers, resource_version
+             FROM receipts WHERE endpoint = ? AND event_id = ?",
+        )
+        .bind(endpoint)
+        .bind(event_id)
+        .fetch_optional(&self.readers)
+        .await?;
+        Ok(row.map(|r| ReceiptRow {
+            event_id: r.get(0),
+            state: r.get(1),
+            state_reason: r.get(2),
+            event_type: r.get(3),
+            secret_index: r.get(4),
+            body: r.get(5),
+            headers: r.get(6),
+            resource_version: r.get(7),
+        }))
+    }
+
+    /// Receipts stored for an endpoint.
+    pub async fn count_receipts(&self, endpoint: &str) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM receipts WHERE endpoint = ?")
+            .bind(endpoint)
+            .fetch_one(&self.readers)
+            .await?)
+    }
+
+    /// Conflicting duplicates quarantined for an endpoint.
+    pub async fn count_conflicts(&self, endpoint: &str) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM conflicts WHERE endpoint = ?")
+            .bind(endpoint)
+            .fetch_one(&self.readers)
+            .await?)
+    }
+
+    /// Close connections (the writer finishes its queue first).
+    pub async fn close(&self) {
+        self.writer.close().await;
+        self.readers.close().await;
+    }
+}
+
+/// Measure the disk's durable single-row commit rate with the store's own pragmas:
+/// the yardstick group commit is judged against. Returns commits per second.
+pub async fn single_commit_rate(path: &Path, commits: u32) -> Result<f64, StoreError> {
+    let mut conn = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .disable_statement_logging()
+        .connect()
+        .await?;
+    sqlx::query("CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY, body BLOB NOT NULL)")
+        .execute(&mut conn)
+        .await?;
+    let body = vec![7u8; 2048];
+    let started = std::time::Instant::now();
+    for _ in 0..commits {
+        let mut tx = conn.begin().await?;
+        sqlx::query("INSERT INTO probe (body) VALUES (?)").bind(&body).execute(&mut *tx).await?;
+        tx.commit().await?;
+    }
+    Ok(f64::from(commits) / started.elapsed().as_secs_f64())
+}

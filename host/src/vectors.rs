@@ -1,0 +1,315 @@
+//! `hookhost plugin test`: judge signature test vectors offline.
+//!
+//! Each vector runs through [`crate::verify::judge`], the same code the live ingest
+//! path runs for steps 3–6, with the clock fixed at the vector's `now`. The format is
+//! documented in VECTORS.md.
+
+use crate::config::EndpointConfig;
+use crate::endpoints::Endpoint;
+use crate::http::IngestError;
+use crate::plugins::{Catalog, Plugin, PluginLimits};
+use crate::verify::{self, MessageSource, Secret};
+use base64::Engine as _;
+use hookhost_plugin_sdk::{Disposition, Event};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Vector {
+    name: String,
+    plugin: String,
+    source: String,
+    request: VectorRequest,
+    secrets: Vec<String>,
+    now: i64,
+    tolerance_seconds: Option<u32>,
+    #[serde(default)]
+    plugin_config: Option<Value>,
+    expect: Expect,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VectorRequest {
+    method: String,
+    url: String,
+    headers: Vec<(String, String)>,
+    body: Option<String>,
+    body_base64: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expect {
+    outcome: String,
+    secret_index: Option<usize>,
+    event: Option<serde_json::Map<String, Value>>,
+    status: Option<u16>,
+    error: Option<String>,
+    response: Option<Value>,
+}
+
+/// What the receiver decided for one vector, and whether that is what was expected.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judged {
+    pub name: String,
+    pub pass: bool,
+    /// Why it failed (empty when it passed).
+    pub differences: Vec<String>,
+    pub outcome: &'static str,
+    pub status: u16,
+    pub error: Option<String>,
+    pub secret_index: Option<usize>,
+    pub event: Option<Value>,
+}
+
+impl Judged {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "name": self.name,
+            "pass": self.pass,
+            "outcome": self.outcome,
+            "status": self.status,
+            "error": self.error,
+            "secret_index": self.secret_index,
+            "event": self.event,
+            "differences": self.differences,
+        })
+    }
+}
+
+/// Run every vector of every file; print one line per vector and the totals.
+pub fn main(files: &[PathBuf], as_json: bool) -> ExitCode {
+    let mut passed = 0usize;
+    let mut failed = 0usize;
+    let mut runner = Runner::default();
+    let mut malformed = false;
+    for file in files {
+        match runner.run_file(file) {
+            Ok(results) => {
+                for judged in results {
+                    if as_json {
+                        println!("{}", judged.to_json());
+                    } else if judged.pass {
+                        println!("ok   {}", judged.name);
+                    } else {
+                        println!("FAIL {}: {}", judged.name, judged.differences.join("; "));
+                    }
+                    if judged.pass {
+                        passed += 1;
+                    } else {
+                        failed += 1;
+                    }
+                }
+            }
+            Err(message) => {
+                eprintln!("hookhost: {message}");
+                malformed = true;
+            }
+        }
+    }
+    if !as_json {
+        println!("{passed} passed, {failed} failed");
+    }
+    if failed > 0 || malformed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+/// Loads plugins once per name or file and judges vectors.
+#[derive(Default)]
+pub struct Runner {
+    builtins: Option<Catalog>,
+    files: HashMap<PathBuf, Arc<Plugin>>,
+}
+
+impl Runner {
+    /// Judge every vector in a file. A malformed file is an error naming the file,
+    /// the element and the field.
+    pub fn run_file(&mut self, path: &Path) -> Result<Vec<Judged>, String> {
+        let shown = path.display();
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
+        let elements: Vec<Value> = serde_json::from_str(&text)
+            .map_err(|e| format!("{shown}: not a JSON array of vectors: {e}"))?;
+        let mut vectors = Vec::new();
+        let mut names = std::collections::HashSet::new();
+        for (i, element) in elements.into_iter().enumerate() {
+            let name = element.get("name").and_then(Value::as_str).unwrap_or("?").to_string();
+            let vector: Vector = serde_json::from_value(element)
+                .map_err(|e| format!("{shown}: element {i} ({name:?}): {e}"))?;
+            check_shape(&vector).map_err(|e| format!("{shown}: element {i} ({name:?}): {e}"))?;
+            if !names.insert(vector.name.clone()) {
+                return Err(format!("{shown}: element {i}: name: {name:?} is not unique in the file"));
+            }
+            vectors.push(vector);
+        }
+        let base = path.parent().unwrap_or(Path::new("."));
+        let mut results = Vec::new();
+        for (i, vector) in vectors.iter().enumerate() {
+            let plugin = self
+                .plugin(base, &vector.plugin)
+                .map_err(|e| format!("{shown}: element {i} ({:?}): plugin: {e}", vector.name))?;
+            results.push(judge_vector(&plugin, vector));
+        }
+        Ok(results)
+    }
+
+    fn plugin(&mut self, base: &Path, name: &str) -> Result<Arc<Plugin>, String> {
+        if name.ends_with(".wasm") {
+            let path = base.join(name);
+            if let Some(p) = self.files.get(&path) {
+                return Ok(p.clone());
+            }
+            let plugin = Arc::new(Plugin::load_file(&path, PluginLimits::default()).map_err(|e| e.to_string())?);
+            self.files.insert(path, plugin.clone());
+            return Ok(plugin);
+        }
+        if self.builtins.is_none() {
+            self.builtins = Some(Catalog::load(None, PluginLimits::default()).map_err(|e| e.to_string())?);
+        }
+        let catalog = self.builtins.as_ref().ok_or("no catalog")?;
+        catalog
+            .get(name)
+            .ok_or_else(|| format!("{name:?} is not a built-in plugin ({})", catalog.names().join(", ")))
+    }
+}
+
+fn check_shape(vector: &Vector) -> Result<(), String> {
+    if vector.source.trim().is_empty() {
+        return Err("source: must say where the vector comes from".into());
+    }
+    if vector.request.body.is_some() == vector.request.body_base64.is_some() {
+        return Err("request: exactly one of body and body_base64".into());
+    }
+    match vector.expect.outcome.as_str() {
+        "accept" | "reject" => Ok(()),
+        other => Err(format!("expect.outcome: {other:?} is neither \"accept\" nor \"reject\"")),
+    }
+}
+
+fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
+    let mut judged = Judged {
+        name: vector.name.clone(),
+        pass: false,
+        differences: Vec::new(),
+        outcome: "reject",
+        status: 0,
+        error: None,
+        secret_index: None,
+        event: None,
+    };
+    let body = match (&vector.request.body, &vector.request.body_base64) {
+        (Some(text), _) => text.as_bytes().to_vec(),
+        (None, Some(b64)) => match base64::engine::general_purpose::STANDARD.decode(b64) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                judged.differences.push(format!("request.body_base64: {e}"));
+                return judged;
+            }
+        },
+        (None, None) => Vec::new(),
+    };
+    let config = EndpointConfig {
+        id: "vector".into(),
+        plugin: plugin.info.name.clone(),
+        secrets: vector.secrets.iter().map(Secret::new).collect(),
+        tolerance: vector.tolerance_seconds,
+        plugin_config: vector.plugin_config.clone().unwrap_or_else(|| json!({})),
+    };
+    let endpoint = match Endpoint::build_with(&config, plugin.clone()) {
+        Ok(e) => e,
+        Err(e) => {
+            judged.differences.push(format!("secrets: {e}"));
+            return judged;
+        }
+    };
+    let headers: Vec<(String, Vec<u8>)> = vector
+        .request
+        .headers
+        .iter()
+        .map(|(n, v)| (n.to_ascii_lowercase(), v.as_bytes().to_vec()))
+        .collect();
+    let method = vector.request.method.to_ascii_uppercase();
+    let source = MessageSource { method: &method, url: &vector.request.url, headers: &headers, body: &body };
+    let expect = &vector.expect;
+    let diffs = &mut judged.differences;
+    match verify::judge(&endpoint, &source, vector.now) {
+        Ok(verified) => {
+            judged.outcome = "accept";
+            judged.status = 200;
+            judged.secret_index = Some(verified.secret_index);
+            let event = event_json(&verified.event_id, &verified.event);
+            if let Some(wanted) = &expect.event {
+                for (field, value) in wanted {
+                    if event.get(field) != Some(value) {
+                        diffs.push(format!(
+                            "event.{field}: expected {value}, got {}",
+                            event.get(field).unwrap_or(&Value::Null)
+                        ));
+                    }
+                }
+            }
+            judged.event = Some(event);
+        }
+        Err(error) => {
+            let (status, code) = error.status_and_code();
+            judged.status = status.as_u16();
+            judged.error = Some(code.to_string());
+            if let IngestError::Rejected(reason) = &error {
+                judged.event = Some(json!({ "disposition": "reject", "reason": reason }));
+            }
+        }
+    }
+    if judged.outcome != expect.outcome {
+        diffs.push(format!(
+            "outcome: expected {}, got {} ({} {})",
+            expect.outcome,
+            judged.outcome,
+            judged.status,
+            judged.error.as_deref().unwrap_or("")
+        ));
+    }
+    if let (Some(want), Some(got)) = (expect.secret_index, judged.secret_index) {
+        if want != got {
+            diffs.push(format!("secret_index: expected {want}, got {got}"));
+        }
+    }
+    if let Some(want) = expect.status {
+        if want != judged.status {
+            diffs.push(format!("status: expected {want}, got {}", judged.status));
+        }
+    }
+    if let Some(want) = &expect.error {
+        if Some(want) != judged.error.as_ref() {
+            diffs.push(format!("error: expected {want}, got {}", judged.error.as_deref().unwrap_or("none")));
+        }
+    }
+    if expect.response.is_some() {
+        diffs.push("expect.response: handshakes are not supported by this hookhost".into());
+    }
+    judged.pass = judged.differences.is_empty();
+    judged
+}
+
+/// The described event as vectors name its fields.
+fn event_json(event_id: &str, event: &Event) -> Value {
+    let (disposition, reason) = match &event.disposition {
+        Disposition::Process => ("process", None),
+        Disposition::Ignore(r) => ("ignore", Some(r)),
+        Disposition::Reject(r) => ("reject", Some(r)),
+    };
+    json!({
+        "id": event_id,
+        "type": event.event_type,
+        "occurred_at": event.occurred_at,
+        "resource_kind": event.resource_kind,
+        "resource_id": event.resource_id,
+        "version": event.resource_version,
+        "deleted": event.deleted,
+        "disposition": disposition,
+        "reason": reason,
+    })
+}

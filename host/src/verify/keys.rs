@@ -1,0 +1,143 @@
+//! Secrets and the keys decoded from them. Neither ever prints its value.
+
+use base64::Engine as _;
+use hookhost_plugin_sdk::KeyFormat;
+use std::fmt;
+
+/// A configured secret string, exactly as the provider handed it to the user.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+    /// The secret's text. Only key decoding calls this.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+/// A key ready for verification.
+#[derive(Clone)]
+pub enum Key {
+    /// HMAC key bytes.
+    Hmac(Vec<u8>),
+    /// An Ed25519 public key.
+    Ed25519(ed25519_dalek::VerifyingKey),
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Key::Hmac(_) => f.write_str("Key::Hmac([redacted])"),
+            Key::Ed25519(_) => f.write_str("Key::Ed25519([redacted])"),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum KeyError {
+    #[error("the plugin declares no key format")]
+    NoFormat,
+    #[error("the secret is empty")]
+    Empty,
+    #[error("the secret is not valid base64 after the prefix {0:?}")]
+    Base64(String),
+    #[error("the secret is not valid hex")]
+    Hex,
+    #[error("the secret is not a 32-byte Ed25519 public key")]
+    Ed25519,
+}
+
+/// Decode a secret with the plugin's key formats: the first format whose prefix the
+/// secret starts with wins; a format without a prefix matches any secret; when none
+/// matches, the first format is used (its prefix is optional).
+pub fn decode_key(secret: &Secret, formats: &[KeyFormat]) -> Result<Key, KeyError> {
+    let text = secret.expose();
+    if text.is_empty() {
+        return Err(KeyError::Empty);
+    }
+    let format = formats
+        .iter()
+        .find(|f| prefix(f).is_none_or(|p| text.starts_with(p)))
+        .or(formats.first())
+        .ok_or(KeyError::NoFormat)?;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    match format {
+        KeyFormat::Raw => Ok(Key::Hmac(text.as_bytes().to_vec())),
+        KeyFormat::Hex => hex::decode(text).map(Key::Hmac).map_err(|_| KeyError::Hex),
+        KeyFormat::Base64AfterPrefix(p) => b64
+            .decode(text.strip_prefix(p.as_str()).unwrap_or(text))
+            .map(Key::Hmac)
+            .map_err(|_| KeyError::Base64(p.clone())),
+        KeyFormat::Ed25519Hex => ed25519(&hex::decode(text).map_err(|_| KeyError::Hex)?),
+        KeyFormat::Ed25519Base64AfterPrefix(p) => ed25519(
+            &b64.decode(text.strip_prefix(p.as_str()).unwrap_or(text))
+                .map_err(|_| KeyError::Base64(p.clone()))?,
+        ),
+    }
+}
+
+fn prefix(format: &KeyFormat) -> Option<&str> {
+    match format {
+        KeyFormat::Base64AfterPrefix(p) | KeyFormat::Ed25519Base64AfterPrefix(p) => Some(p),
+        KeyFormat::Raw | KeyFormat::Hex | KeyFormat::Ed25519Hex => None,
+    }
+}
+
+fn ed25519(bytes: &[u8]) -> Result<Key, KeyError> {
+    let bytes: &[u8; 32] = bytes.try_into().map_err(|_| KeyError::Ed25519)?;
+    ed25519_dalek::VerifyingKey::from_bytes(bytes)
+        .map(Key::Ed25519)
+        .map_err(|_| KeyError::Ed25519)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_and_keys_never_print_their_value() {
+        let secret = Secret::new("whsec_topsecret");
+        assert!(!format!("{secret:?}").contains("topsecret"));
+        let key = decode_key(&secret, &[KeyFormat::Raw]).expect("raw key");
+        assert!(!format!("{key:?}").contains("topsecret"));
+    }
+
+    #[test]
+    fn formats_are_chosen_by_prefix() {
+        let formats = [
+            KeyFormat::Base64AfterPrefix("whsec_".into()),
+            KeyFormat::Ed25519Base64AfterPrefix("whpk_".into()),
+        ];
+        let hmac = decode_key(&Secret::new("whsec_AAEC"), &formats).expect("hmac");
+        assert!(matches!(hmac, Key::Hmac(ref k) if k == &[0, 1, 2]));
+        // Without a known prefix, the first format applies to the whole string.
+        let bare = decode_key(&Secret::new("AAEC"), &formats).expect("bare");
+        assert!(matches!(bare, Key::Hmac(ref k) if k == &[0, 1, 2]));
+        let pk = format!("whpk_{}", base64::engine::general_purpose::STANDARD.encode([7u8; 32]));
+        assert!(matches!(decode_key(&Secret::new(pk), &formats), Ok(Key::Ed25519(_))));
+        assert_eq!(
+            decode_key(&Secret::new("whpk_AAEC"), &formats).err(),
+            Some(KeyError::Ed25519)
+        );
+    }
+
+    #[test]
+    fn bad_secrets_are_errors_not_panics() {
+        assert_eq!(decode_key(&Secret::new(""), &[KeyFormat::Raw]).err(), Some(KeyError::Empty));
+        assert_eq!(decode_key(&Secret::new("zz"), &[KeyFormat::Hex]).err(), Some(KeyError::Hex));
+        assert_eq!(decode_key(&Secret::new("x"), &[]).err(), Some(KeyError::NoFormat));
+        assert!(matches!(
+            decode_key(&Secret::new("whsec_***"), &[KeyFormat::Base64AfterPrefix("whsec_".into())]),
+            Err(KeyError::Base64(_))
+        ));
+    }
+}

@@ -1,0 +1,103 @@
+//! Verification: turns a request into a verified event, or a rejection.
+//!
+//! Owns secrets (as [`Key`]s, never printed), MAC and signature computation, the
+//! constant-time comparison of every candidate against every active key, and the
+//! timestamp window. Asks the endpoint's plugin what is signed and what the event is;
+//! never hands it a secret. Never touches the store.
+
+mod keys;
+mod mac;
+
+pub use keys::{Key, KeyError, Secret, decode_key};
+pub use mac::{MessageSource, matching_key, message_digest};
+
+use crate::http::IngestError;
+use crate::endpoints::Endpoint;
+use crate::plugins::PluginFailure;
+use hookhost_plugin_sdk::{Disposition, Event, Plan, Rejection};
+
+/// A request after steps 3–6 of the request path: authentic, fresh and described.
+#[derive(Debug)]
+pub struct Verified {
+    /// Index of the active secret that matched (0 = current).
+    pub secret_index: usize,
+    pub plan: Plan,
+    pub event: Event,
+    /// The event id: the plugin's, or `sha256:<hex>` of the signed message.
+    pub event_id: String,
+}
+
+/// Steps 3–6 of the request path, shared by the HTTP ingest and `hookhost plugin test`:
+/// plugin plan → host MAC over every key and candidate → timestamp window → plugin
+/// describe. `now` is unix seconds, injected so vectors judge at a fixed moment.
+pub fn judge(endpoint: &Endpoint, request: &MessageSource<'_>, now: i64) -> Result<Verified, IngestError> {
+    let mut call = endpoint.plugin.session(&endpoint.plugin_config, request)?;
+
+    let plan = call.plan_verification()?.map_err(rejection)?;
+    let secret_index =
+        matching_key(&endpoint.keys, &plan, request)?.ok_or(IngestError::InvalidSignature)?;
+    check_window(endpoint.tolerance_seconds, plan.timestamp, now)?;
+
+    let event = call.describe_event()?.map_err(rejection)?;
+    if let Disposition::Reject(reason) = &event.disposition {
+        return Err(IngestError::Rejected(reason.clone()));
+    }
+    let event_id = match &event.id {
+        Some(id) if !id.is_empty() => id.clone(),
+        _ => format!("sha256:{}", hex::encode(message_digest(&plan, request)?)),
+    };
+    Ok(Verified { secret_index, plan, event, event_id })
+}
+
+/// The window applies in both directions: a timestamp from the future is as suspect
+/// as a stale one (a replay captured now and sent later, or a skewed sender).
+fn check_window(tolerance: Option<u32>, timestamp: Option<i64>, now: i64) -> Result<(), IngestError> {
+    let Some(tolerance) = tolerance else { return Ok(()) };
+    let Some(signed_at) = timestamp else {
+        return Err(IngestError::MissingSignature);
+    };
+    if now.abs_diff(signed_at) > u64::from(tolerance) {
+        return Err(IngestError::TimestampOutsideWindow);
+    }
+    Ok(())
+}
+
+fn rejection(rejection: Rejection) -> IngestError {
+    match rejection {
+        Rejection::MissingSignature(_) => IngestError::MissingSignature,
+        Rejection::MalformedSignature(_) => IngestError::InvalidSignature,
+        Rejection::MalformedBody(_) => IngestError::MalformedBody,
+        Rejection::Unsupported(_) => IngestError::Unsupported,
+    }
+}
+
+impl From<PluginFailure> for IngestError {
+    fn from(_: PluginFailure) -> Self {
+        IngestError::PluginFailed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_applies_both_ways_and_only_when_configured() {
+        assert!(check_window(Some(300), Some(1000), 1300).is_ok());
+        assert!(check_window(Some(300), Some(1000), 700).is_ok());
+        assert!(matches!(
+            check_window(Some(300), Some(1000), 1301),
+            Err(IngestError::TimestampOutsideWindow)
+        ));
+        assert!(matches!(
+            check_window(Some(300), Some(1000), 699),
+            Err(IngestError::TimestampOutsideWindow)
+        ));
+        assert!(check_window(None, None, 0).is_ok());
+        assert!(matches!(check_window(Some(1), None, 0), Err(IngestError::MissingSignature)));
+        assert!(matches!(
+            check_window(Some(300), Some(i64::MIN), i64::MAX),
+            Err(IngestError::TimestampOutsideWindow)
+        ));
+    }
+}

@@ -1,0 +1,70 @@
+//! The hookhost plugin SDK.
+//!
+//! A plugin describes one provider's signature scheme and event shape. It implements
+//! [`Provider`] and calls [`export_provider!`] once; it never names wit-bindgen and never
+//! sees a secret: it says *what* is signed ([`Plan`]) and the host computes and compares
+//! the MAC with the endpoint's secrets.
+//!
+//! ```ignore
+//! struct Example;
+//! impl Provider for Example {
+//!     fn info() -> PluginInfo { /* name, key format, tolerance */ }
+//!     fn plan_verification(req: &Request) -> Result<Plan, Rejection> { /* headers → plan */ }
+//!     fn describe_event(req: &Request) -> Result<Event, Rejection> { /* body → event */ }
+//! }
+//! hookhost_plugin_sdk::export_provider!(Example);
+//! ```
+//!
+//! Helpers return [`Rejection`], so a missing header or a bad field is `?`, never a panic.
+//! [`testing::RequestBuilder`] runs the same code natively under `cargo test`.
+
+mod adapter;
+pub mod decode;
+pub mod json;
+mod request;
+pub mod testing;
+mod types;
+
+pub use adapter::Adapter;
+pub use json::Json;
+pub use request::Request;
+pub use types::*;
+
+/// The generated component-model bindings. Plugin authors never use these directly.
+#[doc(hidden)]
+#[allow(unsafe_code, clippy::all, missing_docs)] // generated code
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "provider",
+        pub_export_macro: true,
+        export_macro_name: "__export_provider_world",
+        default_bindings_module: "hookhost_plugin_sdk::bindings",
+    });
+}
+
+/// What a provider plugin implements: pure functions of one request.
+pub trait Provider {
+    /// Static facts: name, version, key format, default timestamp tolerance.
+    fn info() -> PluginInfo;
+    /// Read the signature header(s) and say what is signed and which signatures to check.
+    fn plan_verification(req: &Request) -> Result<Plan, Rejection>;
+    /// Map the (already authenticated) body to the event it describes.
+    fn describe_event(req: &Request) -> Result<Event, Rejection>;
+}
+
+/// Export a [`Provider`] implementation as the plugin's component exports.
+///
+/// Call it once, at the crate root: `hookhost_plugin_sdk::export_provider!(Stripe);`
+/// Outside wasm (native `cargo test`) it expands to nothing.
+#[macro_export]
+macro_rules! export_provider {
+    ($provider:ty) => {
+        #[cfg(target_arch = "wasm32")]
+        #[allow(unsafe_code)] // the canonical-ABI glue is generated
+        const _: () = {
+            type HookhostProviderAdapter = $crate::Adapter<$provider>;
+            $crate::bindings::__export_provider_world!(HookhostProviderAdapter with_types_in $crate::bindings);
+        };
+    };
+}

@@ -1,0 +1,59 @@
+//! The request as a plugin sees it, with helpers that fail with a [`Rejection`].
+
+use crate::{Json, Rejection};
+
+/// One request: method, the public URL the sender addressed, headers (lower-case
+/// names, raw values), the raw body and the endpoint's plugin configuration.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+    pub config: serde_json::Value,
+}
+
+impl Request {
+    /// The first value of a header, by case-insensitive name.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// Every value of a header, in the order received.
+    pub fn headers_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.headers
+            .iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// A header as text; `None` when absent or not UTF-8.
+    pub fn header_str(&self, name: &str) -> Option<&str> {
+        self.header(name).and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    /// A header the signature scheme needs: absent → `MissingSignature(name)`,
+    /// not UTF-8 → `MalformedSignature`. Surrounding whitespace is trimmed.
+    pub fn signature_header(&self, name: &str) -> Result<&str, Rejection> {
+        let raw = self
+            .header(name)
+            .ok_or_else(|| Rejection::MissingSignature(name.to_ascii_lowercase()))?;
+        let text = std::str::from_utf8(raw).map_err(|_| {
+            Rejection::MalformedSignature(format!("{} is not UTF-8", name.to_ascii_lowercase()))
+        })?;
+        Ok(text.trim())
+    }
+
+    /// The body parsed as JSON; not JSON → `MalformedBody`.
+    pub fn json(&self) -> Result<Json, Rejection> {
+        Json::parse(&self.body)
+    }
+
+    /// The endpoint's plugin configuration (`{}` when none).
+    pub fn config(&self) -> &serde_json::Value {
+        &self.config
+    }
+}

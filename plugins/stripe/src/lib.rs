@@ -1,0 +1,137 @@
+//! Stripe: `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>…][,v0=<hex>]`.
+//!
+//! The signed message is `{t}.{raw body}`, HMAC-SHA256 keyed by the endpoint's
+//! `whsec_…` secret used verbatim (not base64-decoded). Only `v1` signatures are
+//! trusted; Stripe sends one `v1` per active secret while a rolled secret is kept.
+//! The event id, type and object live in the body (`id`, `type`, `data.object`).
+
+use hookhost_plugin_sdk::{
+    Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
+    decode,
+};
+
+pub struct Stripe;
+
+impl Provider for Stripe {
+    fn info() -> PluginInfo {
+        PluginInfo {
+            name: "stripe".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            provider: "Stripe".into(),
+            key_formats: vec![KeyFormat::Raw],
+            default_tolerance_seconds: Some(300),
+            retry_behaviour: "live mode: up to 3 days with exponential backoff; \
+                              sandbox: 3 times over a few hours"
+                .into(),
+        }
+    }
+
+    fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
+        let header = req.signature_header("stripe-signature")?;
+        let mut timestamp = None;
+        let mut candidates = Vec::new();
+        for (key, value) in decode::key_values(header, ',') {
+            match key {
+                "t" => timestamp = Some(decode::unix_seconds(value)?),
+                "v1" => candidates.push(Candidate::new(Algorithm::HmacSha256, decode::hex(value)?)),
+                _ => {} // v0 (test mode) and future schemes are not trusted
+            }
+        }
+        let timestamp = timestamp
+            .ok_or_else(|| Rejection::MalformedSignature("stripe-signature has no t=".into()))?;
+        if candidates.is_empty() {
+            return Err(Rejection::MissingSignature("stripe-signature v1".into()));
+        }
+        Ok(Plan {
+            message: vec![Part::Text(format!("{timestamp}.")), Part::Body],
+            candidates,
+            timestamp: Some(timestamp),
+            message_id: None,
+        })
+    }
+
+    fn describe_event(req: &Request) -> Result<Event, Rejection> {
+        let body = req.json()?;
+        let id = body.required_str("/id")?;
+        let event_type = body.required_str("/type")?;
+        let created = body.i64("/created");
+        let mut event = Event::new(event_type).id(id).occurred_at(created);
+        if let (Some(kind), Some(object_id)) =
+            (body.str("/data/object/object"), body.str("/data/object/id"))
+        {
+            // Stripe objects carry no version number; the event's creation time orders
+            // the states Stripe sends for one object.
+            event = event
+                .resource(kind, object_id)
+                .version(created.and_then(|c| u64::try_from(c).ok()))
+                .deleted(event_type.ends_with(".deleted"));
+        }
+        Ok(event)
+    }
+}
+
+hookhost_plugin_sdk::export_provider!(Stripe);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hookhost_plugin_sdk::testing::RequestBuilder;
+
+    const URL: &str = "https://hooks.example.com/webhooks/stripe";
+
+    #[test]
+    fn plan_signs_timestamp_dot_body_and_keeps_every_v1() {
+        let req = RequestBuilder::post(URL)
+            .header("Stripe-Signature", "t=1700000000,v1=00ff,v0=aa,v1=0102")
+            .body("{}")
+            .build();
+        let plan = Stripe::plan_verification(&req).expect("plan");
+        assert_eq!(plan.message, vec![Part::Text("1700000000.".into()), Part::Body]);
+        assert_eq!(plan.timestamp, Some(1_700_000_000));
+        let sigs: Vec<_> = plan.candidates.iter().map(|c| c.signature.clone()).collect();
+        assert_eq!(sigs, vec![vec![0x00, 0xff], vec![0x01, 0x02]]);
+    }
+
+    #[test]
+    fn missing_and_malformed_headers_are_rejections() {
+        let none = RequestBuilder::post(URL).body("{}").build();
+        assert!(matches!(
+            Stripe::plan_verification(&none),
+            Err(Rejection::MissingSignature(_))
+        ));
+        let only_v0 = RequestBuilder::post(URL)
+            .header("stripe-signature", "t=1,v0=aa")
+            .build();
+        assert!(matches!(
+            Stripe::plan_verification(&only_v0),
+            Err(Rejection::MissingSignature(_))
+        ));
+        let bad_hex = RequestBuilder::post(URL)
+            .header("stripe-signature", "t=1,v1=zz")
+            .build();
+        assert!(matches!(
+            Stripe::plan_verification(&bad_hex),
+            Err(Rejection::MalformedSignature(_))
+        ));
+    }
+
+    #[test]
+    fn event_maps_id_type_object_and_created() {
+        let req = RequestBuilder::post(URL)
+            .body(r#"{"id":"evt_1","type":"customer.deleted","created":1700000000,
+                      "data":{"object":{"id":"cus_9","object":"customer"}}}"#)
+            .build();
+        let event = Stripe::describe_event(&req).expect("event");
+        assert_eq!(event.id.as_deref(), Some("evt_1"));
+        assert_eq!(event.event_type, "customer.deleted");
+        assert_eq!(event.resource_kind.as_deref(), Some("customer"));
+        assert_eq!(event.resource_id.as_deref(), Some("cus_9"));
+        assert_eq!(event.resource_version, Some(1_700_000_000));
+        assert!(event.deleted);
+        let not_json = RequestBuilder::post(URL).body("nope").build();
+        assert!(matches!(
+            Stripe::describe_event(&not_json),
+            Err(Rejection::MalformedBody(_))
+        ));
+    }
+}
