@@ -1,0 +1,109 @@
+//! A test guest that misbehaves on request. Its plugin configuration chooses how:
+//! `{"mode": "...", "phase": "plan" | "describe"}`.
+//!
+//! Without misbehaviour it is a tiny well-formed provider: `x-test-signature` is the
+//! hex HMAC-SHA256 of the body with the raw secret, `x-test-id` the event id.
+//!
+//! Modes: `ok`, `loop` (spins forever), `memory` (allocates without end), `trap`
+//! (panics), `huge-output` (returns megabytes), `stderr` (floods stderr, then answers),
+//! `probe` (tries env, files, network and clock, and reports what it saw as the event
+//! type).
+
+use hookhost_plugin_sdk::{
+    Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
+    decode,
+};
+
+pub struct Hostile;
+
+fn misbehave(req: &Request, phase: &str) -> Option<String> {
+    let mode = req.config().get("mode").and_then(|m| m.as_str()).unwrap_or("ok");
+    let when = req.config().get("phase").and_then(|p| p.as_str()).unwrap_or("plan");
+    if when != phase {
+        return None;
+    }
+    match mode {
+        "loop" => {
+            let mut x: u64 = 1;
+            loop {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        }
+        "memory" => {
+            let mut hoard: Vec<Vec<u8>> = Vec::new();
+            loop {
+                hoard.push(vec![1u8; 1024 * 1024]);
+                std::hint::black_box(&hoard);
+            }
+        }
+        "trap" => panic!("hostile guest traps on purpose"),
+        "huge-output" => Some("x".repeat(4 * 1024 * 1024)),
+        "stderr" => {
+            for _ in 0..10_000 {
+                eprintln!("hostile guest writes to stderr");
+            }
+            None
+        }
+        "probe" => Some(probe(req)),
+        _ => None,
+    }
+}
+
+/// Everything the sandbox should deny, as `what=result` pairs.
+fn probe(req: &Request) -> String {
+    let env = std::env::vars().count();
+    let args = std::env::args().count();
+    let file = match std::fs::read("/etc/passwd") {
+        Ok(_) => "read",
+        Err(_) => "denied",
+    };
+    let dir = match std::fs::read_dir(".") {
+        Ok(_) => "listed",
+        Err(_) => "denied",
+    };
+    let port = req.config().get("port").and_then(|p| p.as_u64()).unwrap_or(80);
+    let net = match std::net::TcpStream::connect(("127.0.0.1", port as u16)) {
+        Ok(_) => "connected",
+        Err(_) => "denied",
+    };
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(u64::MAX);
+    format!("env={env};args={args};file={file};dir={dir};net={net};clock={clock}")
+}
+
+impl Provider for Hostile {
+    fn info() -> PluginInfo {
+        PluginInfo {
+            name: "hostile".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            provider: "Hostile test guest".into(),
+            key_formats: vec![KeyFormat::Raw],
+            default_tolerance_seconds: None,
+            retry_behaviour: "none".into(),
+        }
+    }
+
+    fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
+        let flood = misbehave(req, "plan");
+        let signature = decode::hex(req.signature_header("x-test-signature")?)?;
+        let mut message = vec![Part::Body];
+        if let Some(text) = flood {
+            message.insert(0, Part::Text(text));
+        }
+        Ok(Plan {
+            message,
+            candidates: vec![Candidate::new(Algorithm::HmacSha256, signature)],
+            timestamp: None,
+            message_id: None,
+        })
+    }
+
+    fn describe_event(req: &Request) -> Result<Event, Rejection> {
+        let event_type = misbehave(req, "describe").unwrap_or_else(|| "test.event".into());
+        Ok(Event::new(event_type).maybe_id(req.header_str("x-test-id")))
+    }
+}
+
+hookhost_plugin_sdk::export_provider!(Hostile);
