@@ -12,14 +12,25 @@ const TARGET: &str = "wasm32-wasip2";
 
 fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
-    let root = manifest.parent().expect("host/ lives in the workspace").to_path_buf();
+    let root = manifest
+        .parent()
+        .expect("host/ lives in the workspace")
+        .to_path_buf();
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     // OUT_DIR is <target>/<profile>/build/hookhost-<hash>/out: guests get <target>/wasm-guests.
-    let target_dir = out.ancestors().nth(4).expect("OUT_DIR depth").join("wasm-guests");
+    let target_dir = out
+        .ancestors()
+        .nth(4)
+        .expect("OUT_DIR depth")
+        .join("wasm-guests");
 
     let plugins = crates_in(&root.join("plugins"));
     let guests = crates_in(&root.join("tests/guests"));
-    for dir in [root.join("plugins"), root.join("tests/guests"), root.join("wit")] {
+    for dir in [
+        root.join("plugins"),
+        root.join("tests/guests"),
+        root.join("wit"),
+    ] {
         println!("cargo:rerun-if-changed={}", dir.display());
     }
     for (name, _) in &plugins {
@@ -57,10 +68,15 @@ fn main() {
     }
 
     let wasm_dir = target_dir.join(TARGET).join("release");
-    let mut builtin = String::from("/// Built-in plugins: (name, component bytes).\npub const BUILTIN: &[(&str, &[u8])] = &[\n");
+    let mut builtin = String::from(
+        "/// Built-in plugins: (name, component bytes).\npub const BUILTIN: &[(&str, &[u8])] = &[\n",
+    );
     for (name, package) in &plugins {
         let wasm = artifact(&wasm_dir, package);
-        builtin.push_str(&format!("    ({name:?}, include_bytes!({:?})),\n", wasm.display().to_string()));
+        builtin.push_str(&format!(
+            "    ({name:?}, include_bytes!({:?})),\n",
+            wasm.display().to_string()
+        ));
     }
     builtin.push_str("];\n");
     fs::write(out.join("builtin.rs"), builtin).expect("write builtin.rs");
@@ -72,7 +88,9 @@ fn main() {
 
 /// `(directory name, package name)` for each crate directly under `dir`, sorted.
 fn crates_in(dir: &Path) -> Vec<(String, String)> {
-    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
     let mut crates: Vec<(String, String)> = entries
         .filter_map(Result::ok)
         .map(|e| e.path())
@@ -81,9 +99,17 @@ fn crates_in(dir: &Path) -> Vec<(String, String)> {
             let manifest = fs::read_to_string(p.join("Cargo.toml")).expect("read Cargo.toml");
             let package = manifest
                 .lines()
-                .find_map(|l| l.trim().strip_prefix("name = ").map(|v| v.trim_matches('"').to_string()))
+                .find_map(|l| {
+                    l.trim()
+                        .strip_prefix("name = ")
+                        .map(|v| v.trim_matches('"').to_string())
+                })
                 .expect("package name in Cargo.toml");
-            let dir = p.file_name().expect("dir name").to_string_lossy().into_owned();
+            let dir = p
+                .file_name()
+                .expect("dir name")
+                .to_string_lossy()
+                .into_owned();
             (dir, package)
         })
         .collect();
@@ -99,8 +125,13 @@ fn artifact(wasm_dir: &Path, package: &str) -> PathBuf {
     if let Ok(dep_info) = fs::read_to_string(wasm_dir.join(format!("{stem}.d"))) {
         // `out: dep dep ...` lines; paths escape spaces with a backslash.
         for line in dep_info.lines() {
-            let Some((_, deps)) = line.split_once(": ") else { continue };
-            for dep in deps.split(' ').filter(|d| !d.is_empty() && !d.ends_with('\\')) {
+            let Some((_, deps)) = line.split_once(": ") else {
+                continue;
+            };
+            for dep in deps
+                .split(' ')
+                .filter(|d| !d.is_empty() && !d.ends_with('\\'))
+            {
                 println!("cargo:rerun-if-changed={dep}");
             }
         }

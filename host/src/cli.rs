@@ -56,11 +56,17 @@ pub fn main() -> ExitCode {
     init_tracing(cli.log_json);
     let result = match cli.command {
         Command::Serve { config } => serve(config),
-        Command::Plugin { command: PluginCommand::Test { vectors, json } } => {
+        Command::Plugin {
+            command: PluginCommand::Test { vectors, json },
+        } => {
             return vectors::main(&vectors, json);
         }
-        Command::Plugin { command: PluginCommand::Inspect { plugin } } => inspect(&plugin),
-        Command::Plugin { command: PluginCommand::List { plugins_dir } } => list(plugins_dir),
+        Command::Plugin {
+            command: PluginCommand::Inspect { plugin },
+        } => inspect(&plugin),
+        Command::Plugin {
+            command: PluginCommand::List { plugins_dir },
+        } => list(plugins_dir),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -74,7 +80,9 @@ pub fn main() -> ExitCode {
 fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json {
         builder.json().init();
     } else {
@@ -84,11 +92,19 @@ fn init_tracing(json: bool) {
 
 fn serve(config_path: PathBuf) -> anyhow::Result<()> {
     let config = Config::load(&config_path)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
-            .map_err(|e| anyhow::anyhow!("{}: listen: cannot bind {}: {e}", config_path.display(), config.listen))?;
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: listen: cannot bind {}: {e}",
+                    config_path.display(),
+                    config.listen
+                )
+            })?;
         crate::run(config, listener, shutdown_signal()).await
     })
 }
@@ -98,13 +114,14 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}
@@ -122,7 +139,10 @@ fn inspect(plugin: &str) -> anyhow::Result<()> {
     } else {
         let catalog = Catalog::load(None, limits)?;
         catalog.get(plugin).ok_or_else(|| {
-            anyhow::anyhow!("no built-in plugin {plugin:?} (built-ins: {})", catalog.names().join(", "))
+            anyhow::anyhow!(
+                "no built-in plugin {plugin:?} (built-ins: {})",
+                catalog.names().join(", ")
+            )
         })?
     };
     let info = &loaded.info;
@@ -148,7 +168,13 @@ fn list(plugins_dir: Option<PathBuf>) -> anyhow::Result<()> {
     println!("{:<20} {:<10} {:<20} origin", "name", "version", "provider");
     for plugin in catalog.iter() {
         let info = &plugin.info;
-        println!("{:<20} {:<10} {:<20} {}", info.name, info.version, info.provider, origin(&plugin.origin));
+        println!(
+            "{:<20} {:<10} {:<20} {}",
+            info.name,
+            info.version,
+            info.provider,
+            origin(&plugin.origin)
+        );
     }
     Ok(())
 }

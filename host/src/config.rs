@@ -55,11 +55,18 @@ pub struct EndpointConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{path}: cannot read: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path}: {message}")]
     Parse { path: String, message: String },
     #[error("{path}: {key}: {reason}")]
-    Invalid { path: String, key: String, reason: String },
+    Invalid {
+        path: String,
+        key: String,
+        reason: String,
+    },
 }
 
 #[derive(Deserialize)]
@@ -98,8 +105,10 @@ struct RawEndpoint {
 impl Config {
     /// Read and validate a configuration file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
         Config::parse(path, &text, &|name| std::env::var(name).ok())
     }
 
@@ -110,32 +119,49 @@ impl Config {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
         let shown = path.display().to_string();
-        let raw: RawConfig = toml::from_str(text)
-            .map_err(|e| ConfigError::Parse { path: shown.clone(), message: e.to_string() })?;
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: shown.clone(),
+            message: e.to_string(),
+        })?;
         let invalid = |key: &str, reason: String| ConfigError::Invalid {
             path: shown.clone(),
             key: key.to_string(),
             reason,
         };
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let beside = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { dir.join(p) };
+        let beside = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                dir.join(p)
+            }
+        };
 
         let listen_text = raw.listen.unwrap_or_else(|| "127.0.0.1:8080".into());
-        let listen: SocketAddr = listen_text
-            .parse()
-            .map_err(|_| invalid("listen", format!("{listen_text:?} is not an address like 127.0.0.1:8080")))?;
+        let listen: SocketAddr = listen_text.parse().map_err(|_| {
+            invalid(
+                "listen",
+                format!("{listen_text:?} is not an address like 127.0.0.1:8080"),
+            )
+        })?;
         let public_url = raw
             .public_url
             .unwrap_or_else(|| format!("http://{listen}"))
             .trim_end_matches('/')
             .to_string();
         if !(public_url.starts_with("http://") || public_url.starts_with("https://")) {
-            return Err(invalid("public_url", format!("{public_url:?} must start with http:// or https://")));
+            return Err(invalid(
+                "public_url",
+                format!("{public_url:?} must start with http:// or https://"),
+            ));
         }
         let store = match raw.store.as_deref() {
             None => StoreConfig::Sqlite(dir.join(DEFAULT_STORE_FILE)),
             Some(s) if s.starts_with("postgres://") || s.starts_with("postgresql://") => {
-                return Err(invalid("store", "PostgreSQL is not supported by this build yet; use a SQLite file path".into()));
+                return Err(invalid(
+                    "store",
+                    "PostgreSQL is not supported by this build yet; use a SQLite file path".into(),
+                ));
             }
             Some(s) => {
                 let file = s.strip_prefix("sqlite://").unwrap_or(s);
@@ -148,22 +174,46 @@ impl Config {
 
         let defaults = PluginLimits::default();
         let plugin = PluginLimits {
-            memory_bytes: raw.limits.plugin_memory_bytes.unwrap_or(defaults.memory_bytes),
-            time: raw.limits.plugin_time_ms.map(Duration::from_millis).unwrap_or(defaults.time),
-            output_bytes: raw.limits.plugin_output_bytes.unwrap_or(defaults.output_bytes),
+            memory_bytes: raw
+                .limits
+                .plugin_memory_bytes
+                .unwrap_or(defaults.memory_bytes),
+            time: raw
+                .limits
+                .plugin_time_ms
+                .map(Duration::from_millis)
+                .unwrap_or(defaults.time),
+            output_bytes: raw
+                .limits
+                .plugin_output_bytes
+                .unwrap_or(defaults.output_bytes),
         };
-        if plugin.memory_bytes < 1024 * 1024 || plugin.memory_bytes > crate::plugins::MAX_PLUGIN_MEMORY {
-            return Err(invalid("limits.plugin_memory_bytes", "must be between 1 MiB and 256 MiB".into()));
+        if plugin.memory_bytes < 1024 * 1024
+            || plugin.memory_bytes > crate::plugins::MAX_PLUGIN_MEMORY
+        {
+            return Err(invalid(
+                "limits.plugin_memory_bytes",
+                "must be between 1 MiB and 256 MiB".into(),
+            ));
         }
         if plugin.time.is_zero() || plugin.time > Duration::from_secs(10) {
-            return Err(invalid("limits.plugin_time_ms", "must be between 1 and 10000".into()));
+            return Err(invalid(
+                "limits.plugin_time_ms",
+                "must be between 1 and 10000".into(),
+            ));
         }
         if plugin.output_bytes < 1024 {
-            return Err(invalid("limits.plugin_output_bytes", "must be at least 1024".into()));
+            return Err(invalid(
+                "limits.plugin_output_bytes",
+                "must be at least 1024".into(),
+            ));
         }
         let max_body_bytes = raw.limits.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
         if max_body_bytes == 0 {
-            return Err(invalid("limits.max_body_bytes", "must be greater than 0".into()));
+            return Err(invalid(
+                "limits.max_body_bytes",
+                "must be greater than 0".into(),
+            ));
         }
 
         let mut endpoints = Vec::new();
@@ -171,25 +221,41 @@ impl Config {
         for (i, e) in raw.endpoint.into_iter().enumerate() {
             let key = format!("endpoint[{i}] (id {:?})", e.id);
             if e.id.is_empty()
-                || !e.id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                || !e
+                    .id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
             {
-                return Err(invalid(&format!("{key}.id"), "must be non-empty [A-Za-z0-9_-]".into()));
+                return Err(invalid(
+                    &format!("{key}.id"),
+                    "must be non-empty [A-Za-z0-9_-]".into(),
+                ));
             }
             if endpoints.iter().any(|x: &EndpointConfig| x.id == e.id) {
-                return Err(invalid(&format!("{key}.id"), "duplicate endpoint id".into()));
+                return Err(invalid(
+                    &format!("{key}.id"),
+                    "duplicate endpoint id".into(),
+                ));
             }
             if e.secrets.is_empty() {
-                return Err(invalid(&format!("{key}.secrets"), "at least one secret is required".into()));
+                return Err(invalid(
+                    &format!("{key}.secrets"),
+                    "at least one secret is required".into(),
+                ));
             }
             let mut secrets = Vec::new();
             for (j, source) in e.secrets.iter().enumerate() {
                 let skey = format!("{key}.secrets[{j}]");
                 let value = if let Some(name) = source.strip_prefix("env:") {
-                    env(name).ok_or_else(|| invalid(&skey, format!("environment variable {name} is not set")))?
+                    env(name).ok_or_else(|| {
+                        invalid(&skey, format!("environment variable {name} is not set"))
+                    })?
                 } else if let Some(file) = source.strip_prefix("file:") {
                     let file = beside(Path::new(file));
                     std::fs::read_to_string(&file)
-                        .map_err(|err| invalid(&skey, format!("cannot read {}: {err}", file.display())))?
+                        .map_err(|err| {
+                            invalid(&skey, format!("cannot read {}: {err}", file.display()))
+                        })?
                         .trim_end_matches(['\r', '\n'])
                         .to_string()
                 } else {
@@ -217,7 +283,10 @@ impl Config {
             public_url,
             store,
             plugins_dir: raw.plugins_dir.map(|p| beside(&p)),
-            limits: Limits { max_body_bytes, plugin },
+            limits: Limits {
+                max_body_bytes,
+                plugin,
+            },
             endpoints,
             literal_secrets,
         })
@@ -250,12 +319,24 @@ mod tests {
     fn a_good_file_gets_defaults_and_resolved_secrets() {
         let config = parse(GOOD).expect("valid");
         assert_eq!(config.public_url, "https://hooks.example.com");
-        assert_eq!(config.store, StoreConfig::Sqlite(PathBuf::from("/etc/hookhost/hookhost.db")));
+        assert_eq!(
+            config.store,
+            StoreConfig::Sqlite(PathBuf::from("/etc/hookhost/hookhost.db"))
+        );
         assert_eq!(config.limits.max_body_bytes, 1024 * 1024);
         let endpoint = &config.endpoints[0];
-        assert_eq!(endpoint.secrets, vec![Secret::new("whsec_from_env"), Secret::new("whsec_literal")]);
-        assert_eq!(endpoint.plugin_config, serde_json::json!({"mode": "strict"}));
-        assert_eq!(config.literal_secrets, vec!["endpoint[0] (id \"stripe-main\").secrets[1]"]);
+        assert_eq!(
+            endpoint.secrets,
+            vec![Secret::new("whsec_from_env"), Secret::new("whsec_literal")]
+        );
+        assert_eq!(
+            endpoint.plugin_config,
+            serde_json::json!({"mode": "strict"})
+        );
+        assert_eq!(
+            config.literal_secrets,
+            vec!["endpoint[0] (id \"stripe-main\").secrets[1]"]
+        );
         assert!(!format!("{config:?}").contains("whsec_from_env"));
     }
 
@@ -265,15 +346,17 @@ mod tests {
 
     #[test]
     fn errors_name_the_file_the_key_and_the_reason() {
-        let missing_env = error(
-            "[[endpoint]]\nid = \"a\"\nplugin = \"stripe\"\nsecrets = [\"env:NOPE\"]\n",
-        );
+        let missing_env =
+            error("[[endpoint]]\nid = \"a\"\nplugin = \"stripe\"\nsecrets = [\"env:NOPE\"]\n");
         assert_eq!(
             missing_env,
             "/etc/hookhost/hookhost.toml: endpoint[0] (id \"a\").secrets[0]: environment variable NOPE is not set"
         );
         let unknown = error("listen = \"127.0.0.1:1\"\nlisten_port = 3\n");
-        assert!(unknown.starts_with("/etc/hookhost/hookhost.toml: "), "{unknown}");
+        assert!(
+            unknown.starts_with("/etc/hookhost/hookhost.toml: "),
+            "{unknown}"
+        );
         assert!(unknown.contains("listen_port"), "{unknown}");
         let missing_field = error("[[endpoint]]\nid = \"a\"\nsecrets = [\"x\"]\n");
         assert!(missing_field.contains("plugin"), "{missing_field}");
@@ -283,8 +366,17 @@ mod tests {
         assert!(error("[limits]\nplugin_memory_bytes = 10").contains("limits.plugin_memory_bytes"));
         let dup = "[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"x\"]\n";
         assert!(error(&format!("{dup}{dup}")).contains("duplicate endpoint id"));
-        assert!(error("[[endpoint]]\nid = \"a/b\"\nplugin = \"p\"\nsecrets = [\"x\"]").contains(".id: "));
-        assert!(error("[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = []").contains("at least one secret"));
-        assert!(error("[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"file:/nonexistent/s\"]").contains("cannot read /nonexistent/s"));
+        assert!(
+            error("[[endpoint]]\nid = \"a/b\"\nplugin = \"p\"\nsecrets = [\"x\"]")
+                .contains(".id: ")
+        );
+        assert!(
+            error("[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = []")
+                .contains("at least one secret")
+        );
+        assert!(
+            error("[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"file:/nonexistent/s\"]")
+                .contains("cannot read /nonexistent/s")
+        );
     }
 }

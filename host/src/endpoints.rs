@@ -84,13 +84,22 @@ impl Registry {
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Endpoint>> {
-        let map = self.current.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let map = self
+            .current
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         map.get(id).cloned()
     }
 
     /// Swap in a new set of endpoints; requests in flight keep the one they resolved.
     pub fn replace(&self, endpoints: Vec<Endpoint>) {
-        let map = endpoints.into_iter().map(|e| (e.id.clone(), Arc::new(e))).collect();
-        *self.current.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(map);
+        let map = endpoints
+            .into_iter()
+            .map(|e| (e.id.clone(), Arc::new(e)))
+            .collect();
+        *self
+            .current
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(map);
     }
 }

@@ -116,7 +116,11 @@ pub fn main(files: &[PathBuf], as_json: bool) -> ExitCode {
     if !as_json {
         println!("{passed} passed, {failed} failed");
     }
-    if failed > 0 || malformed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    if failed > 0 || malformed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 /// Loads plugins once per name or file and judges vectors.
@@ -131,18 +135,25 @@ impl Runner {
     /// the element and the field.
     pub fn run_file(&mut self, path: &Path) -> Result<Vec<Judged>, String> {
         let shown = path.display();
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
         let elements: Vec<Value> = serde_json::from_str(&text)
             .map_err(|e| format!("{shown}: not a JSON array of vectors: {e}"))?;
         let mut vectors = Vec::new();
         let mut names = std::collections::HashSet::new();
         for (i, element) in elements.into_iter().enumerate() {
-            let name = element.get("name").and_then(Value::as_str).unwrap_or("?").to_string();
+            let name = element
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .to_string();
             let vector: Vector = serde_json::from_value(element)
                 .map_err(|e| format!("{shown}: element {i} ({name:?}): {e}"))?;
             check_shape(&vector).map_err(|e| format!("{shown}: element {i} ({name:?}): {e}"))?;
             if !names.insert(vector.name.clone()) {
-                return Err(format!("{shown}: element {i}: name: {name:?} is not unique in the file"));
+                return Err(format!(
+                    "{shown}: element {i}: name: {name:?} is not unique in the file"
+                ));
             }
             vectors.push(vector);
         }
@@ -163,17 +174,23 @@ impl Runner {
             if let Some(p) = self.files.get(&path) {
                 return Ok(p.clone());
             }
-            let plugin = Arc::new(Plugin::load_file(&path, PluginLimits::default()).map_err(|e| e.to_string())?);
+            let plugin = Arc::new(
+                Plugin::load_file(&path, PluginLimits::default()).map_err(|e| e.to_string())?,
+            );
             self.files.insert(path, plugin.clone());
             return Ok(plugin);
         }
         if self.builtins.is_none() {
-            self.builtins = Some(Catalog::load(None, PluginLimits::default()).map_err(|e| e.to_string())?);
+            self.builtins =
+                Some(Catalog::load(None, PluginLimits::default()).map_err(|e| e.to_string())?);
         }
         let catalog = self.builtins.as_ref().ok_or("no catalog")?;
-        catalog
-            .get(name)
-            .ok_or_else(|| format!("{name:?} is not a built-in plugin ({})", catalog.names().join(", ")))
+        catalog.get(name).ok_or_else(|| {
+            format!(
+                "{name:?} is not a built-in plugin ({})",
+                catalog.names().join(", ")
+            )
+        })
     }
 }
 
@@ -186,7 +203,9 @@ fn check_shape(vector: &Vector) -> Result<(), String> {
     }
     match vector.expect.outcome.as_str() {
         "accept" | "reject" => Ok(()),
-        other => Err(format!("expect.outcome: {other:?} is neither \"accept\" nor \"reject\"")),
+        other => Err(format!(
+            "expect.outcome: {other:?} is neither \"accept\" nor \"reject\""
+        )),
     }
 }
 
@@ -233,7 +252,12 @@ fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
         .map(|(n, v)| (n.to_ascii_lowercase(), v.as_bytes().to_vec()))
         .collect();
     let method = vector.request.method.to_ascii_uppercase();
-    let source = MessageSource { method: &method, url: &vector.request.url, headers: &headers, body: &body };
+    let source = MessageSource {
+        method: &method,
+        url: &vector.request.url,
+        headers: &headers,
+        body: &body,
+    };
     let expect = &vector.expect;
     let diffs = &mut judged.differences;
     match verify::judge(&endpoint, &source, vector.now) {
@@ -284,7 +308,10 @@ fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
     }
     if let Some(want) = &expect.error {
         if Some(want) != judged.error.as_ref() {
-            diffs.push(format!("error: expected {want}, got {}", judged.error.as_deref().unwrap_or("none")));
+            diffs.push(format!(
+                "error: expected {want}, got {}",
+                judged.error.as_deref().unwrap_or("none")
+            ));
         }
     }
     if expect.response.is_some() {

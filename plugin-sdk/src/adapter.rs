@@ -1,10 +1,7 @@
 //! The edge between generated bindings and the SDK's plain types.
 
 use crate::bindings::hookhost::provider::types as wit;
-use crate::{
-    Algorithm, Disposition, Event, KeyFormat, Part, Plan, Provider, Rejection,
-    Request,
-};
+use crate::{Algorithm, Disposition, Event, KeyFormat, Part, Plan, Provider, Rejection, Request};
 use std::marker::PhantomData;
 
 /// Implements the generated component exports for any [`Provider`].
@@ -46,7 +43,11 @@ fn request(head: wit::Head, body: Vec<u8>) -> Result<Request, wit::Rejection> {
     Ok(Request {
         method: head.method,
         url: head.url,
-        headers: head.headers.into_iter().map(|h| (h.name, h.value)).collect(),
+        headers: head
+            .headers
+            .into_iter()
+            .map(|h| (h.name, h.value))
+            .collect(),
         body,
         config,
     })

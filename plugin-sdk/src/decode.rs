@@ -33,9 +33,9 @@ pub fn strip_prefix<'a>(text: &'a str, prefix: &str) -> Result<&'a str, Rejectio
 
 /// Unix seconds written as decimal digits (a timestamp header).
 pub fn unix_seconds(text: &str) -> Result<i64, Rejection> {
-    text.trim()
-        .parse::<i64>()
-        .map_err(|_| Rejection::MalformedSignature(format!("timestamp {text:?} is not unix seconds")))
+    text.trim().parse::<i64>().map_err(|_| {
+        Rejection::MalformedSignature(format!("timestamp {text:?} is not unix seconds"))
+    })
 }
 
 /// RFC 3339 (`2024-01-02T03:04:05Z`) as unix seconds.
@@ -66,8 +66,14 @@ mod tests {
     #[test]
     fn bad_encodings_are_rejections() {
         assert!(matches!(hex("zz"), Err(Rejection::MalformedSignature(_))));
-        assert!(matches!(base64("***"), Err(Rejection::MalformedSignature(_))));
-        assert!(matches!(unix_seconds("12a"), Err(Rejection::MalformedSignature(_))));
+        assert!(matches!(
+            base64("***"),
+            Err(Rejection::MalformedSignature(_))
+        ));
+        assert!(matches!(
+            unix_seconds("12a"),
+            Err(Rejection::MalformedSignature(_))
+        ));
     }
 
     #[test]

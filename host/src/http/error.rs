@@ -79,7 +79,11 @@ mod tests {
             (IngestError::BodyUnreadable, 400, "body_unreadable"),
             (IngestError::MissingSignature, 400, "missing_signature"),
             (IngestError::InvalidSignature, 400, "invalid_signature"),
-            (IngestError::TimestampOutsideWindow, 400, "timestamp_outside_window"),
+            (
+                IngestError::TimestampOutsideWindow,
+                400,
+                "timestamp_outside_window",
+            ),
             (IngestError::MalformedBody, 400, "malformed_body"),
             (IngestError::Unsupported, 400, "unsupported"),
             (IngestError::Rejected("no".into()), 422, "event_rejected"),

@@ -4,11 +4,11 @@ use super::{App, IngestError};
 use crate::endpoints::Endpoint;
 use crate::store::{NewReceipt, Outcome, Resource};
 use crate::verify::{self, MessageSource, Verified};
+use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use hookhost_plugin_sdk::Disposition;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use sha2::{Digest, Sha256};
@@ -40,7 +40,10 @@ async fn handle(
     body: Body,
 ) -> Result<Response, IngestError> {
     // 1. Resolve the endpoint; only its plugin and secrets are used from here on.
-    let endpoint = app.endpoints.get(endpoint_id).ok_or(IngestError::UnknownEndpoint)?;
+    let endpoint = app
+        .endpoints
+        .get(endpoint_id)
+        .ok_or(IngestError::UnknownEndpoint)?;
     if method != Method::POST {
         return Err(IngestError::MethodNotAllowed);
     }
@@ -49,12 +52,21 @@ async fn handle(
     let body = read_capped(&headers, body, app.max_body_bytes).await?;
     let received_at_ms = unix_millis();
     let headers = raw_headers(&headers);
-    let url = format!("{}{}", app.public_url, uri.path_and_query().map_or("", |p| p.as_str()));
-    let request = MessageSource { method: method.as_str(), url: &url, headers: &headers, body: &body };
+    let url = format!(
+        "{}{}",
+        app.public_url,
+        uri.path_and_query().map_or("", |p| p.as_str())
+    );
+    let request = MessageSource {
+        method: method.as_str(),
+        url: &url,
+        headers: &headers,
+        body: &body,
+    };
 
     // 3–6. Plugin plans; host checks every candidate against every key in constant
     // time; timestamp window; plugin describes the event.
-    let verified = verify::judge(&endpoint, &request, received_at_ms / 1000)?;
+    let verified = off_the_reactor(|| verify::judge(&endpoint, &request, received_at_ms / 1000))?;
     tracing::debug!(event_id = %verified.event_id, event_type = %verified.event.event_type, "verified");
 
     // 7–8. One transaction: receipt, dedupe, version gate, inbox. 2xx only after commit.
@@ -65,6 +77,19 @@ async fn handle(
     })?;
     tracing::info!(event_id = %verified.event_id, event_type = %verified.event.event_type, ?outcome, "received");
     Ok(answer(&verified.event_id, outcome))
+}
+
+/// Plugin calls are synchronous CPU work, bounded by the plugin time limit, and the
+/// sandbox's WASI shims block on the runtime when a plugin touches them: step off the
+/// async worker for the call so neither stalls the reactor.
+fn off_the_reactor<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        Ok(_) => std::thread::scope(|s| s.spawn(work).join())
+            .unwrap_or_else(|p| std::panic::resume_unwind(p)),
+        Err(_) => work(),
+    }
 }
 
 /// Read at most `cap` bytes; a declared or actual length past it is 413.
@@ -101,7 +126,12 @@ const CREDENTIAL_HEADERS: &[&str] = &[
     "x-gitlab-token",
 ];
 
-fn receipt(endpoint: &Endpoint, v: &Verified, request: &MessageSource<'_>, received_at_ms: i64) -> NewReceipt {
+fn receipt(
+    endpoint: &Endpoint,
+    v: &Verified,
+    request: &MessageSource<'_>,
+    received_at_ms: i64,
+) -> NewReceipt {
     let event = &v.event;
     let resource = match (&event.resource_kind, &event.resource_id) {
         (Some(kind), Some(id)) => Some(Resource {
@@ -145,10 +175,18 @@ fn answer(event_id: &str, outcome: Outcome) -> Response {
     let body = match outcome {
         Outcome::Accepted => serde_json::json!({ "status": "accepted", "event_id": event_id }),
         Outcome::Duplicate => serde_json::json!({ "status": "duplicate", "event_id": event_id }),
-        Outcome::Conflict => serde_json::json!({ "ignored": "conflicting_duplicate", "event_id": event_id }),
-        Outcome::StaleVersion => serde_json::json!({ "ignored": "stale_version", "event_id": event_id }),
-        Outcome::SameVersion => serde_json::json!({ "ignored": "same_version", "event_id": event_id }),
-        Outcome::ResourceDeleted => serde_json::json!({ "ignored": "resource_deleted", "event_id": event_id }),
+        Outcome::Conflict => {
+            serde_json::json!({ "ignored": "conflicting_duplicate", "event_id": event_id })
+        }
+        Outcome::StaleVersion => {
+            serde_json::json!({ "ignored": "stale_version", "event_id": event_id })
+        }
+        Outcome::SameVersion => {
+            serde_json::json!({ "ignored": "same_version", "event_id": event_id })
+        }
+        Outcome::ResourceDeleted => {
+            serde_json::json!({ "ignored": "resource_deleted", "event_id": event_id })
+        }
         Outcome::Ignored(reason) => serde_json::json!({ "ignored": reason, "event_id": event_id }),
     };
     (StatusCode::OK, Json(body)).into_response()

@@ -115,7 +115,11 @@ pub fn event_size(event: &wit::Event) -> usize {
         wit::Disposition::Process => 0,
         wit::Disposition::Ignore(r) | wit::Disposition::Reject(r) => r.len(),
     };
-    event.event_type.len() + opt(&event.id) + opt(&event.resource_kind) + opt(&event.resource_id) + reason
+    event.event_type.len()
+        + opt(&event.id)
+        + opt(&event.resource_kind)
+        + opt(&event.resource_id)
+        + reason
 }
 
 pub fn rejection_size(rejection: &wit::Rejection) -> usize {

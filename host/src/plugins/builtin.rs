@@ -22,7 +22,12 @@ pub fn load_all(limits: PluginLimits) -> Result<Vec<Plugin>, LoadError> {
     std::thread::scope(|scope| {
         let handles: Vec<_> = BUILTIN
             .iter()
-            .map(|(name, bytes)| (name, scope.spawn(move || Plugin::load(bytes, Origin::Builtin, limits))))
+            .map(|(name, bytes)| {
+                (
+                    name,
+                    scope.spawn(move || Plugin::load(bytes, Origin::Builtin, limits)),
+                )
+            })
             .collect();
         handles
             .into_iter()

@@ -10,6 +10,7 @@
 mod bindings;
 mod builtin;
 mod runtime;
+mod stderr;
 
 pub use bindings::PLUGIN_INTERFACE;
 pub use builtin::BUILTIN_NAMES;

@@ -1,6 +1,7 @@
 //! Engine, loading, and per-request sessions.
 
 use super::bindings::{self, Head, Header, Provider, ProviderPre};
+use super::stderr::CappedOutput;
 use crate::verify::MessageSource;
 use hookhost_plugin_sdk::{Event, Plan, PluginInfo, Rejection};
 use sha2::{Digest as _, Sha256};
@@ -10,15 +11,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder, Trap};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 /// How often the engine's epoch advances; a call's deadline is counted in ticks.
 /// 5 ms keeps the ticker thread idle while bounding a runaway call to deadline + 5 ms.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
-/// What a plugin may write to stderr per request; the guest sees a write error past it.
-const STDERR_CAPACITY: usize = 64 * 1024;
-/// How much of that reaches the log.
+/// How much of a plugin's stderr per request reaches the log; the rest is dropped.
 const STDERR_LOGGED: usize = 2 * 1024;
 /// Largest memory a configuration may grant one plugin call.
 pub const MAX_PLUGIN_MEMORY: usize = 256 * 1024 * 1024;
@@ -65,7 +63,10 @@ pub enum LoadError {
     #[error("{path}: {reason}")]
     Refused { path: String, reason: String },
     #[error("{path}: cannot read: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,12 +102,15 @@ struct State {
     wasi: WasiCtx,
     table: ResourceTable,
     limits: StoreLimits,
-    stderr: MemoryOutputPipe,
+    stderr: CappedOutput,
 }
 
 impl WasiView for State {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -187,7 +191,10 @@ impl Plugin {
             Origin::Builtin => "built-in".to_string(),
             Origin::File(p) => p.display().to_string(),
         };
-        let refuse = |reason: String| LoadError::Refused { path: path.clone(), reason };
+        let refuse = |reason: String| LoadError::Refused {
+            path: path.clone(),
+            reason,
+        };
         if bytes.get(..8) == Some(b"\0asm\x01\0\0\0".as_slice()) {
             return Err(refuse(
                 "a core wasm module, not a component: build it for wasm32-wasip2".into(),
@@ -200,8 +207,12 @@ impl Plugin {
         let pre = linker()
             .instantiate_pre(&component)
             .map_err(|e| refuse(format!("imports what the sandbox does not provide: {e}")))?;
-        let pre = ProviderPre::new(pre)
-            .map_err(|e| refuse(format!("does not match {}: {e:#}", bindings::PLUGIN_INTERFACE)))?;
+        let pre = ProviderPre::new(pre).map_err(|e| {
+            refuse(format!(
+                "does not match {}: {e:#}",
+                bindings::PLUGIN_INTERFACE
+            ))
+        })?;
         let mut plugin = Plugin {
             info: PluginInfo {
                 name: String::new(),
@@ -217,11 +228,19 @@ impl Plugin {
             pre,
             limits,
         };
-        let info = plugin.call_info().map_err(|e| refuse(format!("info() failed: {e}")))?;
+        let info = plugin
+            .call_info()
+            .map_err(|e| refuse(format!("info() failed: {e}")))?;
         if info.name.is_empty()
-            || !info.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            || !info
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         {
-            return Err(refuse(format!("info() name {:?} is not [a-z0-9-]+", info.name)));
+            return Err(refuse(format!(
+                "info() name {:?} is not [a-z0-9-]+",
+                info.name
+            )));
         }
         if info.key_formats.is_empty() {
             return Err(refuse("info() declares no key format".into()));
@@ -232,8 +251,10 @@ impl Plugin {
 
     /// Load a `.wasm` file.
     pub fn load_file(path: &Path, limits: PluginLimits) -> Result<Plugin, LoadError> {
-        let bytes = std::fs::read(path)
-            .map_err(|source| LoadError::Read { path: path.display().to_string(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
         Plugin::load(&bytes, Origin::File(path.to_path_buf()), limits)
     }
 
@@ -244,7 +265,9 @@ impl Plugin {
     /// What the component imports (all satisfied by the empty sandbox).
     pub fn imports(&self) -> Vec<String> {
         let ty = self.pre.instance_pre().component().component_type();
-        ty.imports(engine()).map(|(name, _)| name.to_string()).collect()
+        ty.imports(engine())
+            .map(|(name, _)| name.to_string())
+            .collect()
     }
 
     fn call_info(&self) -> Result<PluginInfo, PluginFailure> {
@@ -256,7 +279,7 @@ impl Plugin {
     }
 
     fn instantiate(&self) -> Result<(Store<State>, Provider), PluginFailure> {
-        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+        let stderr = CappedOutput::new(STDERR_LOGGED);
         let wasi = WasiCtxBuilder::new()
             .stderr(stderr.clone())
             .wall_clock(ZeroClock)
@@ -271,7 +294,12 @@ impl Plugin {
             .build();
         let mut store = Store::new(
             engine(),
-            State { wasi, table: ResourceTable::new(), limits, stderr },
+            State {
+                wasi,
+                table: ResourceTable::new(),
+                limits,
+                stderr,
+            },
         );
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(deadline_ticks(self.limits.time));
@@ -295,17 +323,29 @@ impl Plugin {
             headers: request
                 .headers
                 .iter()
-                .map(|(name, value)| Header { name: name.clone(), value: value.clone() })
+                .map(|(name, value)| Header {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
                 .collect(),
             config: config_json.to_owned(),
         };
-        Ok(Session { plugin: self, store, provider, head, body: request.body })
+        Ok(Session {
+            plugin: self,
+            store,
+            provider,
+            head,
+            body: request.body,
+        })
     }
 }
 
 fn deadline_ticks(time: Duration) -> u64 {
     let tick = EPOCH_TICK.as_millis().max(1);
-    u64::try_from(time.as_millis().div_ceil(tick)).unwrap_or(u64::MAX).max(1) + 1
+    u64::try_from(time.as_millis().div_ceil(tick))
+        .unwrap_or(u64::MAX)
+        .max(1)
+        + 1
 }
 
 /// Run one export call under the time limit and classify any failure.
@@ -349,7 +389,9 @@ impl Session<'_> {
         let limits = self.plugin.limits;
         let (provider, head, body) = (&self.provider, &self.head, self.body);
         let answer = guarded(&mut self.store, limits, |s| {
-            provider.hookhost_provider_plugin().call_plan_verification(s, head, body)
+            provider
+                .hookhost_provider_plugin()
+                .call_plan_verification(s, head, body)
         });
         let answer = self.checked(answer, |r| match r {
             Ok(plan) => bindings::plan_size(plan),
@@ -362,7 +404,9 @@ impl Session<'_> {
         let limits = self.plugin.limits;
         let (provider, head, body) = (&self.provider, &self.head, self.body);
         let answer = guarded(&mut self.store, limits, |s| {
-            provider.hookhost_provider_plugin().call_describe_event(s, head, body)
+            provider
+                .hookhost_provider_plugin()
+                .call_describe_event(s, head, body)
         });
         let answer = self.checked(answer, |r| match r {
             Ok(event) => bindings::event_size(event),
@@ -398,7 +442,7 @@ impl Drop for Session<'_> {
         // Whatever the plugin wrote to stderr during this request, capped.
         let stderr = self.store.data().stderr.contents();
         if !stderr.is_empty() {
-            let shown = String::from_utf8_lossy(&stderr[..stderr.len().min(STDERR_LOGGED)]);
+            let shown = String::from_utf8_lossy(&stderr);
             tracing::warn!(plugin = self.plugin.name(), stderr = %shown, "plugin wrote to stderr");
         }
     }
@@ -417,10 +461,17 @@ impl Catalog {
     pub fn load(plugins_dir: Option<&Path>, limits: PluginLimits) -> Result<Catalog, LoadError> {
         let mut catalog = Catalog::default();
         for plugin in super::builtin::load_all(limits)? {
-            catalog.plugins.insert(plugin.info.name.clone(), Arc::new(plugin));
+            catalog
+                .plugins
+                .insert(plugin.info.name.clone(), Arc::new(plugin));
         }
-        let Some(dir) = plugins_dir else { return Ok(catalog) };
-        let read_err = |source| LoadError::Read { path: dir.display().to_string(), source };
+        let Some(dir) = plugins_dir else {
+            return Ok(catalog);
+        };
+        let read_err = |source| LoadError::Read {
+            path: dir.display().to_string(),
+            source,
+        };
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(read_err)?
             .filter_map(|entry| entry.ok().map(|e| e.path()))
@@ -442,7 +493,9 @@ impl Catalog {
                     ),
                 });
             }
-            catalog.plugins.insert(plugin.info.name.clone(), Arc::new(plugin));
+            catalog
+                .plugins
+                .insert(plugin.info.name.clone(), Arc::new(plugin));
         }
         Ok(catalog)
     }
@@ -463,11 +516,17 @@ impl Catalog {
 /// Refuse components that speak another version of the contract, with a clear message.
 fn check_contract(component: &Component) -> Result<(), String> {
     let ty = component.component_type();
-    let exports: Vec<String> = ty.exports(engine()).map(|(name, _)| name.to_string()).collect();
+    let exports: Vec<String> = ty
+        .exports(engine())
+        .map(|(name, _)| name.to_string())
+        .collect();
     if exports.iter().any(|n| n == bindings::PLUGIN_INTERFACE) {
         return Ok(());
     }
-    match exports.iter().find(|n| n.starts_with("hookhost:provider/plugin@")) {
+    match exports
+        .iter()
+        .find(|n| n.starts_with("hookhost:provider/plugin@"))
+    {
         Some(other) => Err(format!(
             "exports {other}; this hookhost supports {}",
             bindings::PLUGIN_INTERFACE
@@ -475,7 +534,11 @@ fn check_contract(component: &Component) -> Result<(), String> {
         None => Err(format!(
             "does not export {} (exports: {})",
             bindings::PLUGIN_INTERFACE,
-            if exports.is_empty() { "nothing".to_string() } else { exports.join(", ") }
+            if exports.is_empty() {
+                "nothing".to_string()
+            } else {
+                exports.join(", ")
+            }
         )),
     }
 }

@@ -2,7 +2,9 @@
 
 use super::writer::{self, Writer};
 use super::{NewReceipt, Outcome, StoreError};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 use sqlx::{ConnectOptions, Connection, Row};
 use std::path::Path;
 use std::time::Duration;
@@ -49,7 +51,10 @@ impl Store {
             .max_connections(READERS)
             .connect_with(options.read_only(true))
             .await?;
-        Ok(Store { writer: writer::spawn(conn), readers })
+        Ok(Store {
+            writer: writer::spawn(conn),
+            readers,
+        })
     }
 
     /// Store a verified request: dedupe, version gate, inbox, one durable commit.
@@ -74,7 +79,11 @@ impl Store {
     }
 
     /// One receipt, if stored.
-    pub async fn receipt(&self, endpoint: &str, event_id: &str) -> Result<Option<ReceiptRow>, StoreError> {
+    pub async fn receipt(
+        &self,
+        endpoint: &str,
+        event_id: &str,
+    ) -> Result<Option<ReceiptRow>, StoreError> {
         let row = sqlx::query(
             "SELECT event_id, state, state_reason, event_type, secret_index, body, headers, resource_version
              FROM receipts WHERE endpoint = ? AND event_id = ?",
@@ -97,18 +106,22 @@ impl Store {
 
     /// Receipts stored for an endpoint.
     pub async fn count_receipts(&self, endpoint: &str) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM receipts WHERE endpoint = ?")
-            .bind(endpoint)
-            .fetch_one(&self.readers)
-            .await?)
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM receipts WHERE endpoint = ?")
+                .bind(endpoint)
+                .fetch_one(&self.readers)
+                .await?,
+        )
     }
 
     /// Conflicting duplicates quarantined for an endpoint.
     pub async fn count_conflicts(&self, endpoint: &str) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM conflicts WHERE endpoint = ?")
-            .bind(endpoint)
-            .fetch_one(&self.readers)
-            .await?)
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM conflicts WHERE endpoint = ?")
+                .bind(endpoint)
+                .fetch_one(&self.readers)
+                .await?,
+        )
     }
 
     /// Close connections (the writer finishes its queue first).
@@ -136,7 +149,10 @@ pub async fn single_commit_rate(path: &Path, commits: u32) -> Result<f64, StoreE
     let started = std::time::Instant::now();
     for _ in 0..commits {
         let mut tx = conn.begin().await?;
-        sqlx::query("INSERT INTO probe (body) VALUES (?)").bind(&body).execute(&mut *tx).await?;
+        sqlx::query("INSERT INTO probe (body) VALUES (?)")
+            .bind(&body)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
     }
     Ok(f64::from(commits) / started.elapsed().as_secs_f64())

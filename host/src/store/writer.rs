@@ -6,7 +6,7 @@
 //! next batch gathers, so concurrency turns into larger batches, not more fsyncs.
 
 use super::{NewReceipt, Outcome, Resource, StoreError};
-use sqlx::{Connection, SqliteConnection, Transaction, Sqlite};
+use sqlx::{Connection, Sqlite, SqliteConnection, Transaction};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
@@ -40,7 +40,10 @@ impl Writer {
     pub async fn record(&self, receipt: NewReceipt) -> Result<Outcome, StoreError> {
         let (reply, answer) = oneshot::channel();
         let gone = || StoreError::Unavailable("receipt writer stopped".into());
-        self.queue.send(Job::Record(Box::new(receipt), reply)).await.map_err(|_| gone())?;
+        self.queue
+            .send(Job::Record(Box::new(receipt), reply))
+            .await
+            .map_err(|_| gone())?;
         match tokio::time::timeout(COMMIT_TIMEOUT, answer).await {
             Ok(answer) => answer.map_err(|_| gone())?,
             Err(_) => Err(StoreError::Unavailable("commit timed out".into())),
@@ -94,7 +97,10 @@ async fn run(mut conn: SqliteConnection, mut jobs: mpsc::Receiver<Job>) {
     }
 }
 
-async fn commit(conn: &mut SqliteConnection, batch: &[&NewReceipt]) -> Result<Vec<Outcome>, StoreError> {
+async fn commit(
+    conn: &mut SqliteConnection,
+    batch: &[&NewReceipt],
+) -> Result<Vec<Outcome>, StoreError> {
     let mut tx = conn.begin().await?;
     let mut outcomes = Vec::with_capacity(batch.len());
     for receipt in batch {
@@ -114,7 +120,10 @@ async fn commit(conn: &mut SqliteConnection, batch: &[&NewReceipt]) -> Result<Ve
 }
 
 /// Dedupe, then the version gate, then the insert: all inside the batch's transaction.
-async fn record_one(tx: &mut Transaction<'_, Sqlite>, r: &NewReceipt) -> Result<Outcome, StoreError> {
+async fn record_one(
+    tx: &mut Transaction<'_, Sqlite>,
+    r: &NewReceipt,
+) -> Result<Outcome, StoreError> {
     let existing: Option<Vec<u8>> =
         sqlx::query_scalar("SELECT body_sha256 FROM receipts WHERE endpoint = ? AND event_id = ?")
             .bind(&r.endpoint)
@@ -190,7 +199,11 @@ async fn record_one(tx: &mut Transaction<'_, Sqlite>, r: &NewReceipt) -> Result<
 
 /// The version gate for one resource: older → stale, equal under another event id →
 /// ignored, newer → accepted and recorded; a delete leaves a tombstone at its version.
-async fn gate(tx: &mut Transaction<'_, Sqlite>, r: &NewReceipt, resource: &Resource) -> Result<Outcome, StoreError> {
+async fn gate(
+    tx: &mut Transaction<'_, Sqlite>,
+    r: &NewReceipt,
+    resource: &Resource,
+) -> Result<Outcome, StoreError> {
     let current: Option<(i64, bool)> = sqlx::query_as(
         "SELECT version, deleted FROM resource_versions
          WHERE endpoint = ? AND resource_kind = ? AND resource_id = ?",

@@ -122,8 +122,15 @@ mod tests {
         // Without a known prefix, the first format applies to the whole string.
         let bare = decode_key(&Secret::new("AAEC"), &formats).expect("bare");
         assert!(matches!(bare, Key::Hmac(ref k) if k == &[0, 1, 2]));
-        let pk = format!("whpk_{}", base64::engine::general_purpose::STANDARD.encode([7u8; 32]));
-        assert!(matches!(decode_key(&Secret::new(pk), &formats), Ok(Key::Ed25519(_))));
+        let public = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]).verifying_key();
+        let pk = format!(
+            "whpk_{}",
+            base64::engine::general_purpose::STANDARD.encode(public.as_bytes())
+        );
+        assert!(matches!(
+            decode_key(&Secret::new(pk), &formats),
+            Ok(Key::Ed25519(_))
+        ));
         assert_eq!(
             decode_key(&Secret::new("whpk_AAEC"), &formats).err(),
             Some(KeyError::Ed25519)
@@ -132,11 +139,23 @@ mod tests {
 
     #[test]
     fn bad_secrets_are_errors_not_panics() {
-        assert_eq!(decode_key(&Secret::new(""), &[KeyFormat::Raw]).err(), Some(KeyError::Empty));
-        assert_eq!(decode_key(&Secret::new("zz"), &[KeyFormat::Hex]).err(), Some(KeyError::Hex));
-        assert_eq!(decode_key(&Secret::new("x"), &[]).err(), Some(KeyError::NoFormat));
+        assert_eq!(
+            decode_key(&Secret::new(""), &[KeyFormat::Raw]).err(),
+            Some(KeyError::Empty)
+        );
+        assert_eq!(
+            decode_key(&Secret::new("zz"), &[KeyFormat::Hex]).err(),
+            Some(KeyError::Hex)
+        );
+        assert_eq!(
+            decode_key(&Secret::new("x"), &[]).err(),
+            Some(KeyError::NoFormat)
+        );
         assert!(matches!(
-            decode_key(&Secret::new("whsec_***"), &[KeyFormat::Base64AfterPrefix("whsec_".into())]),
+            decode_key(
+                &Secret::new("whsec_***"),
+                &[KeyFormat::Base64AfterPrefix("whsec_".into())]
+            ),
             Err(KeyError::Base64(_))
         ));
     }

@@ -98,7 +98,11 @@ pub fn matching_key(
     Ok(bool::from(found).then_some(index as usize))
 }
 
-fn hmac_eq<M: Mac + hmac::digest::KeyInit>(key: &[u8], parts: &[&[u8]], candidate: &[u8]) -> Choice {
+fn hmac_eq<M: Mac + hmac::digest::KeyInit>(
+    key: &[u8],
+    parts: &[&[u8]],
+    candidate: &[u8],
+) -> Choice {
     let Ok(mut mac) = <M as Mac>::new_from_slice(key) else {
         return Choice::from(0);
     };
@@ -124,7 +128,12 @@ mod tests {
     use hookhost_plugin_sdk::Candidate;
 
     fn source<'a>(headers: &'a [(String, Vec<u8>)], body: &'a [u8]) -> MessageSource<'a> {
-        MessageSource { method: "POST", url: "https://h.example/w", headers, body }
+        MessageSource {
+            method: "POST",
+            url: "https://h.example/w",
+            headers,
+            body,
+        }
     }
 
     fn hmac256(key: &[u8], message: &[u8]) -> Vec<u8> {
@@ -135,7 +144,11 @@ mod tests {
 
     fn plan(candidates: Vec<Candidate>) -> Plan {
         Plan {
-            message: vec![Part::Text("t.".into()), Part::Header("x-id".into()), Part::Body],
+            message: vec![
+                Part::Text("t.".into()),
+                Part::Header("x-id".into()),
+                Part::Body,
+            ],
             candidates,
             timestamp: None,
             message_id: None,
@@ -166,8 +179,14 @@ mod tests {
             Candidate::new(Algorithm::HmacSha256, vec![0; 32]),
             Candidate::new(Algorithm::HmacSha256, good),
         ]);
-        assert_eq!(matching_key(&keys, &plan, &source(&headers, b"body")).expect("ok"), Some(1));
-        assert_eq!(matching_key(&keys, &plan, &source(&headers, b"bodY")).expect("ok"), None);
+        assert_eq!(
+            matching_key(&keys, &plan, &source(&headers, b"body")).expect("ok"),
+            Some(1)
+        );
+        assert_eq!(
+            matching_key(&keys, &plan, &source(&headers, b"bodY")).expect("ok"),
+            None
+        );
     }
 
     #[test]
@@ -175,14 +194,27 @@ mod tests {
         let headers = vec![("x-id".to_string(), b"42".to_vec())];
         let good = hmac256(b"k", b"t.42body");
         let keys = [Key::Hmac(b"k".to_vec())];
-        for bad in [vec![], good[..31].to_vec(), [good.clone(), vec![0]].concat()] {
+        for bad in [
+            vec![],
+            good[..31].to_vec(),
+            [good.clone(), vec![0]].concat(),
+        ] {
             let p = plan(vec![Candidate::new(Algorithm::HmacSha256, bad)]);
-            assert_eq!(matching_key(&keys, &p, &source(&headers, b"body")).expect("ok"), None);
+            assert_eq!(
+                matching_key(&keys, &p, &source(&headers, b"body")).expect("ok"),
+                None
+            );
         }
         let as_ed = plan(vec![Candidate::new(Algorithm::Ed25519, good.clone())]);
-        assert_eq!(matching_key(&keys, &as_ed, &source(&headers, b"body")).expect("ok"), None);
+        assert_eq!(
+            matching_key(&keys, &as_ed, &source(&headers, b"body")).expect("ok"),
+            None
+        );
         let as_sha1 = plan(vec![Candidate::new(Algorithm::HmacSha1, good)]);
-        assert_eq!(matching_key(&keys, &as_sha1, &source(&headers, b"body")).expect("ok"), None);
+        assert_eq!(
+            matching_key(&keys, &as_sha1, &source(&headers, b"body")).expect("ok"),
+            None
+        );
     }
 
     #[test]
@@ -197,10 +229,19 @@ mod tests {
         let signing = ed25519_dalek::SigningKey::from_bytes(&[9u8; 32]);
         let headers = vec![("x-id".to_string(), b"42".to_vec())];
         let sig = signing.sign(b"t.42body").to_bytes().to_vec();
-        let keys = [Key::Hmac(b"k".to_vec()), Key::Ed25519(signing.verifying_key())];
+        let keys = [
+            Key::Hmac(b"k".to_vec()),
+            Key::Ed25519(signing.verifying_key()),
+        ];
         let p = plan(vec![Candidate::new(Algorithm::Ed25519, sig.clone())]);
-        assert_eq!(matching_key(&keys, &p, &source(&headers, b"body")).expect("ok"), Some(1));
+        assert_eq!(
+            matching_key(&keys, &p, &source(&headers, b"body")).expect("ok"),
+            Some(1)
+        );
         let short = plan(vec![Candidate::new(Algorithm::Ed25519, sig[..10].to_vec())]);
-        assert_eq!(matching_key(&keys, &short, &source(&headers, b"body")).expect("ok"), None);
+        assert_eq!(
+            matching_key(&keys, &short, &source(&headers, b"body")).expect("ok"),
+            None
+        );
     }
 }

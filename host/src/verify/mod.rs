@@ -11,8 +11,8 @@ mod mac;
 pub use keys::{Key, KeyError, Secret, decode_key};
 pub use mac::{MessageSource, matching_key, message_digest};
 
-use crate::http::IngestError;
 use crate::endpoints::Endpoint;
+use crate::http::IngestError;
 use crate::plugins::PluginFailure;
 use hookhost_plugin_sdk::{Disposition, Event, Plan, Rejection};
 
@@ -30,7 +30,11 @@ pub struct Verified {
 /// Steps 3–6 of the request path, shared by the HTTP ingest and `hookhost plugin test`:
 /// plugin plan → host MAC over every key and candidate → timestamp window → plugin
 /// describe. `now` is unix seconds, injected so vectors judge at a fixed moment.
-pub fn judge(endpoint: &Endpoint, request: &MessageSource<'_>, now: i64) -> Result<Verified, IngestError> {
+pub fn judge(
+    endpoint: &Endpoint,
+    request: &MessageSource<'_>,
+    now: i64,
+) -> Result<Verified, IngestError> {
     let mut call = endpoint.plugin.session(&endpoint.plugin_config, request)?;
 
     let plan = call.plan_verification()?.map_err(rejection)?;
@@ -46,13 +50,24 @@ pub fn judge(endpoint: &Endpoint, request: &MessageSource<'_>, now: i64) -> Resu
         Some(id) if !id.is_empty() => id.clone(),
         _ => format!("sha256:{}", hex::encode(message_digest(&plan, request)?)),
     };
-    Ok(Verified { secret_index, plan, event, event_id })
+    Ok(Verified {
+        secret_index,
+        plan,
+        event,
+        event_id,
+    })
 }
 
 /// The window applies in both directions: a timestamp from the future is as suspect
 /// as a stale one (a replay captured now and sent later, or a skewed sender).
-fn check_window(tolerance: Option<u32>, timestamp: Option<i64>, now: i64) -> Result<(), IngestError> {
-    let Some(tolerance) = tolerance else { return Ok(()) };
+fn check_window(
+    tolerance: Option<u32>,
+    timestamp: Option<i64>,
+    now: i64,
+) -> Result<(), IngestError> {
+    let Some(tolerance) = tolerance else {
+        return Ok(());
+    };
     let Some(signed_at) = timestamp else {
         return Err(IngestError::MissingSignature);
     };
@@ -94,7 +109,10 @@ mod tests {
             Err(IngestError::TimestampOutsideWindow)
         ));
         assert!(check_window(None, None, 0).is_ok());
-        assert!(matches!(check_window(Some(1), None, 0), Err(IngestError::MissingSignature)));
+        assert!(matches!(
+            check_window(Some(1), None, 0),
+            Err(IngestError::MissingSignature)
+        ));
         assert!(matches!(
             check_window(Some(300), Some(i64::MIN), i64::MAX),
             Err(IngestError::TimestampOutsideWindow)

@@ -86,9 +86,16 @@ mod tests {
             .body("{}")
             .build();
         let plan = Stripe::plan_verification(&req).expect("plan");
-        assert_eq!(plan.message, vec![Part::Text("1700000000.".into()), Part::Body]);
+        assert_eq!(
+            plan.message,
+            vec![Part::Text("1700000000.".into()), Part::Body]
+        );
         assert_eq!(plan.timestamp, Some(1_700_000_000));
-        let sigs: Vec<_> = plan.candidates.iter().map(|c| c.signature.clone()).collect();
+        let sigs: Vec<_> = plan
+            .candidates
+            .iter()
+            .map(|c| c.signature.clone())
+            .collect();
         assert_eq!(sigs, vec![vec![0x00, 0xff], vec![0x01, 0x02]]);
     }
 
@@ -118,8 +125,10 @@ mod tests {
     #[test]
     fn event_maps_id_type_object_and_created() {
         let req = RequestBuilder::post(URL)
-            .body(r#"{"id":"evt_1","type":"customer.deleted","created":1700000000,
-                      "data":{"object":{"id":"cus_9","object":"customer"}}}"#)
+            .body(
+                r#"{"id":"evt_1","type":"customer.deleted","created":1700000000,
+                      "data":{"object":{"id":"cus_9","object":"customer"}}}"#,
+            )
             .build();
         let event = Stripe::describe_event(&req).expect("event");
         assert_eq!(event.id.as_deref(), Some("evt_1"));

@@ -7,7 +7,7 @@
 //! Modes: `ok`, `loop` (spins forever), `memory` (allocates without end), `trap`
 //! (panics), `huge-output` (returns megabytes), `stderr` (floods stderr, then answers),
 //! `probe` (tries env, files, network and clock, and reports what it saw as the event
-//! type).
+//! type); and two well-behaved answers: `reject` and `ignore` dispositions.
 
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
@@ -17,8 +17,16 @@ use hookhost_plugin_sdk::{
 pub struct Hostile;
 
 fn misbehave(req: &Request, phase: &str) -> Option<String> {
-    let mode = req.config().get("mode").and_then(|m| m.as_str()).unwrap_or("ok");
-    let when = req.config().get("phase").and_then(|p| p.as_str()).unwrap_or("plan");
+    let mode = req
+        .config()
+        .get("mode")
+        .and_then(|m| m.as_str())
+        .unwrap_or("ok");
+    let when = req
+        .config()
+        .get("phase")
+        .and_then(|p| p.as_str())
+        .unwrap_or("plan");
     if when != phase {
         return None;
     }
@@ -61,7 +69,11 @@ fn probe(req: &Request) -> String {
         Ok(_) => "listed",
         Err(_) => "denied",
     };
-    let port = req.config().get("port").and_then(|p| p.as_u64()).unwrap_or(80);
+    let port = req
+        .config()
+        .get("port")
+        .and_then(|p| p.as_u64())
+        .unwrap_or(80);
     let net = match std::net::TcpStream::connect(("127.0.0.1", port as u16)) {
         Ok(_) => "connected",
         Err(_) => "denied",
@@ -102,7 +114,12 @@ impl Provider for Hostile {
 
     fn describe_event(req: &Request) -> Result<Event, Rejection> {
         let event_type = misbehave(req, "describe").unwrap_or_else(|| "test.event".into());
-        Ok(Event::new(event_type).maybe_id(req.header_str("x-test-id")))
+        let event = Event::new(event_type).maybe_id(req.header_str("x-test-id"));
+        Ok(match req.config().get("mode").and_then(|m| m.as_str()) {
+            Some("reject") => event.reject("test guest refuses this event"),
+            Some("ignore") => event.ignore("filtered_by_test"),
+            _ => event,
+        })
     }
 }
 

@@ -1,0 +1,174 @@
+//! The `hookhost` binary as a user runs it.
+
+use crate::support::workspace;
+use std::process::Command;
+
+fn hookhost(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hookhost"))
+        .args(args)
+        .current_dir(workspace())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run hookhost");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn every_builtin_plugin_passes_its_vectors() {
+    let mut files: Vec<String> = Vec::new();
+    for name in hookhost::plugins::BUILTIN_NAMES {
+        let path = format!("fixtures/vectors/{name}.json");
+        let text = std::fs::read_to_string(workspace().join(&path)).expect("vector file");
+        let vectors: Vec<serde_json::Value> = serde_json::from_str(&text).expect("json");
+        // A plugin without vectors, or without both verdicts, is not proven.
+        let count = |o: &str| {
+            vectors
+                .iter()
+                .filter(|v| v["expect"]["outcome"] == o)
+                .count()
+        };
+        assert!(
+            count("accept") >= 2 && count("reject") >= 4,
+            "{path}: too few vectors"
+        );
+        assert!(
+            vectors.iter().all(|v| v["plugin"] == *name),
+            "{path}: a vector for another plugin"
+        );
+        files.push(path);
+    }
+    let mut args = vec!["plugin", "test", "--vectors"];
+    args.extend(files.iter().map(String::as_str));
+    let (ok, stdout, stderr) = hookhost(&args);
+    assert!(ok, "{stdout}\n{stderr}");
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(last.ends_with(" passed, 0 failed"), "{last}");
+    let passed: usize = last
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("count");
+    assert!(passed >= 5 * 10, "{last}");
+}
+
+#[test]
+fn a_wrong_expectation_fails_and_json_mode_says_what_was_decided() {
+    let dir = tempfile::tempdir().expect("dir");
+    let vectors = r#"[{
+        "name": "github docs example, expected wrongly",
+        "plugin": "github",
+        "source": "docs.github.com validating webhook deliveries",
+        "request": {"method": "POST", "url": "https://h.example/webhooks/gh",
+                    "headers": [["X-Hub-Signature-256", "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"],
+                                ["X-GitHub-Event", "ping"], ["X-GitHub-Delivery", "d1"]],
+                    "body": "Hello, World!"},
+        "secrets": ["It's a Secret to Everybody"],
+        "now": 1700000000,
+        "expect": {"outcome": "reject", "status": 400, "error": "invalid_signature"}
+    }]"#;
+    let file = dir.path().join("v.json");
+    std::fs::write(&file, vectors).expect("write");
+    let path = file.display().to_string();
+    let (ok, stdout, _) = hookhost(&["plugin", "test", "--vectors", &path]);
+    assert!(!ok);
+    assert!(
+        stdout.contains("FAIL github docs example, expected wrongly: "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.trim_end().ends_with("0 passed, 1 failed"),
+        "{stdout}"
+    );
+    let (ok, stdout, _) = hookhost(&["plugin", "test", "--json", "--vectors", &path]);
+    assert!(!ok);
+    let line: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(line["pass"], false);
+    // The signature verified (GitHub's own example); the body is not an event.
+    assert_eq!(line["outcome"], "reject");
+    assert_eq!(line["error"], "malformed_body");
+}
+
+#[test]
+fn a_malformed_vector_file_names_the_file_the_element_and_the_field() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("bad.json");
+    std::fs::write(
+        &file,
+        r#"[{"name": "no source", "plugin": "stripe",
+             "request": {"method": "POST", "url": "https://x", "headers": [], "body": ""},
+             "secrets": ["s"], "now": 1, "expect": {"outcome": "accept"}}]"#,
+    )
+    .expect("write");
+    let path = file.display().to_string();
+    let (ok, _, stderr) = hookhost(&["plugin", "test", "--vectors", &path]);
+    assert!(!ok);
+    assert!(
+        stderr.contains(&format!(
+            "{path}: element 0 (\"no source\"): missing field `source`"
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn plugin_list_and_inspect_describe_the_builtins() {
+    let (ok, stdout, stderr) = hookhost(&["plugin", "list"]);
+    assert!(ok, "{stderr}");
+    for name in ["stripe", "github", "standard-webhooks", "slack", "shopify"] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(name) && l.ends_with("built-in")),
+            "{name}: {stdout}"
+        );
+    }
+    let (ok, stdout, stderr) = hookhost(&["plugin", "inspect", "stripe"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("name:              stripe"), "{stdout}");
+    assert!(stdout.contains("timestamp window:  ±300 s"), "{stdout}");
+    let hostile = crate::support::guest("hostile").display().to_string();
+    let (ok, stdout, stderr) = hookhost(&["plugin", "inspect", &hostile]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains(&format!("origin:            {hostile}")),
+        "{stdout}"
+    );
+    let (ok, _, stderr) = hookhost(&["plugin", "inspect", "no-such-plugin"]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("no built-in plugin \"no-such-plugin\""),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn serve_refuses_a_bad_config_naming_file_key_and_reason() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, "[[endpoint]]\nid = \"s\"\nplugin = \"stripe\"\nsecrets = [\"env:HOOKHOST_TEST_UNSET_SECRET\"]\n")
+        .expect("write");
+    let path = file.display().to_string();
+    let (ok, _, stderr) = hookhost(&["serve", "--config", &path]);
+    assert!(!ok);
+    assert!(
+        stderr.contains(&format!(
+            "{path}: endpoint[0] (id \"s\").secrets[0]: environment variable HOOKHOST_TEST_UNSET_SECRET is not set"
+        )),
+        "{stderr}"
+    );
+    std::fs::write(
+        &file,
+        "[[endpoint]]\nid = \"s\"\nplugin = \"strype\"\nsecrets = [\"x\"]\n",
+    )
+    .expect("write");
+    let (ok, _, stderr) = hookhost(&["serve", "--config", &path]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("endpoint \"s\": unknown plugin \"strype\""),
+        "{stderr}"
+    );
+}

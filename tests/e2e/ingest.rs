@@ -1,0 +1,489 @@
+//! The request path and the status-code contract, over real HTTP into real SQLite.
+
+use crate::support::*;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_then_duplicate_and_the_receipt_is_durable() {
+    let server = Server::start(&stripe_config("")).await;
+    let body = stripe_event("evt_a", "customer.updated", "cus_1", now());
+    let headers = stripe_headers(&[STRIPE_SECRET], now(), &body);
+    let first = server.post("stripe", &headers, body.clone()).await;
+    assert_eq!(
+        first,
+        (200, json!({"status": "accepted", "event_id": "evt_a"}))
+    );
+    let again = server.post("stripe", &headers, body.clone()).await;
+    assert_eq!(
+        again,
+        (200, json!({"status": "duplicate", "event_id": "evt_a"}))
+    );
+
+    let receipt = server
+        .app
+        .store
+        .receipt("stripe", "evt_a")
+        .await
+        .expect("query")
+        .expect("stored");
+    assert_eq!(receipt.state, "pending");
+    assert_eq!(receipt.event_type, "customer.updated");
+    assert_eq!(receipt.body, body.as_bytes());
+    assert_eq!(receipt.secret_index, 0);
+    assert!(receipt.headers.contains("stripe-signature"));
+    let db = server.db_path();
+    let _dir = server.stop().await;
+
+    // The receipt survives the process: reopen the file and find it.
+    let store = hookhost::store::Store::open_sqlite(&db)
+        .await
+        .expect("reopen");
+    assert!(
+        store
+            .receipt("stripe", "evt_a")
+            .await
+            .expect("query")
+            .is_some()
+    );
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rejection_row_of_the_status_table() {
+    let server = Server::start_in(with_test_guest(), &format!(
+        "{}\n[[endpoint]]\nid = \"github\"\nplugin = \"github\"\nsecrets = [\"gh-secret\"]\n\
+         [[endpoint]]\nid = \"refuses\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n[endpoint.config]\nmode = \"reject\"\nphase = \"none\"\n\
+         [[endpoint]]\nid = \"traps\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n[endpoint.config]\nmode = \"trap\"\nphase = \"describe\"\n",
+        stripe_config("plugins_dir = \"plugins\"\n[limits]\nmax_body_bytes = 4096")
+    ))
+    .await
+    .expect("server starts");
+    let t = now();
+    let body = stripe_event("evt_r", "customer.updated", "cus_1", t);
+    let signed = stripe_headers(&[STRIPE_SECRET], t, &body);
+
+    // 404: unknown endpoint; 405: a known endpoint only takes POST.
+    assert_eq!(
+        server.post("nope", &signed, body.clone()).await,
+        (404, json!({"error": "unknown_endpoint"}))
+    );
+    let get = request(
+        server.addr,
+        "GET",
+        "/webhooks/stripe",
+        &[],
+        Default::default(),
+    )
+    .await;
+    assert_eq!(get, (405, json!({"error": "method_not_allowed"})));
+    // 413: over the cap, whatever the signature.
+    let big = "x".repeat(4097);
+    assert_eq!(
+        server.post("stripe", &signed, big).await,
+        (413, json!({"error": "body_too_large"}))
+    );
+    // 400s.
+    let bad = |code: &str| (400, json!({ "error": code }));
+    assert_eq!(
+        server.post("stripe", &[], body.clone()).await,
+        bad("missing_signature")
+    );
+    let wrong = stripe_headers(&["whsec_wrong"], t, &body);
+    assert_eq!(
+        server.post("stripe", &wrong, body.clone()).await,
+        bad("invalid_signature")
+    );
+    let mut tampered = body.clone().into_bytes();
+    tampered[10] ^= 1;
+    assert_eq!(
+        server.post("stripe", &signed, tampered).await,
+        bad("invalid_signature")
+    );
+    let not_json = "not json";
+    let signed_text = stripe_headers(&[STRIPE_SECRET], t, not_json);
+    assert_eq!(
+        server.post("stripe", &signed_text, not_json).await,
+        bad("malformed_body")
+    );
+    // Timestamp window, both directions, even though the MAC matches.
+    for skew in [-301, 301] {
+        let h = stripe_headers(&[STRIPE_SECRET], t + skew, &body);
+        assert_eq!(
+            server.post("stripe", &h, body.clone()).await,
+            bad("timestamp_outside_window"),
+            "skew {skew}"
+        );
+    }
+    // 200 ignored: GitHub's ping is received, deliberately not processed.
+    let ping = r#"{"zen":"Keep it logically awesome.","hook_id":1}"#;
+    let gh = vec![
+        (
+            "x-hub-signature-256",
+            format!(
+                "sha256={}",
+                hex::encode(hmac_sha256(b"gh-secret", &[ping.as_bytes()]))
+            ),
+        ),
+        ("x-github-event", "ping".to_string()),
+        ("x-github-delivery", "d-1".to_string()),
+    ];
+    assert_eq!(
+        server.post("github", &gh, ping).await,
+        (200, json!({"ignored": "ping", "event_id": "d-1"}))
+    );
+    // 422: the plugin refuses the event semantically.
+    let h = guest_headers("s", "e-422", b"{}");
+    let refused = server.post("refuses", &h, "{}").await;
+    assert_eq!(refused.0, 422);
+    assert_eq!(refused.1["error"], "event_rejected");
+    // 500: the plugin trapped after verification; nothing was stored.
+    assert_eq!(
+        server
+            .post("traps", &guest_headers("s", "e-500", b"{}"), "{}")
+            .await,
+        (500, json!({"error": "plugin_failed"}))
+    );
+    assert_eq!(
+        server
+            .app
+            .store
+            .count_receipts("traps")
+            .await
+            .expect("count"),
+        0
+    );
+    assert_eq!(
+        server
+            .app
+            .store
+            .count_receipts("refuses")
+            .await
+            .expect("count"),
+        0
+    );
+    // No rejection stored a receipt for stripe.
+    assert_eq!(
+        server
+            .app
+            .store
+            .count_receipts("stripe")
+            .await
+            .expect("count"),
+        0
+    );
+    // Exactly at the cap is fine (then judged on its signature).
+    let at_cap = "y".repeat(4096);
+    assert_eq!(
+        server.post("stripe", &signed, at_cap).await,
+        bad("invalid_signature")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_records_which_secret_matched() {
+    let server = Server::start(&stripe_config("")).await;
+    let t = now();
+    let old = stripe_event("evt_old_key", "customer.updated", "cus_r1", t);
+    let (status, _) = server
+        .post(
+            "stripe",
+            &stripe_headers(&[STRIPE_OLD_SECRET], t, &old),
+            old.clone(),
+        )
+        .await;
+    assert_eq!(status, 200);
+    // A sender mid-rotation signs with both secrets; the current one is recorded.
+    let both = stripe_event("evt_both_keys", "customer.updated", "cus_r2", t);
+    let (status, _) = server
+        .post(
+            "stripe",
+            &stripe_headers(&["whsec_unknown", STRIPE_SECRET], t, &both),
+            both.clone(),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let store = &server.app.store;
+    assert_eq!(
+        store
+            .receipt("stripe", "evt_old_key")
+            .await
+            .expect("q")
+            .expect("row")
+            .secret_index,
+        1
+    );
+    assert_eq!(
+        store
+            .receipt("stripe", "evt_both_keys")
+            .await
+            .expect("q")
+            .expect("row")
+            .secret_index,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_identical_requests_store_one_receipt() {
+    let server = std::sync::Arc::new(Server::start(&stripe_config("")).await);
+    let t = now();
+    let body = stripe_event("evt_race", "customer.updated", "cus_race", t);
+    let headers = stripe_headers(&[STRIPE_SECRET], t, &body);
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(50));
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let (server, headers, body, barrier) = (
+            server.clone(),
+            headers.clone(),
+            body.clone(),
+            barrier.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            server.post("stripe", &headers, body).await
+        }));
+    }
+    let mut accepted = 0;
+    let mut duplicates = 0;
+    for task in tasks {
+        let (status, answer) = task.await.expect("task");
+        assert_eq!(status, 200, "{answer}");
+        match answer["status"].as_str() {
+            Some("accepted") => accepted += 1,
+            Some("duplicate") => duplicates += 1,
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    assert_eq!((accepted, duplicates), (1, 49));
+    assert_eq!(
+        server
+            .app
+            .store
+            .count_receipts("stripe")
+            .await
+            .expect("count"),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflicting_duplicate_keeps_the_first_evidence() {
+    let server = Server::start(&stripe_config("")).await;
+    let t = now();
+    let first = stripe_event("evt_same", "customer.updated", "cus_c", t);
+    let second = stripe_event("evt_same", "customer.updated", "cus_OTHER", t);
+    let (s1, _) = server
+        .post(
+            "stripe",
+            &stripe_headers(&[STRIPE_SECRET], t, &first),
+            first.clone(),
+        )
+        .await;
+    assert_eq!(s1, 200);
+    let answer = server
+        .post(
+            "stripe",
+            &stripe_headers(&[STRIPE_SECRET], t, &second),
+            second.clone(),
+        )
+        .await;
+    assert_eq!(
+        answer,
+        (
+            200,
+            json!({"ignored": "conflicting_duplicate", "event_id": "evt_same"})
+        )
+    );
+    let store = &server.app.store;
+    let kept = store
+        .receipt("stripe", "evt_same")
+        .await
+        .expect("q")
+        .expect("row");
+    assert_eq!(
+        kept.body,
+        first.as_bytes(),
+        "the first evidence is never overwritten"
+    );
+    assert_eq!(store.count_conflicts("stripe").await.expect("count"), 1);
+    assert_eq!(store.count_receipts("stripe").await.expect("count"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_version_gate_refuses_old_state_and_honours_tombstones() {
+    let server = Server::start(&stripe_config("[limits]\nmax_body_bytes = 65536")).await;
+    let t = now();
+    let post = |id: &str, kind: &str, created: i64| {
+        let body = stripe_event(id, kind, "cus_v", created);
+        let headers = stripe_headers(&[STRIPE_SECRET], t, &body);
+        let server = &server;
+        async move { server.post("stripe", &headers, body).await }
+    };
+    let ignored = |reason: &str, id: &str| (200, json!({"ignored": reason, "event_id": id}));
+    assert_eq!(
+        post("evt_v2", "customer.updated", 2000).await.1["status"],
+        "accepted"
+    );
+    assert_eq!(
+        post("evt_v1", "customer.updated", 1000).await,
+        ignored("stale_version", "evt_v1")
+    );
+    assert_eq!(
+        post("evt_v2b", "customer.updated", 2000).await,
+        ignored("same_version", "evt_v2b")
+    );
+    assert_eq!(
+        post("evt_v3", "customer.updated", 3000).await.1["status"],
+        "accepted"
+    );
+    // A delete at 4000 leaves a tombstone; a late update from before it is stale.
+    assert_eq!(
+        post("evt_del", "customer.deleted", 4000).await.1["status"],
+        "accepted"
+    );
+    assert_eq!(
+        post("evt_late", "customer.updated", 3500).await,
+        ignored("stale_version", "evt_late")
+    );
+    let store = &server.app.store;
+    let stale = store
+        .receipt("stripe", "evt_late")
+        .await
+        .expect("q")
+        .expect("kept as evidence");
+    assert_eq!(
+        (stale.state.as_str(), stale.state_reason.as_deref()),
+        ("stale", Some("stale_version"))
+    );
+    let pending = store
+        .receipt("stripe", "evt_v3")
+        .await
+        .expect("q")
+        .expect("row");
+    assert_eq!(
+        (pending.state.as_str(), pending.resource_version),
+        ("pending", Some(3000))
+    );
+    // Other resources are not affected.
+    let other = stripe_event("evt_other", "customer.updated", "cus_other", 1);
+    let (status, answer) = server
+        .post(
+            "stripe",
+            &stripe_headers(&[STRIPE_SECRET], t, &other),
+            other,
+        )
+        .await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_store_answers_503_and_recovers() {
+    let server = Server::start(&stripe_config("")).await;
+    let t = now();
+    let body = stripe_event("evt_503", "customer.updated", "cus_s", t);
+    let headers = stripe_headers(&[STRIPE_SECRET], t, &body);
+    // Break the store underneath the running server: its receipts table disappears.
+    let sql = |statement: &'static str| {
+        let db = server.db_path();
+        async move {
+            use sqlx::ConnectOptions;
+            let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(db)
+                .connect()
+                .await
+                .expect("open");
+            sqlx::query(statement)
+                .execute(&mut conn)
+                .await
+                .expect("alter");
+        }
+    };
+    sql("ALTER TABLE receipts RENAME TO receipts_moved").await;
+    assert_eq!(
+        server.post("stripe", &headers, body.clone()).await,
+        (503, json!({"error": "store_unavailable"}))
+    );
+    sql("ALTER TABLE receipts_moved RENAME TO receipts").await;
+    let (status, answer) = server.post("stripe", &headers, body.clone()).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standard_webhooks_hmac_and_ed25519_and_svix_headers() {
+    use ed25519_dalek::Signer;
+    let signing = ed25519_dalek::SigningKey::from_bytes(&[5u8; 32]);
+    let public = format!("whpk_{}", b64(signing.verifying_key().as_bytes()));
+    let key = b"0123456789abcdef0123456789abcdef";
+    let server = Server::start(&format!(
+        "[[endpoint]]\nid = \"sw\"\nplugin = \"standard-webhooks\"\nsecrets = [\"whsec_{}\", \"{public}\"]\n",
+        b64(key)
+    ))
+    .await;
+    let t = now();
+    let body = r#"{"type":"user.created","timestamp":"2024-01-01T00:00:00Z","data":{"id":"u1"}}"#;
+    let signed = |id: &str| format!("{id}.{t}.{body}");
+    // v1 (HMAC) with webhook-* headers → current key.
+    let mac = hmac_sha256(key, &[signed("msg_1").as_bytes()]);
+    let h = vec![
+        ("webhook-id", "msg_1".to_string()),
+        ("webhook-timestamp", t.to_string()),
+        ("webhook-signature", format!("v1,{}", b64(&mac))),
+    ];
+    assert_eq!(server.post("sw", &h, body).await.1["status"], "accepted");
+    // v1a (Ed25519) with svix-* headers → the public key, second secret.
+    let sig = signing.sign(signed("msg_2").as_bytes());
+    let h = vec![
+        ("svix-id", "msg_2".to_string()),
+        ("svix-timestamp", t.to_string()),
+        (
+            "svix-signature",
+            format!("v1,bm90IGl0 v1a,{}", b64(&sig.to_bytes())),
+        ),
+    ];
+    assert_eq!(server.post("sw", &h, body).await.1["status"], "accepted");
+    let store = &server.app.store;
+    assert_eq!(
+        store
+            .receipt("sw", "msg_1")
+            .await
+            .expect("q")
+            .expect("row")
+            .secret_index,
+        0
+    );
+    assert_eq!(
+        store
+            .receipt("sw", "msg_2")
+            .await
+            .expect("q")
+            .expect("row")
+            .secret_index,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_demo_config_serves_a_signed_event() {
+    // The README's run command uses fixtures/demo.toml; prove it works as written,
+    // on port 0 and a temp store instead of 8080 and fixtures/hookhost.db.
+    let text =
+        std::fs::read_to_string(workspace().join("fixtures/demo.toml")).expect("demo config");
+    let text = text.replace("listen = \"127.0.0.1:8080\"", "listen = \"127.0.0.1:0\"");
+    let dir = tempfile::tempdir().expect("dir");
+    let server = Server::start_in(dir, &text)
+        .await
+        .expect("demo config starts");
+    let t = now();
+    let body = stripe_event("evt_demo", "invoice.paid", "in_1", t);
+    let answer = server
+        .post(
+            "stripe",
+            &stripe_headers(&["whsec_demo_stripe_secret"], t, &body),
+            body,
+        )
+        .await;
+    assert_eq!(
+        answer,
+        (200, json!({"status": "accepted", "event_id": "evt_demo"}))
+    );
+}

@@ -1,0 +1,7 @@
+//! End-to-end tests: real HTTP over loopback, real SQLite files, real plugins compiled
+//! from source by `host/build.rs`, and the real `hookhost` binary for the CLI.
+
+mod cli;
+mod ingest;
+mod sandbox;
+mod support;

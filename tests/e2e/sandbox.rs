@@ -1,0 +1,194 @@
+//! Hostile plugins are contained, and the rest of the receiver keeps answering.
+
+use crate::support::*;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// One endpoint per misbehaviour, and a well-behaved one beside them.
+fn config(probe_port: u16) -> String {
+    let mut text = String::from(
+        "plugins_dir = \"plugins\"\n[limits]\nplugin_time_ms = 50\nplugin_memory_bytes = 16777216\nplugin_output_bytes = 65536\n\
+         [[endpoint]]\nid = \"good\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n",
+    );
+    for (id, mode, phase) in [
+        ("loop", "loop", "plan"),
+        ("memory", "memory", "plan"),
+        ("trap", "trap", "plan"),
+        ("huge", "huge-output", "plan"),
+        ("loop-late", "loop", "describe"),
+        ("stderr", "stderr", "plan"),
+        ("probe", "probe", "describe"),
+    ] {
+        text.push_str(&format!(
+            "[[endpoint]]\nid = \"{id}\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n\
+             [endpoint.config]\nmode = \"{mode}\"\nphase = \"{phase}\"\nport = {probe_port}\n"
+        ));
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misbehaving_plugins_fail_alone_and_within_their_limits() {
+    // Something listens on this port, so a refused connection means the sandbox
+    // refused it, not that nothing was there.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let server = Server::start_in(with_test_guest(), &config(port))
+        .await
+        .expect("starts");
+    let body = br#"{"n":1}"#;
+    let good = |id: &str| {
+        let server = &server;
+        let id = id.to_string();
+        async move {
+            server
+                .post("good", &guest_headers("s", &id, body), &body[..])
+                .await
+        }
+    };
+    assert_eq!(good("g0").await.1["status"], "accepted");
+
+    for endpoint in ["loop", "memory", "trap", "huge", "loop-late"] {
+        let started = Instant::now();
+        let answer = server
+            .post(endpoint, &guest_headers("s", endpoint, body), &body[..])
+            .await;
+        assert_eq!(
+            answer,
+            (500, json!({"error": "plugin_failed"})),
+            "{endpoint}"
+        );
+        // Bounded: a containment check, not a benchmark (the limit is 50 ms).
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{endpoint} took {:?}",
+            started.elapsed()
+        );
+        // The well-behaved endpoint on the same plugin answers right after.
+        assert_eq!(
+            good(&format!("after-{endpoint}")).await.1["status"],
+            "accepted",
+            "after {endpoint}"
+        );
+        assert_eq!(
+            server
+                .app
+                .store
+                .count_receipts(endpoint)
+                .await
+                .expect("count"),
+            0
+        );
+    }
+
+    // Writing to stderr is allowed (it goes to the log, capped) and costs nothing else.
+    let answer = server
+        .post("stderr", &guest_headers("s", "noisy", body), &body[..])
+        .await;
+    assert_eq!(answer.1["status"], "accepted", "{answer:?}");
+
+    // The sandbox is empty: no environment, no args, no files, no network, no clock.
+    let answer = server
+        .post("probe", &guest_headers("s", "probe-1", body), &body[..])
+        .await;
+    assert_eq!(answer.1["status"], "accepted", "{answer:?}");
+    let seen = server
+        .app
+        .store
+        .receipt("probe", "probe-1")
+        .await
+        .expect("q")
+        .expect("row");
+    assert_eq!(
+        seen.event_type,
+        "env=0;args=0;file=denied;dir=denied;net=denied;clock=0"
+    );
+    drop(listener);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_looping_plugin_does_not_stall_other_endpoints() {
+    let server = std::sync::Arc::new(
+        Server::start_in(with_test_guest(), &stripe_config(&config(1)))
+            .await
+            .expect("starts"),
+    );
+    let body = br#"{"n":2}"#;
+    // Keep the loop endpoint busy from several tasks while Stripe events flow.
+    let mut hostile = Vec::new();
+    for i in 0..4 {
+        let server = server.clone();
+        hostile.push(tokio::spawn(async move {
+            for j in 0..5 {
+                let id = format!("l{i}-{j}");
+                let (status, _) = server
+                    .post("loop", &guest_headers("s", &id, body), &body[..])
+                    .await;
+                assert_eq!(status, 500);
+            }
+        }));
+    }
+    for i in 0..20 {
+        let t = now();
+        let event = stripe_event(
+            &format!("evt_busy_{i}"),
+            "customer.updated",
+            &format!("cus_{i}"),
+            t,
+        );
+        let (status, answer) = server
+            .post(
+                "stripe",
+                &stripe_headers(&[STRIPE_SECRET], t, &event),
+                event,
+            )
+            .await;
+        assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")));
+    }
+    for task in hostile {
+        task.await.expect("hostile task");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_ins_that_do_not_fit_are_refused_with_the_file_named() {
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        (
+            "future.wasm",
+            std::fs::read(guest("future_contract")).expect("guest"),
+            "exports hookhost:provider/plugin@9.0.0; this hookhost supports hookhost:provider/plugin@0.1.0",
+        ),
+        (
+            "core.wasm",
+            b"\0asm\x01\0\0\0".to_vec(),
+            "a core wasm module, not a component",
+        ),
+        (
+            "junk.wasm",
+            b"definitely not wasm".to_vec(),
+            "not a valid component",
+        ),
+        (
+            "stripe-copy.wasm",
+            std::fs::read(guest("stripe")).expect("guest"),
+            "declares the name \"stripe\", already taken by a built-in plugin",
+        ),
+    ];
+    for (file, bytes, expected) in cases {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::create_dir(dir.path().join("plugins")).expect("mkdir");
+        let path = dir.path().join("plugins").join(file);
+        std::fs::write(&path, bytes).expect("write");
+        let error = match Server::start_in(dir, "plugins_dir = \"plugins\"\n").await {
+            Ok(_) => panic!("{file} was accepted"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(
+            error.contains(&path.display().to_string()),
+            "{file}: {error}"
+        );
+        assert!(error.contains(expected), "{file}: {error}");
+    }
+}

@@ -1,0 +1,216 @@
+//! A server per test: its own temp dir, SQLite file and port.
+
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use hookhost::config::Config;
+use hookhost::http::App;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// Where the build script put the compiled plugins and test guests.
+pub fn guest(name: &str) -> PathBuf {
+    Path::new(env!("HOOKHOST_GUESTS_DIR")).join(format!("{name}.wasm"))
+}
+
+/// A temp dir whose `plugins/` holds the test guest as a drop-in
+/// (configure `plugins_dir = "plugins"`).
+pub fn with_test_guest() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir(dir.path().join("plugins")).expect("plugins dir");
+    std::fs::copy(guest("hostile"), dir.path().join("plugins/hostile.wasm")).expect("copy guest");
+    dir
+}
+
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs() as i64
+}
+
+pub struct Server {
+    pub addr: SocketAddr,
+    pub app: Arc<App>,
+    pub dir: tempfile::TempDir,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Server {
+    /// Start on 127.0.0.1:0 with this configuration text (a fresh temp dir holds the
+    /// config file and the SQLite store).
+    pub async fn start(config: &str) -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        Server::start_in(dir, config).await.expect("server starts")
+    }
+
+    pub async fn start_in(dir: tempfile::TempDir, config: &str) -> anyhow::Result<Server> {
+        let path = dir.path().join("hookhost.toml");
+        std::fs::write(&path, config)?;
+        let config = Config::parse(&path, config, &|_| None)?;
+        let app = hookhost::build(&config).await?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(hookhost::serve(app.clone(), listener, async {
+            let _ = rx.await;
+        }));
+        Ok(Server {
+            addr,
+            app,
+            dir,
+            shutdown: Some(tx),
+            task: Some(task),
+        })
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.dir.path().join("hookhost.db")
+    }
+
+    /// POST to `/webhooks/{endpoint}`; returns the status and the JSON body.
+    pub async fn post(
+        &self,
+        endpoint: &str,
+        headers: &[(&str, String)],
+        body: impl Into<Bytes>,
+    ) -> (u16, Value) {
+        request(
+            self.addr,
+            "POST",
+            &format!("/webhooks/{endpoint}"),
+            headers,
+            body.into(),
+        )
+        .await
+    }
+
+    /// Shut down gracefully; hands back the temp dir so the store can be reopened.
+    pub async fn stop(mut self) -> tempfile::TempDir {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await
+                .expect("server task")
+                .expect("server ran cleanly");
+        }
+        let placeholder = tempfile::tempdir().expect("temp dir");
+        std::mem::replace(&mut self.dir, placeholder)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// One HTTP/1.1 request on a fresh loopback connection.
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: Bytes,
+) -> (u16, Value) {
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("handshake");
+    tokio::spawn(conn);
+    let mut builder = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr.to_string());
+    for (name, value) in headers {
+        builder = builder.header(*name, value.as_str());
+    }
+    let response = sender
+        .send_request(builder.body(Full::new(body)).expect("request"))
+        .await
+        .expect("response");
+    let status = response.status().as_u16();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (status, json)
+}
+
+pub fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).expect("any key length");
+    for part in parts {
+        mac.update(part);
+    }
+    mac.finalize().into_bytes().to_vec()
+}
+
+/// `Stripe-Signature` for `body` at `t`, one `v1` per secret.
+pub fn stripe_headers(secrets: &[&str], t: i64, body: &str) -> Vec<(&'static str, String)> {
+    let mut value = format!("t={t}");
+    for secret in secrets {
+        let sig = hmac_sha256(
+            secret.as_bytes(),
+            &[format!("{t}.").as_bytes(), body.as_bytes()],
+        );
+        value.push_str(&format!(",v1={}", hex::encode(sig)));
+    }
+    vec![
+        ("stripe-signature", value),
+        ("content-type", "application/json".into()),
+    ]
+}
+
+/// A Stripe event for one customer.
+pub fn stripe_event(id: &str, kind: &str, customer: &str, created: i64) -> String {
+    serde_json::json!({
+        "id": id,
+        "object": "event",
+        "type": kind,
+        "created": created,
+        "data": { "object": { "id": customer, "object": "customer", "email": "a@example.com" } }
+    })
+    .to_string()
+}
+
+/// Headers for the test guest's scheme: hex HMAC-SHA256 of the body.
+pub fn guest_headers(secret: &str, id: &str, body: &[u8]) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "x-test-signature",
+            hex::encode(hmac_sha256(secret.as_bytes(), &[body])),
+        ),
+        ("x-test-id", id.to_string()),
+    ]
+}
+
+pub fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+pub const STRIPE_SECRET: &str = "whsec_test_current";
+pub const STRIPE_OLD_SECRET: &str = "whsec_test_previous";
+
+/// A configuration: `top` (top-level keys and tables), then a Stripe endpoint with a
+/// current and a previous secret. Append more `[[endpoint]]` tables after it.
+pub fn stripe_config(top: &str) -> String {
+    format!(
+        "{top}\n[[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\", \"{STRIPE_OLD_SECRET}\"]\n"
+    )
+}
