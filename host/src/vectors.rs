@@ -296,23 +296,21 @@ fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
             judged.error.as_deref().unwrap_or("")
         ));
     }
-    if let (Some(want), Some(got)) = (expect.secret_index, judged.secret_index) {
-        if want != got {
-            diffs.push(format!("secret_index: expected {want}, got {got}"));
-        }
+    if let (Some(want), Some(got)) = (expect.secret_index, judged.secret_index)
+        && want != got
+    {
+        diffs.push(format!("secret_index: expected {want}, got {got}"));
     }
-    if let Some(want) = expect.status {
-        if want != judged.status {
-            diffs.push(format!("status: expected {want}, got {}", judged.status));
-        }
+    if let Some(want) = expect.status
+        && want != judged.status
+    {
+        diffs.push(format!("status: expected {want}, got {}", judged.status));
     }
-    if let Some(want) = &expect.error {
-        if Some(want) != judged.error.as_ref() {
-            diffs.push(format!(
-                "error: expected {want}, got {}",
-                judged.error.as_deref().unwrap_or("none")
-            ));
-        }
+    if let Some(want) = &expect.error
+        && Some(want) != judged.error.as_ref()
+    {
+        let got = judged.error.as_deref().unwrap_or("none");
+        diffs.push(format!("error: expected {want}, got {got}"));
     }
     if expect.response.is_some() {
         diffs.push("expect.response: handshakes are not supported by this hookhost".into());

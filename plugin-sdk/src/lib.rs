@@ -5,7 +5,7 @@
 //! sees a secret: it says *what* is signed ([`Plan`]) and the host computes and compares
 //! the MAC with the endpoint's secrets.
 //!
-//! ```ignore
+//! ```text
 //! struct Example;
 //! impl Provider for Example {
 //!     fn info() -> PluginInfo { /* name, key format, tolerance */ }
@@ -29,6 +29,9 @@ pub use adapter::Adapter;
 pub use json::Json;
 pub use request::Request;
 pub use types::*;
+
+/// Re-exported so plugins and their tests need no direct dependency.
+pub use serde_json;
 
 /// The generated component-model bindings. Plugin authors never use these directly.
 #[doc(hidden)]

@@ -47,6 +47,31 @@ impl Request {
         Ok(text.trim())
     }
 
+    /// A signature header that may be absent (a scheme with a fallback header):
+    /// absent → `None`, present but not UTF-8 → `MalformedSignature`.
+    pub fn optional_signature_header(&self, name: &str) -> Result<Option<&str>, Rejection> {
+        match self.header(name) {
+            None => Ok(None),
+            Some(_) => self.signature_header(name).map(Some),
+        }
+    }
+
+    /// A delivery header the provider always sends (event name, delivery id): absent
+    /// or empty → `MalformedBody` naming it (the request is not what the provider sends).
+    pub fn required_header(&self, name: &str) -> Result<&str, Rejection> {
+        self.header_str(name)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| {
+                Rejection::MalformedBody(format!("missing {} header", name.to_ascii_lowercase()))
+            })
+    }
+
+    /// The endpoint's plugin configuration, for JSON Pointer lookups.
+    pub fn config_json(&self) -> Json {
+        Json(self.config.clone())
+    }
+
     /// The body parsed as JSON; not JSON → `MalformedBody`.
     pub fn json(&self) -> Result<Json, Rejection> {
         Json::parse(&self.body)

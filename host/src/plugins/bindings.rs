@@ -8,7 +8,7 @@ wasmtime::component::bindgen!({
     world: "provider",
 });
 
-use hookhost::provider::types as wit;
+use self::hookhost::provider::types as wit;
 
 pub use wit::{Head, Header};
 

@@ -151,19 +151,12 @@ async fn record_one(
         return Ok(Outcome::Conflict);
     }
 
-    let outcome = match (&r.ignore, &r.resource) {
-        (Some(reason), _) => Outcome::Ignored(reason.clone()),
+    let verdict = match (&r.ignore, &r.resource) {
+        (Some(reason), _) => Verdict::Ignored(reason.clone()),
         (None, Some(resource)) => gate(tx, r, resource).await?,
-        (None, None) => Outcome::Accepted,
+        (None, None) => Verdict::Pending,
     };
-    let (state, reason) = match &outcome {
-        Outcome::Accepted => ("pending", None),
-        Outcome::StaleVersion => ("stale", Some("stale_version".to_string())),
-        Outcome::SameVersion => ("ignored", Some("same_version".to_string())),
-        Outcome::ResourceDeleted => ("ignored", Some("resource_deleted".to_string())),
-        Outcome::Ignored(reason) => ("ignored", Some(reason.clone())),
-        Outcome::Duplicate | Outcome::Conflict => unreachable_outcome(),
-    };
+    let (state, reason) = verdict.state();
     let resource = r.resource.as_ref();
     sqlx::query(
         "INSERT INTO receipts (endpoint, event_id, body_sha256, body, headers, secret_index,
@@ -194,7 +187,41 @@ async fn record_one(
     .bind(reason)
     .execute(&mut **tx)
     .await?;
-    Ok(outcome)
+    Ok(verdict.into())
+}
+
+/// What happens to a receipt that is new to the store.
+enum Verdict {
+    Pending,
+    Stale,
+    SameVersion,
+    ResourceDeleted,
+    Ignored(String),
+}
+
+impl Verdict {
+    /// The stored `state` and `state_reason`.
+    fn state(&self) -> (&'static str, Option<&str>) {
+        match self {
+            Verdict::Pending => ("pending", None),
+            Verdict::Stale => ("stale", Some("stale_version")),
+            Verdict::SameVersion => ("ignored", Some("same_version")),
+            Verdict::ResourceDeleted => ("ignored", Some("resource_deleted")),
+            Verdict::Ignored(reason) => ("ignored", Some(reason)),
+        }
+    }
+}
+
+impl From<Verdict> for Outcome {
+    fn from(verdict: Verdict) -> Outcome {
+        match verdict {
+            Verdict::Pending => Outcome::Accepted,
+            Verdict::Stale => Outcome::StaleVersion,
+            Verdict::SameVersion => Outcome::SameVersion,
+            Verdict::ResourceDeleted => Outcome::ResourceDeleted,
+            Verdict::Ignored(reason) => Outcome::Ignored(reason),
+        }
+    }
 }
 
 /// The version gate for one resource: older → stale, equal under another event id →
@@ -203,7 +230,7 @@ async fn gate(
     tx: &mut Transaction<'_, Sqlite>,
     r: &NewReceipt,
     resource: &Resource,
-) -> Result<Outcome, StoreError> {
+) -> Result<Verdict, StoreError> {
     let current: Option<(i64, bool)> = sqlx::query_as(
         "SELECT version, deleted FROM resource_versions
          WHERE endpoint = ? AND resource_kind = ? AND resource_id = ?",
@@ -216,13 +243,13 @@ async fn gate(
     let Some(version) = resource.version.map(version_i64) else {
         // No version to order it by: only a tombstone can refuse it.
         return Ok(match current {
-            Some((_, true)) => Outcome::ResourceDeleted,
-            _ => Outcome::Accepted,
+            Some((_, true)) => Verdict::ResourceDeleted,
+            _ => Verdict::Pending,
         });
     };
     match current {
-        Some((accepted, _)) if version < accepted => return Ok(Outcome::StaleVersion),
-        Some((accepted, _)) if version == accepted => return Ok(Outcome::SameVersion),
+        Some((accepted, _)) if version < accepted => return Ok(Verdict::Stale),
+        Some((accepted, _)) if version == accepted => return Ok(Verdict::SameVersion),
         _ => {}
     }
     sqlx::query(
@@ -239,17 +266,11 @@ async fn gate(
     .bind(resource.deleted)
     .execute(&mut **tx)
     .await?;
-    Ok(Outcome::Accepted)
+    Ok(Verdict::Pending)
 }
 
 /// Versions are u64 on the wire; SQLite integers are i64. Versions past i64::MAX
 /// (no provider uses them) saturate, which keeps the order of every real version.
 fn version_i64(version: u64) -> i64 {
     i64::try_from(version).unwrap_or(i64::MAX)
-}
-
-#[cold]
-fn unreachable_outcome() -> (&'static str, Option<String>) {
-    // Duplicate and Conflict return before the gate; keep the match exhaustive.
-    ("ignored", Some("internal".to_string()))
 }

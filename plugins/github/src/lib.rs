@@ -54,17 +54,16 @@ impl Provider for GitHub {
     }
 
     fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
-        let candidate = if req.header("x-hub-signature-256").is_some() {
-            let header = req.signature_header("x-hub-signature-256")?;
-            let hex = decode::strip_prefix(header, "sha256=")?;
-            Candidate::new(Algorithm::HmacSha256, decode::hex(hex)?)
-        } else if req.header("x-hub-signature").is_some() {
-            let header = req.signature_header("x-hub-signature")?;
-            let hex = decode::strip_prefix(header, "sha1=")?;
-            Candidate::new(Algorithm::HmacSha1, decode::hex(hex)?)
-        } else {
-            return Err(Rejection::MissingSignature("x-hub-signature-256".into()));
-        };
+        let candidate =
+            if let Some(header) = req.optional_signature_header("x-hub-signature-256")? {
+                let hex = decode::strip_prefix(header, "sha256=")?;
+                Candidate::new(Algorithm::HmacSha256, decode::hex(hex)?)
+            } else if let Some(header) = req.optional_signature_header("x-hub-signature")? {
+                let hex = decode::strip_prefix(header, "sha1=")?;
+                Candidate::new(Algorithm::HmacSha1, decode::hex(hex)?)
+            } else {
+                return Err(Rejection::MissingSignature("x-hub-signature-256".into()));
+            };
         Ok(Plan {
             message: vec![Part::Body],
             candidates: vec![candidate],
@@ -84,8 +83,8 @@ impl Provider for GitHub {
                 "form-encoded delivery: set the webhook's content type to application/json".into(),
             ));
         }
-        let delivery = required_header(req, "x-github-delivery")?;
-        let name = required_header(req, "x-github-event")?;
+        let delivery = req.required_header("x-github-delivery")?;
+        let name = req.required_header("x-github-event")?;
         let body = req.json()?;
         let action = body.str("/action");
         let event_type = match action {
@@ -104,14 +103,6 @@ impl Provider for GitHub {
         }
         Ok(event)
     }
-}
-
-/// A delivery header GitHub always sends; absent → `MalformedBody`.
-fn required_header<'a>(req: &'a Request, name: &str) -> Result<&'a str, Rejection> {
-    req.header_str(name)
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| Rejection::MalformedBody(format!("missing {name} header")))
 }
 
 fn resource(body: &Json) -> Option<(&'static str, String)> {

@@ -52,8 +52,8 @@ impl Provider for Shopify {
     }
 
     fn describe_event(req: &Request) -> Result<Event, Rejection> {
-        let id = required_header(req, "x-shopify-webhook-id")?;
-        let topic = required_header(req, "x-shopify-topic")?;
+        let id = req.required_header("x-shopify-webhook-id")?;
+        let topic = req.required_header("x-shopify-topic")?;
         let triggered = req
             .header_str("x-shopify-triggered-at")
             .and_then(|t| decode::rfc3339_seconds(t.trim()));
@@ -69,14 +69,6 @@ impl Provider for Shopify {
         }
         Ok(event)
     }
-}
-
-/// A delivery header Shopify always sends; absent → `MalformedBody`.
-fn required_header<'a>(req: &'a Request, name: &str) -> Result<&'a str, Rejection> {
-    req.header_str(name)
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| Rejection::MalformedBody(format!("missing {name} header")))
 }
 
 hookhost_plugin_sdk::export_provider!(Shopify);

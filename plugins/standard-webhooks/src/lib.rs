@@ -91,7 +91,7 @@ impl Provider for StandardWebhooks {
         let event = Event::new(event_type)
             .maybe_id(id.map(str::trim))
             .occurred_at(body.rfc3339("/timestamp"));
-        with_resource(event, &body, &Json(req.config().clone()))
+        with_resource(event, &body, &req.config_json())
     }
 }
 
