@@ -19,13 +19,7 @@ async fn accepted_then_duplicate_and_the_receipt_is_durable() {
         (200, json!({"status": "duplicate", "event_id": "evt_a"}))
     );
 
-    let receipt = server
-        .app
-        .store
-        .receipt("stripe", "evt_a")
-        .await
-        .expect("query")
-        .expect("stored");
+    let receipt = server.receipt("stripe", "evt_a").await;
     assert_eq!(receipt.state, "pending");
     assert_eq!(receipt.event_type, "customer.updated");
     assert_eq!(receipt.body, body.as_bytes());
@@ -202,23 +196,12 @@ async fn rotation_records_which_secret_matched() {
         )
         .await;
     assert_eq!(status, 200);
-    let store = &server.app.store;
     assert_eq!(
-        store
-            .receipt("stripe", "evt_old_key")
-            .await
-            .expect("q")
-            .expect("row")
-            .secret_index,
+        server.receipt("stripe", "evt_old_key").await.secret_index,
         1
     );
     assert_eq!(
-        store
-            .receipt("stripe", "evt_both_keys")
-            .await
-            .expect("q")
-            .expect("row")
-            .secret_index,
+        server.receipt("stripe", "evt_both_keys").await.secret_index,
         0
     );
 }
@@ -295,11 +278,7 @@ async fn a_conflicting_duplicate_keeps_the_first_evidence() {
         )
     );
     let store = &server.app.store;
-    let kept = store
-        .receipt("stripe", "evt_same")
-        .await
-        .expect("q")
-        .expect("row");
+    let kept = server.receipt("stripe", "evt_same").await;
     assert_eq!(
         kept.body,
         first.as_bytes(),
@@ -345,21 +324,12 @@ async fn the_version_gate_refuses_old_state_and_honours_tombstones() {
         post("evt_late", "customer.updated", 3500).await,
         ignored("stale_version", "evt_late")
     );
-    let store = &server.app.store;
-    let stale = store
-        .receipt("stripe", "evt_late")
-        .await
-        .expect("q")
-        .expect("kept as evidence");
+    let stale = server.receipt("stripe", "evt_late").await;
     assert_eq!(
         (stale.state.as_str(), stale.state_reason.as_deref()),
         ("stale", Some("stale_version"))
     );
-    let pending = store
-        .receipt("stripe", "evt_v3")
-        .await
-        .expect("q")
-        .expect("row");
+    let pending = server.receipt("stripe", "evt_v3").await;
     assert_eq!(
         (pending.state.as_str(), pending.resource_version),
         ("pending", Some(3000))
@@ -441,25 +411,8 @@ async fn standard_webhooks_hmac_and_ed25519_and_svix_headers() {
         ),
     ];
     assert_eq!(server.post("sw", &h, body).await.1["status"], "accepted");
-    let store = &server.app.store;
-    assert_eq!(
-        store
-            .receipt("sw", "msg_1")
-            .await
-            .expect("q")
-            .expect("row")
-            .secret_index,
-        0
-    );
-    assert_eq!(
-        store
-            .receipt("sw", "msg_2")
-            .await
-            .expect("q")
-            .expect("row")
-            .secret_index,
-        1
-    );
+    assert_eq!(server.receipt("sw", "msg_1").await.secret_index, 0);
+    assert_eq!(server.receipt("sw", "msg_2").await.secret_index, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

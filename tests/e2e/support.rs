@@ -73,6 +73,16 @@ impl Server {
         })
     }
 
+    /// The stored receipt for an event; panics when there is none.
+    pub async fn receipt(&self, endpoint: &str, event_id: &str) -> hookhost::store::ReceiptRow {
+        self.app
+            .store
+            .receipt(endpoint, event_id)
+            .await
+            .expect("store query")
+            .unwrap_or_else(|| panic!("no receipt for {endpoint}/{event_id}"))
+    }
+
     pub fn db_path(&self) -> PathBuf {
         self.dir.path().join("hookhost.db")
     }
