@@ -1,0 +1,407 @@
+//! The end-to-end part: the real `hookhost serve` as a child process, and a loopback
+//! load generator of HTTP/1.1 keep-alive connections, one request in flight each.
+
+use anyhow::{Context as _, anyhow, bail};
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::SendRequest;
+use hyper::{Request, StatusCode, header};
+use hyper_util::rt::TokioIo;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+use tokio::task::JoinSet;
+
+/// How long the server may take to answer `GET /healthz` (it compiles plugins first).
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Log lines shown when the server fails to start.
+const LOG_TAIL_LINES: usize = 20;
+
+/// `hookhost` next to this executable (both live in `target/release`), or `explicit`.
+pub fn server_binary(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let path = match explicit {
+        Some(path) => path,
+        None => {
+            let exe = std::env::current_exe().context("cannot locate this executable")?;
+            let dir = exe
+                .parent()
+                .context("this executable has no parent directory")?;
+            dir.join(format!("hookhost{}", std::env::consts::EXE_SUFFIX))
+        }
+    };
+    if !path.is_file() {
+        bail!(
+            "the server binary {} is missing: run `cargo build --release -p hookhost` first",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// The server process. Killed when dropped, so every way out of the benchmark, error
+/// paths included, ends it.
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    /// From spawn to the first answer of `GET /healthz`.
+    pub started_in: Duration,
+    log: PathBuf,
+}
+
+impl Server {
+    /// Write a configuration with one Stripe endpoint into `dir` (the store goes beside
+    /// it), start `binary serve` on a free loopback port and wait until it is healthy.
+    pub async fn start(
+        binary: &Path,
+        dir: &Path,
+        secret: &str,
+        endpoint: &str,
+    ) -> anyhow::Result<Server> {
+        let addr = free_loopback_addr()?;
+        std::fs::write(dir.join("stripe.secret"), secret).context("writing the secret file")?;
+        let config = dir.join("hookhost.toml");
+        let text = format!(
+            "listen = \"{addr}\"\nstore = \"hookhost.db\"\n\n[[endpoint]]\nid = \"{endpoint}\"\n\
+             plugin = \"stripe\"\nsecrets = [\"file:stripe.secret\"]\n"
+        );
+        std::fs::write(&config, text).context("writing the server configuration")?;
+        let log = dir.join("server.log");
+        let stdout = std::fs::File::create(&log).context("creating the server log")?;
+        let stderr = stdout.try_clone().context("sharing the server log")?;
+
+        let started = Instant::now();
+        let child = Command::new(binary)
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .with_context(|| format!("cannot start {}", binary.display()))?;
+        let mut server = Server {
+            child,
+            addr,
+            started_in: Duration::ZERO,
+            log,
+        };
+        loop {
+            if let Some(status) = server.child.try_wait().context("checking on the server")? {
+                bail!(
+                    "the server exited ({status}) before answering GET /healthz; its log ends:\n{}",
+                    server.log_tail()
+                );
+            }
+            if healthy(addr).await {
+                break;
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                bail!(
+                    "the server did not answer GET /healthz within {} s; its log ends:\n{}",
+                    READY_TIMEOUT.as_secs(),
+                    server.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        server.started_in = started.elapsed();
+        Ok(server)
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Already gone is fine; there is nothing more to do on failure.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port nobody listens on right now (the server binds it a moment later).
+fn free_loopback_addr() -> anyhow::Result<SocketAddr> {
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind a loopback port")?;
+    Ok(listener.local_addr()?)
+}
+
+async fn healthy(addr: SocketAddr) -> bool {
+    let attempt = async {
+        let mut sender = connect(addr).await?;
+        let request = Request::get("/healthz")
+            .header(header::HOST, addr.to_string())
+            .body(Full::new(Bytes::new()))?;
+        anyhow::Ok(sender.send_request(request).await?.status() == StatusCode::OK)
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(2), attempt).await,
+        Ok(Ok(true))
+    )
+}
+
+/// One keep-alive HTTP/1.1 connection; its driver runs as its own task.
+async fn connect(addr: SocketAddr) -> anyhow::Result<SendRequest<Full<Bytes>>> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        // Ends when the sender is dropped or the server closes; errors surface on send.
+        let _ = connection.await;
+    });
+    Ok(sender)
+}
+
+/// Where requests go: `POST /webhooks/{endpoint}` on the server.
+#[derive(Debug, Clone)]
+pub struct Target {
+    addr: SocketAddr,
+    host: String,
+    path: String,
+}
+
+impl Target {
+    pub fn new(addr: SocketAddr, endpoint: &str) -> Target {
+        Target {
+            addr,
+            host: addr.to_string(),
+            path: format!("/webhooks/{endpoint}"),
+        }
+    }
+
+    fn request(&self, body: Bytes, signature: &str) -> anyhow::Result<Request<Full<Bytes>>> {
+        Ok(Request::post(&self.path)
+            .header(header::HOST, &self.host)
+            .header(
+                header::USER_AGENT,
+                "Stripe/1.0 (+https://stripe.com/docs/webhooks)",
+            )
+            .header(header::CONTENT_TYPE, "application/json; charset=utf-8")
+            .header("stripe-signature", signature)
+            .body(Full::new(body))?)
+    }
+
+    /// Send one request of `payload` and insist on `200 {"status": expect}`: a bench
+    /// whose own events are refused measures nothing.
+    pub async fn expect_one(&self, payload: &Payload, expect: &str) -> anyhow::Result<()> {
+        let mut sender = connect(self.addr)
+            .await
+            .context("connecting to the server")?;
+        let (body, signature) = payload.next()?;
+        let response = sender.send_request(self.request(body, &signature)?).await?;
+        let status = response.status();
+        let bytes = response.into_body().collect().await?.to_bytes();
+        classify(status, &bytes, expect).map_err(|answer| {
+            anyhow!("the server answered the bench's event with {answer}, not 200 {{\"status\":\"{expect}\"}}")
+        })
+    }
+}
+
+/// What each request sends.
+#[derive(Clone)]
+pub struct Payload(Arc<Kind>);
+
+enum Kind {
+    /// A new event per request: unique event and invoice ids, signed when sent.
+    NewEvents { template: String, next: AtomicU64 },
+    /// One event, with the same id, body and signature every time.
+    SameEvent { body: Bytes, signature: String },
+}
+
+const EVENT_MARK: &str = "@EVENT@";
+const INVOICE_MARK: &str = "@INVOICE@";
+
+impl Payload {
+    pub fn new_events(created: i64) -> Payload {
+        let template = crate::stripe_event(EVENT_MARK, INVOICE_MARK, created);
+        Payload(Arc::new(Kind::NewEvents {
+            template,
+            next: AtomicU64::new(1),
+        }))
+    }
+
+    /// `body`, signed once at `t`.
+    pub fn same_event(body: String, t: i64) -> anyhow::Result<Payload> {
+        let signature = crate::stripe_signature(t, body.as_bytes())?;
+        Ok(Payload(Arc::new(Kind::SameEvent {
+            body: Bytes::from(body),
+            signature,
+        })))
+    }
+
+    fn next(&self) -> anyhow::Result<(Bytes, String)> {
+        match &*self.0 {
+            Kind::NewEvents { template, next } => {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                let body = template
+                    .replace(EVENT_MARK, &crate::event_id(n))
+                    .replace(INVOICE_MARK, &crate::invoice_id(n));
+                let signature = crate::stripe_signature(crate::unix_now(), body.as_bytes())?;
+                Ok((Bytes::from(body), signature))
+            }
+            Kind::SameEvent { body, signature } => Ok((body.clone(), signature.clone())),
+        }
+    }
+}
+
+/// One phase of load: counted answers, their latencies, and everything else.
+#[derive(Debug, Default)]
+pub struct PhaseResult {
+    /// Answers that were `200 {"status": expect}`.
+    pub ok: u64,
+    /// From the first request to the last answer.
+    pub elapsed: Duration,
+    /// Latencies of the counted answers, sorted once the phase ends.
+    latencies: Vec<Duration>,
+    /// Every other answer (status and body without the event id) or transport error.
+    pub errors: BTreeMap<String, u64>,
+}
+
+impl PhaseResult {
+    pub fn rate(&self) -> f64 {
+        self.ok as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+
+    pub fn percentile(&self, q: f64) -> Option<Duration> {
+        crate::quantile(&self.latencies, q)
+    }
+
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+
+    fn error(&mut self, what: String) {
+        *self.errors.entry(what).or_default() += 1;
+    }
+
+    fn merge(&mut self, other: PhaseResult) {
+        self.ok += other.ok;
+        self.latencies.extend(other.latencies);
+        for (what, count) in other.errors {
+            *self.errors.entry(what).or_default() += count;
+        }
+    }
+}
+
+/// `concurrency` connections, each sending `payload` back to back for `duration`.
+pub async fn drive(
+    target: &Target,
+    concurrency: usize,
+    duration: Duration,
+    payload: &Payload,
+    expect: &'static str,
+) -> anyhow::Result<PhaseResult> {
+    // Connect everyone first, so the clock starts with the load.
+    let mut senders = Vec::with_capacity(concurrency);
+    for _ in 0..concurrency {
+        senders.push(
+            connect(target.addr)
+                .await
+                .context("connecting to the server")?,
+        );
+    }
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut workers = JoinSet::new();
+    for sender in senders {
+        workers.spawn(worker(
+            target.clone(),
+            sender,
+            deadline,
+            payload.clone(),
+            expect,
+        ));
+    }
+    let mut result = PhaseResult::default();
+    while let Some(tally) = workers.join_next().await {
+        result.merge(tally.context("a load worker panicked")?);
+    }
+    result.elapsed = started.elapsed();
+    result.latencies.sort_unstable();
+    Ok(result)
+}
+
+async fn worker(
+    target: Target,
+    sender: SendRequest<Full<Bytes>>,
+    deadline: Instant,
+    payload: Payload,
+    expect: &'static str,
+) -> PhaseResult {
+    let mut tally = PhaseResult::default();
+    let mut sender = Some(sender);
+    while Instant::now() < deadline {
+        let connection = match sender.as_mut() {
+            Some(connection) => connection,
+            None => match connect(target.addr).await {
+                Ok(connection) => sender.insert(connection),
+                Err(error) => {
+                    tally.error(format!("connect: {error:#}"));
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        match send(&target, connection, &payload, expect).await {
+            Ok((latency, Ok(()))) => {
+                tally.ok += 1;
+                tally.latencies.push(latency);
+            }
+            Ok((_, Err(answer))) => tally.error(answer),
+            Err(error) => {
+                tally.error(format!("transport: {error:#}"));
+                sender = None; // reconnect
+            }
+        }
+    }
+    tally
+}
+
+/// One request; the latency runs from sending the request to the end of the answer.
+async fn send(
+    target: &Target,
+    sender: &mut SendRequest<Full<Bytes>>,
+    payload: &Payload,
+    expect: &str,
+) -> anyhow::Result<(Duration, Result<(), String>)> {
+    let (body, signature) = payload.next()?;
+    let request = target.request(body, &signature)?;
+    sender.ready().await?;
+    let started = Instant::now();
+    let response = sender.send_request(request).await?;
+    let status = response.status();
+    let bytes = response.into_body().collect().await?.to_bytes();
+    Ok((started.elapsed(), classify(status, &bytes, expect)))
+}
+
+/// `Ok` for `200 {"status": expect}`; otherwise the answer, without the event id so
+/// that equal answers group together.
+fn classify(status: StatusCode, body: &[u8], expect: &str) -> Result<(), String> {
+    let json = serde_json::from_slice::<serde_json::Value>(body).ok();
+    if status == StatusCode::OK
+        && json
+            .as_ref()
+            .and_then(|j| j.get("status"))
+            .and_then(|s| s.as_str())
+            == Some(expect)
+    {
+        return Ok(());
+    }
+    let shown = match json {
+        Some(serde_json::Value::Object(mut fields)) => {
+            fields.remove("event_id");
+            serde_json::Value::Object(fields).to_string()
+        }
+        _ => String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned(),
+    };
+    Err(format!("{} {shown}", status.as_u16()))
+}

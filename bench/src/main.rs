@@ -1,0 +1,624 @@
+//! `cargo run --release -p hookhost-bench`: one table of figures for a ~2 KiB Stripe
+//! event, all measured in the same run on this machine.
+//!
+//! 1. Plugin overhead per request: a fresh wasm session (what `Plugin::session` does per
+//!    request) plus `plan_verification` and `describe_event` on the built-in `stripe`
+//!    plugin; beside it the same parsing done natively by the `stripe` crate, and the
+//!    host's whole verification (`verify::judge`: plugin calls and HMAC).
+//! 2. The disk's single-commit rate (`store::single_commit_rate`), in the directory the
+//!    server's database lives in.
+//! 3. Accepted requests/s end to end: the real `hookhost serve` binary as a separate
+//!    process, driven over loopback HTTP/1.1 keep-alive connections with new, correctly
+//!    signed events at several concurrency levels.
+//! 4. Duplicates: one event POSTed again and again.
+//!
+//! Pass/fail marks compare against the project's targets; the exit code is 0 whatever
+//! they say, and non-zero only when the benchmark itself could not run.
+
+mod load;
+
+use anyhow::{Context as _, anyhow};
+use clap::Parser;
+use hmac::{Hmac, Mac};
+use hookhost::config::EndpointConfig;
+use hookhost::endpoints::Endpoint;
+use hookhost::plugins::{Catalog, PluginLimits};
+use hookhost::verify::{MessageSource, Secret};
+use hookhost_plugin_sdk::Provider as _;
+use hookhost_plugin_sdk::testing::RequestBuilder;
+use load::{Payload, PhaseResult};
+use serde_json::json;
+use sha2::Sha256;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The endpoint's signing secret; the server reads the same value from a file.
+const SECRET: &str = "whsec_hookhost_bench_0123456789abcdef";
+/// The endpoint id (and so the path `/webhooks/stripe`).
+const ENDPOINT: &str = "stripe";
+/// Targets the marks compare against.
+const PLUGIN_MEDIAN_TARGET_US: f64 = 50.0;
+const ACCEPTED_RATIO_TARGET: f64 = 0.8;
+const DUPLICATE_P99_TARGET_MS: f64 = 5.0;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hookhost-bench",
+    about = "Measure hookhost: plugin overhead, disk commit rate, accepted requests/s over loopback"
+)]
+struct Args {
+    /// Timed iterations of each in-process measurement (after a 10% warm-up).
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(100..=1_000_000))]
+    requests: u32,
+    /// Seconds of load per concurrency level, and for the duplicate phase.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=120))]
+    duration_secs: u64,
+    /// Concurrency levels (connections) for new events, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [16u16, 64],
+          value_parser = clap::value_parser!(u16).range(1..=512))]
+    concurrency: Vec<u16>,
+    /// Connections for the duplicate phase.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=512))]
+    duplicate_concurrency: u16,
+    /// Commits for the disk probe (default: about 3 s worth, estimated by a short probe).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(10..=100_000))]
+    commits: Option<u32>,
+    /// Where the temporary store, configuration and server log go (default: the system
+    /// temp directory). The disk probe runs in the same directory as the server's database.
+    #[arg(long)]
+    tmp_dir: Option<PathBuf>,
+    /// The server binary (default: `hookhost` next to this executable).
+    #[arg(long)]
+    server: Option<PathBuf>,
+    /// Keep the temporary directory (server configuration, log and database) afterwards.
+    #[arg(long)]
+    keep_tmp: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("hookhost-bench: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> anyhow::Result<()> {
+    // Find the server first: without it there is nothing to measure end to end.
+    let binary = load::server_binary(args.server.clone())?;
+    let base = args.tmp_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = tempfile::Builder::new()
+        .prefix("hookhost-bench-")
+        .disable_cleanup(args.keep_tmp)
+        .tempdir_in(&base)
+        .with_context(|| format!("cannot create a temporary directory in {}", base.display()))?;
+    // The load generator gets one thread: on a small machine it should not take the
+    // server's cores.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+
+    let created = unix_now();
+    let sample_body = stripe_event(&event_id(0), &invoice_id(0), created);
+    let cpus = std::thread::available_parallelism().map_or(0, usize::from);
+    println!(
+        "hookhost-bench: {}-byte Stripe invoice.paid event, {cpus} CPUs, {} timed iterations, {} s per load level",
+        sample_body.len(),
+        args.requests,
+        args.duration_secs
+    );
+    println!("server binary: {}{}", binary.display(), age(&binary));
+    println!(
+        "temporary dir: {}{}",
+        dir.path().display(),
+        if args.keep_tmp { " (kept)" } else { "" }
+    );
+    let load_at_start = load_average();
+
+    // 1. In process, before the server exists, so nothing competes for the CPU.
+    eprintln!("measuring plugin overhead…");
+    let micro = micro_benchmarks(args.requests, &sample_body, created)?;
+
+    // 2. The disk, in the directory the server's database will live in.
+    eprintln!("measuring the disk's single-commit rate…");
+    let (commit_rate, commits) = runtime.block_on(commit_rate(dir.path(), args.commits))?;
+
+    // 3 and 4. The real server, over loopback.
+    eprintln!("starting {}…", binary.display());
+    let duration = Duration::from_secs(args.duration_secs);
+    let (levels, duplicates, startup) = runtime.block_on(async {
+        let server = load::Server::start(&binary, dir.path(), SECRET, ENDPOINT).await?;
+        let startup = server.started_in;
+        let target = load::Target::new(server.addr, ENDPOINT);
+        let new_events = Payload::new_events(created);
+        target.expect_one(&new_events, "accepted").await?;
+        eprintln!("warming up (1 s at concurrency 16)…");
+        load::drive(&target, 16, Duration::from_secs(1), &new_events, "accepted").await?;
+        let mut levels = Vec::new();
+        for &c in &args.concurrency {
+            eprintln!(
+                "new events at concurrency {c} for {} s…",
+                args.duration_secs
+            );
+            levels.push((
+                c,
+                load::drive(&target, c.into(), duration, &new_events, "accepted").await?,
+            ));
+        }
+        let same = Payload::same_event(
+            stripe_event(
+                "evt_1BenchDuplicate00000000000",
+                "in_1BenchDuplicate0000000000",
+                created,
+            ),
+            unix_now(),
+        )?;
+        target.expect_one(&same, "accepted").await?;
+        let c = args.duplicate_concurrency;
+        eprintln!(
+            "one event repeated at concurrency {c} for {} s…",
+            args.duration_secs
+        );
+        let duplicates = load::drive(&target, c.into(), duration, &same, "duplicate").await?;
+        drop(server); // killed here, before the temporary directory goes
+        anyhow::Ok((levels, (c, duplicates), startup))
+    })?;
+
+    let mut table = Table::default();
+    let plugin_median = micro.plugin.median_us();
+    table.row(
+        "plugin overhead: session + plan + describe (wasm)",
+        format!(
+            "median {:.1} µs, p99 {:.1} µs",
+            plugin_median,
+            micro.plugin.p99_us()
+        ),
+        format!("median < {PLUGIN_MEDIAN_TARGET_US} µs"),
+        Some(plugin_median < PLUGIN_MEDIAN_TARGET_US),
+    );
+    table.row(
+        "  of which session (fresh Store + instance)",
+        format!(
+            "median {:.1} µs, p99 {:.1} µs",
+            micro.session.median_us(),
+            micro.session.p99_us()
+        ),
+        String::new(),
+        None,
+    );
+    table.row(
+        "native plan + describe (stripe rlib)",
+        format!(
+            "median {:.1} µs, p99 {:.1} µs",
+            micro.native.median_us(),
+            micro.native.p99_us()
+        ),
+        String::new(),
+        None,
+    );
+    table.row(
+        "host verify::judge (plugin calls + HMAC)",
+        format!(
+            "median {:.1} µs, p99 {:.1} µs",
+            micro.judge.median_us(),
+            micro.judge.p99_us()
+        ),
+        String::new(),
+        None,
+    );
+    table.row(
+        "disk single-commit rate (SQLite WAL, FULL)",
+        format!("{commit_rate:.0} commits/s ({commits} commits)"),
+        String::new(),
+        None,
+    );
+    for (c, level) in &levels {
+        table.row(
+            &format!("accepted, concurrency {c}"),
+            format!(
+                "{:.0}/s, p50 {}, p99 {}, {} errors",
+                level.rate(),
+                ms(level.percentile(0.50)),
+                ms(level.percentile(0.99)),
+                level.error_count()
+            ),
+            String::new(),
+            None,
+        );
+        let ratio = level.rate() / commit_rate;
+        table.row(
+            &format!("  accepted/s ÷ single-commit rate, c={c}"),
+            format!("{ratio:.2}"),
+            format!("≥ {ACCEPTED_RATIO_TARGET}"),
+            Some(ratio >= ACCEPTED_RATIO_TARGET),
+        );
+    }
+    let (c, dup) = &duplicates;
+    let dup_p99 = dup.percentile(0.99);
+    table.row(
+        &format!("duplicates, concurrency {c}"),
+        format!(
+            "{:.0}/s, p50 {}, p99 {}, {} errors",
+            dup.rate(),
+            ms(dup.percentile(0.50)),
+            ms(dup_p99),
+            dup.error_count()
+        ),
+        format!("p99 < {DUPLICATE_P99_TARGET_MS} ms"),
+        Some(dup_p99.is_some_and(|p| p.as_secs_f64() * 1e3 < DUPLICATE_P99_TARGET_MS)),
+    );
+    println!(
+        "server ready after {:.2} s (plugin compilation included)",
+        startup.as_secs_f64()
+    );
+    if let (Some(start), Some(end)) = (load_at_start, load_average()) {
+        println!(
+            "1-min load average: {start} at start, {end} at end (other work on the machine skews figures)"
+        );
+    }
+    println!();
+    table.print();
+
+    let phases = levels
+        .iter()
+        .map(|(c, r)| (format!("accepted, concurrency {c}"), r))
+        .chain(std::iter::once((
+            format!("duplicates, concurrency {c}"),
+            dup,
+        )));
+    if print_errors(phases) && !args.keep_tmp {
+        println!("(the server's log says why: rerun with --keep-tmp to keep server.log)");
+    }
+    Ok(())
+}
+
+/// The four in-process measurements.
+struct Micro {
+    plugin: Samples,
+    session: Samples,
+    native: Samples,
+    judge: Samples,
+}
+
+fn micro_benchmarks(iterations: u32, body: &str, created: i64) -> anyhow::Result<Micro> {
+    let warmup = (iterations / 10).max(100);
+    let catalog =
+        Catalog::load(None, PluginLimits::default()).context("loading the built-in plugins")?;
+    let plugin = catalog
+        .get("stripe")
+        .context("no built-in `stripe` plugin in this build")?;
+    let signature = stripe_signature(created, body.as_bytes())?;
+    let url = format!("http://127.0.0.1:8080/webhooks/{ENDPOINT}");
+    let headers: Vec<(String, Vec<u8>)> = [
+        ("host", "127.0.0.1:8080".to_string()),
+        (
+            "user-agent",
+            "Stripe/1.0 (+https://stripe.com/docs/webhooks)".to_string(),
+        ),
+        (
+            "content-type",
+            "application/json; charset=utf-8".to_string(),
+        ),
+        ("content-length", body.len().to_string()),
+        ("stripe-signature", signature),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_string(), value.into_bytes()))
+    .collect();
+    let source = MessageSource {
+        method: "POST",
+        url: &url,
+        headers: &headers,
+        body: body.as_bytes(),
+    };
+    let rejected = |what: &str, r: hookhost_plugin_sdk::Rejection| {
+        anyhow!("the stripe plugin rejected the bench's event in {what}: {r:?}")
+    };
+
+    // The plugin: what every request pays for the sandbox.
+    let mut plugin_ns = Vec::with_capacity(iterations as usize);
+    let mut session_ns = Vec::with_capacity(iterations as usize);
+    for i in 0..warmup + iterations {
+        let started = Instant::now();
+        let mut session = plugin.session("{}", &source)?;
+        let instantiated = Instant::now();
+        let plan = session
+            .plan_verification()?
+            .map_err(|r| rejected("plan-verification", r))?;
+        let event = session
+            .describe_event()?
+            .map_err(|r| rejected("describe-event", r))?;
+        drop(session);
+        let done = Instant::now();
+        black_box((plan, event));
+        if i >= warmup {
+            plugin_ns.push(nanos(done - started));
+            session_ns.push(nanos(instantiated - started));
+        }
+    }
+
+    // The same parsing, natively.
+    let mut request = RequestBuilder::post(&url);
+    for (name, value) in &headers {
+        request = request.header(name, value);
+    }
+    let request = request.body(body).build();
+    let native = time_each(warmup, iterations, || {
+        let plan = stripe::Stripe::plan_verification(&request)
+            .map_err(|r| rejected("plan (native)", r))?;
+        let event = stripe::Stripe::describe_event(&request)
+            .map_err(|r| rejected("describe (native)", r))?;
+        black_box((plan, event));
+        Ok(())
+    })?;
+
+    // The host's whole verification, as the ingest route calls it.
+    let endpoint = Endpoint::build(
+        &EndpointConfig {
+            id: ENDPOINT.into(),
+            plugin: "stripe".into(),
+            secrets: vec![Secret::new(SECRET)],
+            tolerance: None,
+            plugin_config: json!({}),
+        },
+        &catalog,
+    )
+    .map_err(|reason| anyhow!("{reason}"))?;
+    let judge = time_each(warmup, iterations, || {
+        let verified = hookhost::verify::judge(&endpoint, &source, created)
+            .context("verify::judge refused the bench's own event")?;
+        black_box(verified);
+        Ok(())
+    })?;
+
+    Ok(Micro {
+        plugin: Samples::new(plugin_ns),
+        session: Samples::new(session_ns),
+        native,
+        judge,
+    })
+}
+
+fn time_each(
+    warmup: u32,
+    iterations: u32,
+    mut call: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<Samples> {
+    let mut ns = Vec::with_capacity(iterations as usize);
+    for i in 0..warmup + iterations {
+        let started = Instant::now();
+        call()?;
+        let elapsed = started.elapsed();
+        if i >= warmup {
+            ns.push(nanos(elapsed));
+        }
+    }
+    Ok(Samples::new(ns))
+}
+
+/// Single commits per second in `dir`: a short probe sizes the run to about 3 s.
+async fn commit_rate(dir: &Path, commits: Option<u32>) -> anyhow::Result<(f64, u32)> {
+    let commits = match commits {
+        Some(n) => n,
+        None => {
+            let probe = hookhost::store::single_commit_rate(&dir.join("commit-probe.db"), 20)
+                .await
+                .context("disk probe")?;
+            (probe * 3.0).clamp(30.0, 10_000.0) as u32
+        }
+    };
+    let rate = hookhost::store::single_commit_rate(&dir.join("commit-rate.db"), commits)
+        .await
+        .context("disk single-commit rate")?;
+    Ok((rate, commits))
+}
+
+/// Timings in nanoseconds, sorted.
+struct Samples(Vec<u64>);
+
+impl Samples {
+    fn new(mut ns: Vec<u64>) -> Samples {
+        ns.sort_unstable();
+        Samples(ns)
+    }
+
+    fn quantile_us(&self, q: f64) -> f64 {
+        quantile(&self.0, q).map_or(f64::NAN, |ns| ns as f64 / 1e3)
+    }
+
+    fn median_us(&self) -> f64 {
+        self.quantile_us(0.50)
+    }
+
+    fn p99_us(&self) -> f64 {
+        self.quantile_us(0.99)
+    }
+}
+
+/// The nearest-rank quantile of sorted values.
+fn quantile<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted.get(rank.clamp(1, sorted.len().max(1)) - 1).copied()
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn ms(d: Option<Duration>) -> String {
+    d.map_or_else(
+        || "n/a".into(),
+        |d| format!("{:.2} ms", d.as_secs_f64() * 1e3),
+    )
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// The 1-minute load average, where the system tells it (Linux).
+fn load_average() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    text.split_whitespace().next().map(str::to_owned)
+}
+
+/// How long ago the binary was built, so a stale server is noticed.
+fn age(path: &Path) -> String {
+    let modified = std::fs::metadata(path).and_then(|m| m.modified());
+    match modified.ok().and_then(|m| m.elapsed().ok()) {
+        Some(age) if age.as_secs() < 120 => format!(" (built {} s ago)", age.as_secs()),
+        Some(age) => format!(" (built {} min ago)", age.as_secs() / 60),
+        None => String::new(),
+    }
+}
+
+/// Stripe-style ids, 24 characters after the prefix like Stripe's own.
+fn event_id(n: u64) -> String {
+    format!("evt_1Bench{n:018}")
+}
+
+fn invoice_id(n: u64) -> String {
+    format!("in_1Bench{n:018}")
+}
+
+/// An `invoice.paid` event of about 2 KiB, shaped like Stripe's.
+fn stripe_event(event_id: &str, invoice_id: &str, created: i64) -> String {
+    let line = |n: u32, amount: u32, description: &str| {
+        json!({
+            "id": format!("il_1Bench{n:018}"),
+            "object": "line_item",
+            "amount": amount,
+            "currency": "usd",
+            "description": description,
+            "discountable": true,
+            "livemode": false,
+            "period": { "start": created - 2_592_000, "end": created },
+            "price": {
+                "id": format!("price_1Bench{n:015}"),
+                "object": "price",
+                "product": "prod_BenchProduct01",
+                "unit_amount": amount,
+                "recurring": { "interval": "month", "interval_count": 1 }
+            },
+            "proration": false,
+            "quantity": 1,
+            "type": "subscription"
+        })
+    };
+    json!({
+        "id": event_id,
+        "object": "event",
+        "api_version": "2024-06-20",
+        "created": created,
+        "type": "invoice.paid",
+        "livemode": false,
+        "pending_webhooks": 1,
+        "request": { "id": null, "idempotency_key": null },
+        "data": {
+            "object": {
+                "id": invoice_id,
+                "object": "invoice",
+                "account_country": "US",
+                "amount_due": 4900,
+                "amount_paid": 4900,
+                "amount_remaining": 0,
+                "billing_reason": "subscription_cycle",
+                "collection_method": "charge_automatically",
+                "currency": "usd",
+                "customer": "cus_BenchCustomer0001",
+                "customer_email": "billing@example.com",
+                "paid": true,
+                "status": "paid",
+                "subscription": "sub_1BenchSubscription000001",
+                "lines": {
+                    "object": "list",
+                    "has_more": false,
+                    "total_count": 3,
+                    "url": format!("/v1/invoices/{invoice_id}/lines"),
+                    "data": [
+                        line(1, 2900, "1 × Pro plan (at $29.00 / month)"),
+                        line(2, 1500, "3 × Extra seat (at $5.00 / month)"),
+                        line(3, 500, "1 × Priority support (at $5.00 / month)"),
+                    ]
+                }
+            }
+        }
+    })
+    .to_string()
+}
+
+/// `t=<t>,v1=<hex HMAC-SHA256(secret, "{t}.{body}")>`.
+fn stripe_signature(t: i64, body: &[u8]) -> anyhow::Result<String> {
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(SECRET.as_bytes())
+        .map_err(|_| anyhow!("HMAC refused the key"))?;
+    mac.update(format!("{t}.").as_bytes());
+    mac.update(body);
+    Ok(format!(
+        "t={t},v1={}",
+        hex::encode(mac.finalize().into_bytes())
+    ))
+}
+
+#[derive(Default)]
+struct Table {
+    rows: Vec<[String; 4]>,
+}
+
+impl Table {
+    fn row(&mut self, name: &str, value: String, target: String, pass: Option<bool>) {
+        let mark = match pass {
+            Some(true) => "PASS",
+            Some(false) => "FAIL",
+            None => "",
+        };
+        self.rows
+            .push([name.to_string(), value, target, mark.to_string()]);
+    }
+
+    fn print(&self) {
+        let header = ["measurement", "result", "target", ""].map(String::from);
+        let mut widths = [0usize; 4];
+        for row in std::iter::once(&header).chain(&self.rows) {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let line = |row: &[String; 4]| {
+            let cells: Vec<String> = row
+                .iter()
+                .zip(widths)
+                .map(|(cell, w)| format!("{cell}{}", " ".repeat(w - cell.chars().count())))
+                .collect();
+            println!("{}", cells.join(" | ").trim_end());
+        };
+        line(&header);
+        println!("{}", widths.map(|w| "-".repeat(w)).join("-|-"));
+        for row in &self.rows {
+            line(row);
+        }
+    }
+}
+
+/// List every answer that was not counted, per phase; `true` if there were any.
+fn print_errors<'a>(phases: impl Iterator<Item = (String, &'a PhaseResult)>) -> bool {
+    let mut any = false;
+    for (name, result) in phases {
+        if result.errors.is_empty() {
+            continue;
+        }
+        any = true;
+        println!("\nnot counted in {name}:");
+        for (what, count) in &result.errors {
+            println!("  {count:>8} × {what}");
+        }
+    }
+    any
+}
