@@ -67,11 +67,6 @@ impl Request {
             })
     }
 
-    /// The endpoint's plugin configuration, for JSON Pointer lookups.
-    pub fn config_json(&self) -> Json {
-        Json(self.config.clone())
-    }
-
     /// The body parsed as JSON; not JSON → `MalformedBody`.
     pub fn json(&self) -> Result<Json, Rejection> {
         Json::parse(&self.body)

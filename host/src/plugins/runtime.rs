@@ -20,6 +20,12 @@ const EPOCH_TICK: Duration = Duration::from_millis(5);
 const STDERR_LOGGED: usize = 2 * 1024;
 /// Largest memory a configuration may grant one plugin call.
 pub const MAX_PLUGIN_MEMORY: usize = 256 * 1024 * 1024;
+/// Instances the pooling allocator keeps ready. A request holds one while its plugin
+/// runs, and each server runs at most as many plugin calls as it has cores at once,
+/// so this covers several servers in one process (the tests) with room to spare.
+/// Reusing slots instead of mapping and unmapping memory per request is what keeps
+/// a fresh instance per request cheap.
+const POOL_INSTANCES: u32 = 128;
 
 /// Per-call bounds on a plugin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,9 +143,27 @@ impl wasmtime_wasi::HostMonotonicClock for ZeroClock {
 fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| {
+        let mut pool = wasmtime::PoolingAllocationConfig::new();
+        pool.total_component_instances(POOL_INSTANCES)
+            .total_core_instances(POOL_INSTANCES * 8)
+            .total_memories(POOL_INSTANCES * 2)
+            .total_tables(POOL_INSTANCES * 8)
+            .max_memory_size(MAX_PLUGIN_MEMORY)
+            // Reset by memset instead of returning pages to the kernel and faulting them
+            // in again: covers a built-in plugin's whole memory (stack, data, heap).
+            .linear_memory_keep_resident(512 * 1024)
+            .table_keep_resident(64 * 1024);
         let mut config = wasmtime::Config::new();
         config.epoch_interruption(true);
         config.wasm_component_model(true);
+        config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+        // Copy data segments in at instantiation (tens of KiB) rather than map them
+        // copy-on-write: with memory kept resident, no page faults per request.
+        config.memory_init_cow(false);
+        // `HOOKHOST_PERF_MAP=1` names plugin functions for `perf` (/tmp/perf-PID.map).
+        if std::env::var_os("HOOKHOST_PERF_MAP").is_some() {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         #[allow(clippy::expect_used)] // a fixed, valid configuration: failure is a build bug
         let engine = Engine::new(&config).expect("wasmtime engine configuration is valid");
         let ticker = engine.weak();
@@ -316,7 +340,9 @@ impl Plugin {
         config_json: &str,
         request: &MessageSource<'a>,
     ) -> Result<Session<'a>, PluginFailure> {
-        let (store, provider) = self.instantiate()?;
+        let (store, provider) = self.instantiate().inspect_err(|failure| {
+            tracing::error!(plugin = self.name(), %failure, "plugin instance could not start");
+        })?;
         let head = Head {
             method: request.method.to_owned(),
             url: request.url.to_owned(),

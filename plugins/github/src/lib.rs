@@ -88,7 +88,7 @@ impl Provider for GitHub {
         let body = req.json()?;
         let action = body.str("/action");
         let event_type = match action {
-            Some(action) => format!("{name}.{action}"),
+            Some(ref action) => format!("{name}.{action}"),
             None => name.to_owned(),
         };
         let mut event = Event::new(event_type).id(delivery);
@@ -96,7 +96,7 @@ impl Provider for GitHub {
             event = event
                 .resource(kind, id)
                 .version(body.rfc3339_millis(&format!("/{kind}/updated_at")))
-                .deleted(action == Some("deleted"));
+                .deleted(action.as_deref() == Some("deleted"));
         }
         if name == "ping" {
             event = event.ignore("ping");

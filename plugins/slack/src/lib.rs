@@ -61,14 +61,14 @@ impl Provider for Slack {
 fn events_api(req: &Request) -> Result<Event, Rejection> {
     let body = req.json()?;
     let outer = body.required_str("/type")?;
-    let event_type = match (outer, body.str("/event/type")) {
-        ("event_callback", Some(inner)) => inner,
-        _ => outer,
+    let event_type = match (outer.as_ref(), body.str("/event/type")) {
+        ("event_callback", Some(inner)) => inner.into_owned(),
+        _ => outer.to_string(),
     };
     let event = Event::new(event_type)
         .maybe_id(body.str("/event_id"))
         .occurred_at(body.i64("/event_time"));
-    Ok(match outer {
+    Ok(match outer.as_ref() {
         "url_verification" => event.ignore("url_verification"),
         _ => event,
     })

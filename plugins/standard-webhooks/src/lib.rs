@@ -23,10 +23,12 @@
 //!
 //! A type ending in `.deleted` marks the resource deleted.
 
+use hookhost_plugin_sdk::serde_json::Value;
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, Json, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection,
     Request, decode,
 };
+use std::borrow::Cow;
 
 pub struct StandardWebhooks;
 
@@ -87,11 +89,11 @@ impl Provider for StandardWebhooks {
     fn describe_event(req: &Request) -> Result<Event, Rejection> {
         let id = req.header_str(&format!("{}-id", header_prefix(req)));
         let body = req.json()?;
-        let event_type = body.str("/type").unwrap_or("unknown");
+        let event_type = body.str("/type").unwrap_or(Cow::Borrowed("unknown"));
         let event = Event::new(event_type)
             .maybe_id(id.map(str::trim))
             .occurred_at(body.rfc3339("/timestamp"));
-        with_resource(event, &body, &req.config_json())
+        with_resource(event, &body, req.config())
     }
 }
 
@@ -105,7 +107,7 @@ fn header_prefix(req: &Request) -> &'static str {
 }
 
 /// Adds the resource the plugin configuration points at, when it resolves.
-fn with_resource(event: Event, body: &Json, config: &Json) -> Result<Event, Rejection> {
+fn with_resource(event: Event, body: &Json, config: &Value) -> Result<Event, Rejection> {
     let id_pointer = config_pointer(config, "resource_id_pointer")?;
     let kind = config_str(config, "resource_kind")?;
     let version_pointer = config_pointer(config, "version_pointer")?;
@@ -121,8 +123,8 @@ fn with_resource(event: Event, body: &Json, config: &Json) -> Result<Event, Reje
         .deleted(event_type.ends_with(".deleted")))
 }
 
-fn config_str<'a>(config: &'a Json, key: &str) -> Result<Option<&'a str>, Rejection> {
-    match config.get(&format!("/{key}")) {
+fn config_str<'a>(config: &'a Value, key: &str) -> Result<Option<&'a str>, Rejection> {
+    match config.get(key) {
         None => Ok(None),
         Some(value) => value.as_str().map(Some).ok_or_else(|| {
             Rejection::Unsupported(format!("plugin configuration {key} must be a string"))
@@ -130,7 +132,7 @@ fn config_str<'a>(config: &'a Json, key: &str) -> Result<Option<&'a str>, Reject
     }
 }
 
-fn config_pointer<'a>(config: &'a Json, key: &str) -> Result<Option<&'a str>, Rejection> {
+fn config_pointer<'a>(config: &'a Value, key: &str) -> Result<Option<&'a str>, Rejection> {
     match config_str(config, key)? {
         Some(p) if !p.is_empty() && !p.starts_with('/') => Err(Rejection::Unsupported(format!(
             "plugin configuration {key} must be a JSON Pointer starting with /"
@@ -148,8 +150,8 @@ mod tests {
 
     const URL: &str = "https://hooks.example.com/webhooks/standard";
 
-    fn config(text: &str) -> Json {
-        Json::parse(text.as_bytes()).expect("config JSON")
+    fn config(text: &str) -> Value {
+        hookhost_plugin_sdk::serde_json::from_str(text).expect("config JSON")
     }
 
     #[test]
@@ -226,11 +228,11 @@ mod tests {
     fn event_maps_type_timestamp_and_configured_resource() {
         let body = r#"{"type":"contact.deleted","timestamp":"2022-11-03T20:26:10.344522Z",
                        "data":{"id":"c_1","updatedAt":"2022-11-03T20:26:10.5Z","rev":7}}"#;
-        let req = |config: Json| {
+        let req = |config: Value| {
             RequestBuilder::post(URL)
                 .header("webhook-id", "msg_1")
                 .body(body)
-                .config(config.0)
+                .config(config)
                 .build()
         };
         let plain = StandardWebhooks::describe_event(&req(config("{}"))).expect("event");

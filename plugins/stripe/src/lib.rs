@@ -55,7 +55,7 @@ impl Provider for Stripe {
         let id = body.required_str("/id")?;
         let event_type = body.required_str("/type")?;
         let created = body.i64("/created");
-        let mut event = Event::new(event_type).id(id).occurred_at(created);
+        let mut event = Event::new(event_type.as_ref()).id(id).occurred_at(created);
         if let (Some(kind), Some(object_id)) =
             (body.str("/data/object/object"), body.str("/data/object/id"))
         {
