@@ -59,9 +59,10 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_values_t = [16u16, 64],
           value_parser = clap::value_parser!(u16).range(1..=512))]
     concurrency: Vec<u16>,
-    /// Connections for the duplicate phase.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=512))]
-    duplicate_concurrency: u16,
+    /// Concurrency levels for the duplicate phase, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1u16, 16, 64],
+          value_parser = clap::value_parser!(u16).range(1..=512))]
+    duplicate_concurrency: Vec<u16>,
     /// Commits for the disk probe (default: about 3 s worth, estimated by a short probe).
     #[arg(long, value_parser = clap::value_parser!(u32).range(10..=100_000))]
     commits: Option<u32>,
@@ -160,14 +161,19 @@ fn run(args: &Args) -> anyhow::Result<()> {
             unix_now(),
         )?;
         target.expect_one(&same, "accepted").await?;
-        let c = args.duplicate_concurrency;
-        eprintln!(
-            "one event repeated at concurrency {c} for {} s…",
-            args.duration_secs
-        );
-        let duplicates = load::drive(&target, c.into(), duration, &same, "duplicate").await?;
+        let mut duplicates = Vec::new();
+        for &c in &args.duplicate_concurrency {
+            eprintln!(
+                "one event repeated at concurrency {c} for {} s…",
+                args.duration_secs
+            );
+            duplicates.push((
+                c,
+                load::drive(&target, c.into(), duration, &same, "duplicate").await?,
+            ));
+        }
         drop(server); // killed here, before the temporary directory goes
-        anyhow::Ok((levels, (c, duplicates), startup))
+        anyhow::Ok((levels, duplicates, startup))
     })?;
 
     let mut table = Table::default();
@@ -239,20 +245,21 @@ fn run(args: &Args) -> anyhow::Result<()> {
             Some(ratio >= ACCEPTED_RATIO_TARGET),
         );
     }
-    let (c, dup) = &duplicates;
-    let dup_p99 = dup.percentile(0.99);
-    table.row(
-        &format!("duplicates, concurrency {c}"),
-        format!(
-            "{:.0}/s, p50 {}, p99 {}, {} errors",
-            dup.rate(),
-            ms(dup.percentile(0.50)),
-            ms(dup_p99),
-            dup.error_count()
-        ),
-        format!("p99 < {DUPLICATE_P99_TARGET_MS} ms"),
-        Some(dup_p99.is_some_and(|p| p.as_secs_f64() * 1e3 < DUPLICATE_P99_TARGET_MS)),
-    );
+    for (c, dup) in &duplicates {
+        let dup_p99 = dup.percentile(0.99);
+        table.row(
+            &format!("duplicates, concurrency {c}"),
+            format!(
+                "{:.0}/s, p50 {}, p99 {}, {} errors",
+                dup.rate(),
+                ms(dup.percentile(0.50)),
+                ms(dup_p99),
+                dup.error_count()
+            ),
+            format!("p99 < {DUPLICATE_P99_TARGET_MS} ms"),
+            Some(dup_p99.is_some_and(|p| p.as_secs_f64() * 1e3 < DUPLICATE_P99_TARGET_MS)),
+        );
+    }
     println!(
         "server ready after {:.2} s (plugin compilation included)",
         startup.as_secs_f64()
@@ -268,10 +275,11 @@ fn run(args: &Args) -> anyhow::Result<()> {
     let phases = levels
         .iter()
         .map(|(c, r)| (format!("accepted, concurrency {c}"), r))
-        .chain(std::iter::once((
-            format!("duplicates, concurrency {c}"),
-            dup,
-        )));
+        .chain(
+            duplicates
+                .iter()
+                .map(|(c, r)| (format!("duplicates, concurrency {c}"), r)),
+        );
     if print_errors(phases) && !args.keep_tmp {
         println!("(the server's log says why: rerun with --keep-tmp to keep server.log)");
     }

@@ -55,6 +55,9 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
         store,
         public_url: config.public_url.clone(),
         max_body_bytes: config.limits.max_body_bytes,
+        plugin_slots: tokio::sync::Semaphore::new(
+            std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
+        ),
     }))
 }
 

@@ -66,7 +66,13 @@ async fn handle(
 
     // 3–6. Plugin plans; host checks every candidate against every key in constant
     // time; timestamp window; plugin describes the event.
+    let slot = app
+        .plugin_slots
+        .acquire()
+        .await
+        .map_err(|_| IngestError::PluginFailed)?;
     let verified = off_the_reactor(|| verify::judge(&endpoint, &request, received_at_ms / 1000))?;
+    drop(slot);
     tracing::debug!(event_id = %verified.event_id, event_type = %verified.event.event_type, "verified");
 
     // 7–8. One transaction: receipt, dedupe, version gate, inbox. 2xx only after commit.

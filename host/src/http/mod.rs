@@ -22,6 +22,10 @@ pub struct App {
     pub store: Store,
     pub public_url: String,
     pub max_body_bytes: usize,
+    /// Plugin calls running at once. As many as cores: the time limit is measured on
+    /// the wall clock, so a call must not wait for a core while it runs; requests
+    /// beyond this wait here, before their plugin starts.
+    pub plugin_slots: tokio::sync::Semaphore,
 }
 
 pub fn router(app: Arc<App>) -> Router {
