@@ -71,3 +71,9 @@ macro_rules! export_provider {
         };
     };
 }
+
+/// The README's code blocks compile as doctests: what it tells a plugin author to
+/// write is checked by `cargo test`.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

@@ -172,3 +172,83 @@ fn serve_refuses_a_bad_config_naming_file_key_and_reason() {
         "{stderr}"
     );
 }
+
+#[test]
+fn serve_runs_logs_plugin_stderr_capped_and_stops_cleanly_on_sigterm() {
+    use crate::support::{guest, guest_headers, now, stripe_event, stripe_headers};
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::create_dir(dir.path().join("plugins")).expect("mkdir");
+    std::fs::copy(guest("hostile"), dir.path().join("plugins/hostile.wasm")).expect("copy");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let config = dir.path().join("hookhost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\nplugins_dir = \"plugins\"\n\
+             [[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"file:stripe.secret\"]\n\
+             [[endpoint]]\nid = \"noisy\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n[endpoint.config]\nmode = \"stderr\"\n"
+        ),
+    )
+    .expect("config");
+    std::fs::write(dir.path().join("stripe.secret"), "whsec_from_file\n").expect("secret");
+    let child = Command::new(env!("CARGO_BIN_EXE_hookhost"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    runtime.block_on(async {
+        // Up to 30 s for start-up (plugin compilation); polls, does not sleep blindly.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            assert!(std::time::Instant::now() < deadline, "server did not start");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let t = now();
+        let body = stripe_event("evt_bin", "invoice.paid", "in_9", t);
+        let headers = stripe_headers(&["whsec_from_file"], t, &body);
+        let (status, answer) =
+            crate::support::request(addr, "POST", "/webhooks/stripe", &headers, body.into()).await;
+        assert_eq!(
+            (status, answer["status"].as_str()),
+            (200, Some("accepted")),
+            "{answer}"
+        );
+        let (status, _) = crate::support::request(
+            addr,
+            "POST",
+            "/webhooks/noisy",
+            &guest_headers("s", "n1", b"{}"),
+            "{}".into(),
+        )
+        .await;
+        assert_eq!(status, 200);
+    });
+
+    let pid = child.id().to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let out = child.wait_with_output().expect("wait");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}\n{log}", out.status);
+    assert!(log.contains("shutting down"), "{log}");
+    // The plugin's stderr reached the log, capped at 2 KiB (it wrote ~300 KiB).
+    let line = log
+        .lines()
+        .find(|l| l.contains("plugin wrote to stderr"))
+        .expect("stderr logged");
+    assert!(line.contains("hostile guest writes to stderr"), "{line}");
+    assert!(line.len() < 4 * 1024, "{} bytes", line.len());
+    assert!(!log.contains("whsec_from_file"), "a secret reached the log");
+    assert!(dir.path().join("hookhost.db").is_file());
+}
