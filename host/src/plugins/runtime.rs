@@ -156,7 +156,6 @@ fn engine() -> &'static Engine {
         let mut config = wasmtime::Config::new();
         config.epoch_interruption(true);
         config.wasm_component_model(true);
-        config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
         // Copy data segments in at instantiation (tens of KiB) rather than map them
         // copy-on-write: with memory kept resident, no page faults per request.
         config.memory_init_cow(false);
@@ -164,9 +163,24 @@ fn engine() -> &'static Engine {
         if std::env::var_os("HOOKHOST_PERF_MAP").is_some() {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }
+        let mut on_demand = config.clone();
+        // Reserve only what a plugin may use (explicit bounds checks instead of 4 GiB
+        // guard regions), so the fallback fits a tight address-space limit.
+        on_demand
+            .memory_reservation(MAX_PLUGIN_MEMORY as u64)
+            .memory_guard_size(64 * 1024);
+        config.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+        // The pool reserves its address space up front; where that is refused (a tight
+        // `ulimit -v`), instances are allocated per request instead: slower, same limits.
+        let engine = Engine::new(&config).or_else(|error| {
+            tracing::warn!(%error, "instance pool unavailable; allocating plugin instances on demand");
+            Engine::new(&on_demand)
+        });
         #[allow(clippy::expect_used)] // a fixed, valid configuration: failure is a build bug
-        let engine = Engine::new(&config).expect("wasmtime engine configuration is valid");
+        let engine = engine.expect("wasmtime engine configuration is valid");
         let ticker = engine.weak();
+        // Without the ticker no plugin call could ever time out: refuse to run at all.
+        #[allow(clippy::expect_used)] // start-up only; the process cannot enforce limits
         std::thread::Builder::new()
             .name("hookhost-epoch".into())
             .spawn(move || {
@@ -176,8 +190,7 @@ fn engine() -> &'static Engine {
                     std::thread::sleep(EPOCH_TICK);
                 }
             })
-            .map(drop)
-            .unwrap_or_else(|e| tracing::error!("cannot start the plugin epoch ticker: {e}"));
+            .expect("start the plugin epoch ticker thread");
         engine
     })
 }
