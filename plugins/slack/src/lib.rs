@@ -42,7 +42,13 @@ impl Provider for Slack {
         let signature = decode::hex(decode::strip_prefix(header, "v0=")?)?;
         let timestamp = decode::unix_seconds(req.signature_header("x-slack-request-timestamp")?)?;
         Ok(Plan {
-            message: vec![Part::Text(format!("v0:{timestamp}:")), Part::Body],
+            // The header's exact bytes are what Slack signed, not a re-formatted number.
+            message: vec![
+                Part::Text("v0:".into()),
+                Part::Header("x-slack-request-timestamp".into()),
+                Part::Text(":".into()),
+                Part::Body,
+            ],
             candidates: vec![Candidate::new(Algorithm::HmacSha256, signature)],
             timestamp: Some(timestamp),
             message_id: None,
@@ -110,7 +116,12 @@ mod tests {
         let plan = Slack::plan_verification(&req).expect("plan");
         assert_eq!(
             plan.message,
-            vec![Part::Text("v0:1531420618:".into()), Part::Body]
+            vec![
+                Part::Text("v0:".into()),
+                Part::Header("x-slack-request-timestamp".into()),
+                Part::Text(":".into()),
+                Part::Body
+            ]
         );
         assert_eq!(plan.timestamp, Some(1_531_420_618));
         assert_eq!(

@@ -32,18 +32,19 @@ impl Provider for Stripe {
         let mut candidates = Vec::new();
         for (key, value) in decode::key_values(header, ',') {
             match key {
-                "t" => timestamp = Some(decode::unix_seconds(value)?),
+                "t" => timestamp = Some((value, decode::unix_seconds(value)?)),
                 "v1" => candidates.push(Candidate::new(Algorithm::HmacSha256, decode::hex(value)?)),
                 _ => {} // v0 (test mode) and future schemes are not trusted
             }
         }
-        let timestamp = timestamp
+        let (signed_t, timestamp) = timestamp
             .ok_or_else(|| Rejection::MalformedSignature("stripe-signature has no t=".into()))?;
         if candidates.is_empty() {
             return Err(Rejection::MissingSignature("stripe-signature v1".into()));
         }
         Ok(Plan {
-            message: vec![Part::Text(format!("{timestamp}.")), Part::Body],
+            // `t` exactly as sent is what Stripe signed.
+            message: vec![Part::Text(format!("{signed_t}.")), Part::Body],
             candidates,
             timestamp: Some(timestamp),
             message_id: None,
