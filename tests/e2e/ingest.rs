@@ -82,9 +82,8 @@ async fn every_rejection_row_of_the_status_table() {
         server.post("stripe", &[], body.clone()).await,
         bad("missing_signature")
     );
-    let wrong = stripe_headers(&["whsec_wrong"], t, &body);
     assert_eq!(
-        server.post("stripe", &wrong, body.clone()).await,
+        server.post_stripe(&["whsec_wrong"], t, &body).await,
         bad("invalid_signature")
     );
     let mut tampered = body.clone().into_bytes();
@@ -93,17 +92,14 @@ async fn every_rejection_row_of_the_status_table() {
         server.post("stripe", &signed, tampered).await,
         bad("invalid_signature")
     );
-    let not_json = "not json";
-    let signed_text = stripe_headers(&[STRIPE_SECRET], t, not_json);
     assert_eq!(
-        server.post("stripe", &signed_text, not_json).await,
+        server.post_stripe(&[STRIPE_SECRET], t, "not json").await,
         bad("malformed_body")
     );
     // Timestamp window, both directions, even though the MAC matches.
     for skew in [-301, 301] {
-        let h = stripe_headers(&[STRIPE_SECRET], t + skew, &body);
         assert_eq!(
-            server.post("stripe", &h, body.clone()).await,
+            server.post_stripe(&[STRIPE_SECRET], t + skew, &body).await,
             bad("timestamp_outside_window"),
             "skew {skew}"
         );
@@ -178,22 +174,12 @@ async fn rotation_records_which_secret_matched() {
     let server = Server::start(&stripe_config("")).await;
     let t = now();
     let old = stripe_event("evt_old_key", "customer.updated", "cus_r1", t);
-    let (status, _) = server
-        .post(
-            "stripe",
-            &stripe_headers(&[STRIPE_OLD_SECRET], t, &old),
-            old.clone(),
-        )
-        .await;
+    let (status, _) = server.post_stripe(&[STRIPE_OLD_SECRET], t, &old).await;
     assert_eq!(status, 200);
     // A sender mid-rotation signs with both secrets; the current one is recorded.
     let both = stripe_event("evt_both_keys", "customer.updated", "cus_r2", t);
     let (status, _) = server
-        .post(
-            "stripe",
-            &stripe_headers(&["whsec_unknown", STRIPE_SECRET], t, &both),
-            both.clone(),
-        )
+        .post_stripe(&["whsec_unknown", STRIPE_SECRET], t, &both)
         .await;
     assert_eq!(status, 200);
     assert_eq!(
@@ -255,21 +241,9 @@ async fn a_conflicting_duplicate_keeps_the_first_evidence() {
     let t = now();
     let first = stripe_event("evt_same", "customer.updated", "cus_c", t);
     let second = stripe_event("evt_same", "customer.updated", "cus_OTHER", t);
-    let (s1, _) = server
-        .post(
-            "stripe",
-            &stripe_headers(&[STRIPE_SECRET], t, &first),
-            first.clone(),
-        )
-        .await;
+    let (s1, _) = server.post_stripe(&[STRIPE_SECRET], t, &first).await;
     assert_eq!(s1, 200);
-    let answer = server
-        .post(
-            "stripe",
-            &stripe_headers(&[STRIPE_SECRET], t, &second),
-            second.clone(),
-        )
-        .await;
+    let answer = server.post_stripe(&[STRIPE_SECRET], t, &second).await;
     assert_eq!(
         answer,
         (
@@ -294,9 +268,8 @@ async fn the_version_gate_refuses_old_state_and_honours_tombstones() {
     let t = now();
     let post = |id: &str, kind: &str, created: i64| {
         let body = stripe_event(id, kind, "cus_v", created);
-        let headers = stripe_headers(&[STRIPE_SECRET], t, &body);
         let server = &server;
-        async move { server.post("stripe", &headers, body).await }
+        async move { server.post_stripe(&[STRIPE_SECRET], t, &body).await }
     };
     let ignored = |reason: &str, id: &str| (200, json!({"ignored": reason, "event_id": id}));
     assert_eq!(
@@ -336,13 +309,7 @@ async fn the_version_gate_refuses_old_state_and_honours_tombstones() {
     );
     // Other resources are not affected.
     let other = stripe_event("evt_other", "customer.updated", "cus_other", 1);
-    let (status, answer) = server
-        .post(
-            "stripe",
-            &stripe_headers(&[STRIPE_SECRET], t, &other),
-            other,
-        )
-        .await;
+    let (status, answer) = server.post_stripe(&[STRIPE_SECRET], t, &other).await;
     assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")));
 }
 
@@ -429,11 +396,7 @@ async fn the_readme_demo_config_serves_a_signed_event() {
     let t = now();
     let body = stripe_event("evt_demo", "invoice.paid", "in_1", t);
     let answer = server
-        .post(
-            "stripe",
-            &stripe_headers(&["whsec_demo_stripe_secret"], t, &body),
-            body,
-        )
+        .post_stripe(&["whsec_demo_stripe_secret"], t, &body)
         .await;
     assert_eq!(
         answer,

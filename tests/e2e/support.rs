@@ -104,6 +104,12 @@ impl Server {
         .await
     }
 
+    /// POST a Stripe event signed with `secrets` at `t` to the `stripe` endpoint.
+    pub async fn post_stripe(&self, secrets: &[&str], t: i64, body: &str) -> (u16, Value) {
+        self.post("stripe", &stripe_headers(secrets, t, body), body.to_owned())
+            .await
+    }
+
     /// Shut down gracefully; hands back the temp dir so the store can be reopened.
     pub async fn stop(mut self) -> tempfile::TempDir {
         if let Some(tx) = self.shutdown.take() {
