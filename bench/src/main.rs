@@ -374,6 +374,7 @@ fn micro_benchmarks(iterations: u32, body: &str, created: i64) -> anyhow::Result
             secrets: vec![Secret::new(SECRET)],
             tolerance: None,
             plugin_config: json!({}),
+            ..Default::default()
         },
         &catalog,
     )

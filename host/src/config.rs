@@ -25,6 +25,7 @@ pub struct Config {
     pub plugins_dir: Option<PathBuf>,
     pub limits: Limits,
     pub endpoints: Vec<EndpointConfig>,
+    pub delivery: DeliveryConfig,
     /// Keys whose secrets were given literally, for a warning at start.
     pub literal_secrets: Vec<String>,
 }
@@ -40,7 +41,7 @@ pub struct Limits {
     pub plugin: PluginLimits,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct EndpointConfig {
     pub id: String,
     pub plugin: String,
@@ -50,6 +51,48 @@ pub struct EndpointConfig {
     pub tolerance: Option<u32>,
     /// The plugin configuration table, as JSON.
     pub plugin_config: serde_json::Value,
+    /// Where accepted events go; none keeps them pending in the inbox.
+    pub destination: Option<DestinationConfig>,
+    /// Delay before each delivery attempt; after the last, the event is a dead letter.
+    pub retry_schedule: Vec<Duration>,
+}
+
+/// The default retry schedule: immediately, 30 s, 2 min, 10 min, 1 h, 6 h, 24 h.
+pub const DEFAULT_RETRY_SCHEDULE_SECONDS: [u64; 7] = [0, 30, 120, 600, 3600, 21_600, 86_400];
+
+/// An HTTP destination: the user's own service.
+#[derive(Debug, Clone)]
+pub struct DestinationConfig {
+    /// `http://host:port/path`.
+    pub url: String,
+    /// Signs deliveries (Standard Webhooks, `whsec_` + base64 key).
+    pub secret: Secret,
+    pub connect_timeout: Duration,
+    pub timeout: Duration,
+}
+
+/// The worker pool.
+#[derive(Debug, Clone, Copy)]
+pub struct DeliveryConfig {
+    /// Deliveries in flight at once.
+    pub workers: usize,
+    /// How long a leased event belongs to its worker; after that another may take it.
+    pub lease: Duration,
+    /// How often idle workers look for due events.
+    pub poll: Duration,
+    /// How long shutdown waits for deliveries in flight.
+    pub grace: Duration,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        Self {
+            workers: 8,
+            lease: Duration::from_secs(60),
+            poll: Duration::from_millis(200),
+            grace: Duration::from_secs(10),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +123,26 @@ struct RawConfig {
     limits: RawLimits,
     #[serde(default)]
     endpoint: Vec<RawEndpoint>,
+    #[serde(default)]
+    delivery: RawDelivery,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawDelivery {
+    workers: Option<usize>,
+    lease_seconds: Option<u64>,
+    poll_ms: Option<u64>,
+    grace_seconds: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDestination {
+    url: String,
+    secret: String,
+    connect_timeout_ms: Option<u64>,
+    timeout_ms: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -100,6 +163,8 @@ struct RawEndpoint {
     tolerance: Option<u32>,
     #[serde(default)]
     config: Option<toml::Table>,
+    destination: Option<RawDestination>,
+    retry_schedule_seconds: Option<Vec<u64>>,
 }
 
 impl Config {
@@ -218,6 +283,26 @@ impl Config {
 
         let mut endpoints = Vec::new();
         let mut literal_secrets = Vec::new();
+        let mut resolve_secret = |source: &str, skey: &str| -> Result<Secret, ConfigError> {
+            let value = if let Some(name) = source.strip_prefix("env:") {
+                env(name).ok_or_else(|| {
+                    invalid(skey, format!("environment variable {name} is not set"))
+                })?
+            } else if let Some(file) = source.strip_prefix("file:") {
+                let file = beside(Path::new(file));
+                std::fs::read_to_string(&file)
+                    .map_err(|err| invalid(skey, format!("cannot read {}: {err}", file.display())))?
+                    .trim_end_matches(['\r', '\n'])
+                    .to_string()
+            } else {
+                literal_secrets.push(skey.to_string());
+                source.to_string()
+            };
+            if value.is_empty() {
+                return Err(invalid(skey, "the secret is empty".into()));
+            }
+            Ok(Secret::new(value))
+        };
         for (i, e) in raw.endpoint.into_iter().enumerate() {
             let key = format!("endpoint[{i}] (id {:?})", e.id);
             if e.id.is_empty()
@@ -246,26 +331,39 @@ impl Config {
             let mut secrets = Vec::new();
             for (j, source) in e.secrets.iter().enumerate() {
                 let skey = format!("{key}.secrets[{j}]");
-                let value = if let Some(name) = source.strip_prefix("env:") {
-                    env(name).ok_or_else(|| {
-                        invalid(&skey, format!("environment variable {name} is not set"))
-                    })?
-                } else if let Some(file) = source.strip_prefix("file:") {
-                    let file = beside(Path::new(file));
-                    std::fs::read_to_string(&file)
-                        .map_err(|err| {
-                            invalid(&skey, format!("cannot read {}: {err}", file.display()))
-                        })?
-                        .trim_end_matches(['\r', '\n'])
-                        .to_string()
-                } else {
-                    literal_secrets.push(skey.clone());
-                    source.clone()
-                };
-                if value.is_empty() {
-                    return Err(invalid(&skey, "the secret is empty".into()));
+                secrets.push(resolve_secret(source, &skey)?);
+            }
+            let destination = match e.destination {
+                None => None,
+                Some(d) => {
+                    let dkey = format!("{key}.destination");
+                    if !d.url.starts_with("http://") {
+                        return Err(invalid(
+                            &format!("{dkey}.url"),
+                            format!(
+                                "{:?}: only http:// destinations are supported by this build",
+                                d.url
+                            ),
+                        ));
+                    }
+                    Some(DestinationConfig {
+                        url: d.url,
+                        secret: resolve_secret(&d.secret, &format!("{dkey}.secret"))?,
+                        connect_timeout: Duration::from_millis(
+                            d.connect_timeout_ms.unwrap_or(2_000),
+                        ),
+                        timeout: Duration::from_millis(d.timeout_ms.unwrap_or(15_000)),
+                    })
                 }
-                secrets.push(Secret::new(value));
+            };
+            let schedule = e
+                .retry_schedule_seconds
+                .unwrap_or_else(|| DEFAULT_RETRY_SCHEDULE_SECONDS.to_vec());
+            if schedule.is_empty() {
+                return Err(invalid(
+                    &format!("{key}.retry_schedule_seconds"),
+                    "at least one attempt".into(),
+                ));
             }
             let plugin_config = serde_json::to_value(e.config.unwrap_or_default())
                 .map_err(|err| invalid(&format!("{key}.config"), err.to_string()))?;
@@ -275,7 +373,31 @@ impl Config {
                 secrets,
                 tolerance: e.tolerance,
                 plugin_config,
+                destination,
+                retry_schedule: schedule.into_iter().map(Duration::from_secs).collect(),
             });
+        }
+        let defaults = DeliveryConfig::default();
+        let delivery = DeliveryConfig {
+            workers: raw.delivery.workers.unwrap_or(defaults.workers),
+            lease: raw
+                .delivery
+                .lease_seconds
+                .map_or(defaults.lease, Duration::from_secs),
+            poll: raw
+                .delivery
+                .poll_ms
+                .map_or(defaults.poll, Duration::from_millis),
+            grace: raw
+                .delivery
+                .grace_seconds
+                .map_or(defaults.grace, Duration::from_secs),
+        };
+        if delivery.workers == 0 || delivery.lease.is_zero() || delivery.poll.is_zero() {
+            return Err(invalid(
+                "delivery",
+                "workers, lease_seconds and poll_ms must be greater than 0".into(),
+            ));
         }
         Ok(Config {
             path: path.to_path_buf(),
@@ -288,6 +410,7 @@ impl Config {
                 plugin,
             },
             endpoints,
+            delivery,
             literal_secrets,
         })
     }

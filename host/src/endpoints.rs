@@ -7,8 +7,10 @@
 use crate::config::EndpointConfig;
 use crate::plugins::{Catalog, Plugin};
 use crate::verify::{Key, decode_key};
+use crate::worker::{Destination, HttpDestination};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 /// One configured endpoint, ready to judge requests.
 #[derive(Debug)]
@@ -21,6 +23,10 @@ pub struct Endpoint {
     pub tolerance_seconds: Option<u32>,
     /// The plugin configuration, serialised once as JSON.
     pub plugin_config: String,
+    /// Where accepted events go; none keeps them pending.
+    pub destination: Option<Arc<dyn Destination>>,
+    /// Delay before each delivery attempt (see `worker::next_step`).
+    pub retry_schedule: Vec<Duration>,
 }
 
 impl Endpoint {
@@ -60,12 +66,21 @@ impl Endpoint {
             (Some(t), Some(_)) => Some(t),
             (None, default) => default,
         };
+        let destination = match &config.destination {
+            None => None,
+            Some(d) => Some(
+                Arc::new(HttpDestination::new(d).map_err(|e| format!("{at}: {e}"))?)
+                    as Arc<dyn Destination>,
+            ),
+        };
         Ok(Endpoint {
             id: config.id.clone(),
             plugin,
             keys,
             tolerance_seconds,
             plugin_config: config.plugin_config.to_string(),
+            destination,
+            retry_schedule: config.retry_schedule.clone(),
         })
     }
 }
@@ -89,6 +104,18 @@ impl Registry {
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         map.get(id).cloned()
+    }
+
+    /// Ids of the endpoints that deliver somewhere.
+    pub fn with_destinations(&self) -> Vec<String> {
+        let map = self
+            .current
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        map.values()
+            .filter(|e| e.destination.is_some())
+            .map(|e| e.id.clone())
+            .collect()
     }
 
     /// Swap in a new set of endpoints; requests in flight keep the one they resolved.

@@ -8,7 +8,8 @@
 //! status codes.
 //!
 //! One folder per stage of the request path: [`http`] → [`verify`] (asking
-//! [`plugins`]) → [`store`]. [`run`] wires them together; `main.rs` and the tests call
+//! [`plugins`]) → [`store`]; after the commit, [`worker`] delivers. [`run`] wires them
+//! together; `main.rs` and the tests call
 //! the same function.
 
 pub mod cli;
@@ -19,6 +20,7 @@ pub mod plugins;
 pub mod store;
 pub mod vectors;
 pub mod verify;
+pub mod worker;
 
 use anyhow::Context as _;
 use config::{Config, StoreConfig};
@@ -55,6 +57,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
         store,
         public_url: config.public_url.clone(),
         max_body_bytes: config.limits.max_body_bytes,
+        delivery: config.delivery,
         plugin_slots: tokio::sync::Semaphore::new(
             std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
         ),
@@ -80,9 +83,18 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "hookhost listening");
-    axum::serve(listener, http::router(app.clone()))
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let workers = worker::spawn(app.clone(), app.delivery, stopped);
+    // On shutdown: stop accepting and stop leasing together; requests in flight finish,
+    // deliveries in flight get the grace period; then the store is flushed and closed.
+    let served = axum::serve(listener, http::router(app.clone()))
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        })
+        .await;
+    let _ = workers.await;
     app.store.close().await;
+    served?;
     Ok(())
 }

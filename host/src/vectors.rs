@@ -237,6 +237,7 @@ fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
         secrets: vector.secrets.iter().map(Secret::new).collect(),
         tolerance: vector.tolerance_seconds,
         plugin_config: vector.plugin_config.clone().unwrap_or_else(|| json!({})),
+        ..Default::default()
     };
     let endpoint = match Endpoint::build_with(&config, plugin.clone()) {
         Ok(e) => e,

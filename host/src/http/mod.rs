@@ -26,6 +26,8 @@ pub struct App {
     /// the wall clock, so a call must not wait for a core while it runs; requests
     /// beyond this wait here, before their plugin starts.
     pub plugin_slots: tokio::sync::Semaphore,
+    /// The worker pool's settings.
+    pub delivery: crate::config::DeliveryConfig,
 }
 
 pub fn router(app: Arc<App>) -> Router {

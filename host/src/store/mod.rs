@@ -6,8 +6,11 @@
 //! `synchronous=FULL`). A failed transaction answers `Unavailable` to every request in
 //! it. Never sees a secret or a plugin.
 
+mod delivery;
 mod sqlite;
 mod writer;
+
+pub use delivery::{AttemptRecord, Leased, Next};
 
 pub use sqlite::{ReceiptRow, Store, single_commit_rate};
 

@@ -25,13 +25,17 @@ pub struct ReceiptRow {
     pub body: Vec<u8>,
     pub headers: String,
     pub resource_version: Option<i64>,
+    pub attempts: i64,
+    pub last_error: Option<String>,
 }
 
 /// Handle to the store; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Store {
     writer: Writer,
-    readers: SqlitePool,
+    pub(super) readers: SqlitePool,
+    /// The worker pool's writes (leases, attempts); one connection.
+    pub(super) worker: SqlitePool,
 }
 
 impl Store {
@@ -47,6 +51,10 @@ impl Store {
             .disable_statement_logging();
         let mut conn = options.connect().await?;
         sqlx::migrate!("./migrations/sqlite").run(&mut conn).await?;
+        let worker = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await?;
         let readers = SqlitePoolOptions::new()
             .max_connections(READERS)
             .connect_with(options.read_only(true))
@@ -54,6 +62,7 @@ impl Store {
         Ok(Store {
             writer: writer::spawn(conn),
             readers,
+            worker,
         })
     }
 
@@ -85,7 +94,8 @@ impl Store {
         event_id: &str,
     ) -> Result<Option<ReceiptRow>, StoreError> {
         let row = sqlx::query(
-            "SELECT event_id, state, state_reason, event_type, secret_index, body, headers, resource_version
+            "SELECT event_id, state, state_reason, event_type, secret_index, body, headers, resource_version,
+                    attempts, last_error
              FROM receipts WHERE endpoint = ? AND event_id = ?",
         )
         .bind(endpoint)
@@ -101,6 +111,8 @@ impl Store {
             body: r.get(5),
             headers: r.get(6),
             resource_version: r.get(7),
+            attempts: r.get(8),
+            last_error: r.get(9),
         }))
     }
 
@@ -127,6 +139,7 @@ impl Store {
     /// Close connections (the writer finishes its queue first).
     pub async fn close(&self) {
         self.writer.close().await;
+        self.worker.close().await;
         self.readers.close().await;
     }
 }

@@ -1,0 +1,180 @@
+//! The worker pool's side of the store: leasing due receipts and recording attempts.
+
+use super::{Store, StoreError};
+use sqlx::{Connection, Row};
+use std::time::Duration;
+
+/// Longest error text kept per attempt.
+const ERROR_CAP: usize = 1024;
+
+/// A receipt leased for delivery.
+#[derive(Debug, Clone)]
+pub struct Leased {
+    pub endpoint: String,
+    pub event_id: String,
+    pub body: Vec<u8>,
+    /// `[name, value]` pairs as stored with the receipt.
+    pub headers: Vec<(String, String)>,
+    pub event_type: String,
+    pub plugin: String,
+    pub resource_kind: Option<String>,
+    pub resource_id: Option<String>,
+    pub resource_version: Option<i64>,
+    /// Attempts made before this one.
+    pub attempts: u32,
+}
+
+/// One attempt, as recorded.
+#[derive(Debug, Clone)]
+pub struct AttemptRecord {
+    pub started_at_ms: i64,
+    pub ended_at_ms: i64,
+    pub status: Option<u16>,
+    pub error: Option<String>,
+}
+
+/// What happens to the receipt after an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    Delivered,
+    /// Try again when the clock passes this (unix ms).
+    RetryAt(i64),
+    /// The schedule is exhausted.
+    Dead,
+    /// The destination refused it permanently (4xx).
+    Quarantined,
+}
+
+impl Store {
+    /// Lease up to `limit` due receipts of `endpoints` for `owner`, until `now + lease`.
+    /// A lease that expired (its worker died) makes the receipt due again.
+    pub async fn lease_due(
+        &self,
+        owner: &str,
+        endpoints: &[String],
+        now_ms: i64,
+        lease: Duration,
+        limit: u32,
+    ) -> Result<Vec<Leased>, StoreError> {
+        let until = now_ms.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX));
+        let endpoints = serde_json::to_string(endpoints).unwrap_or_else(|_| "[]".into());
+        let rows = sqlx::query(
+            "UPDATE receipts SET lease_owner = ?1, lease_expires_at_ms = ?2
+             WHERE rowid IN (
+                SELECT rowid FROM receipts
+                WHERE state = 'pending' AND next_attempt_at_ms <= ?3
+                  AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?3)
+                  AND endpoint IN (SELECT value FROM json_each(?4))
+                ORDER BY next_attempt_at_ms, received_at_ms
+                LIMIT ?5)
+             RETURNING endpoint, event_id, body, headers, event_type, plugin,
+                       resource_kind, resource_id, resource_version, attempts",
+        )
+        .bind(owner)
+        .bind(until)
+        .bind(now_ms)
+        .bind(endpoints)
+        .bind(i64::from(limit))
+        .fetch_all(&self.worker)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| Leased {
+                endpoint: r.get(0),
+                event_id: r.get(1),
+                body: r.get(2),
+                headers: serde_json::from_str(r.get::<&str, _>(3)).unwrap_or_default(),
+                event_type: r.get(4),
+                plugin: r.get(5),
+                resource_kind: r.get(6),
+                resource_id: r.get(7),
+                resource_version: r.get(8),
+                attempts: u32::try_from(r.get::<i64, _>(9)).unwrap_or(0),
+            })
+            .collect())
+    }
+
+    /// Record an attempt and move the receipt on, if `owner` still holds its lease
+    /// (a worker whose lease expired records its attempt but changes nothing else).
+    pub async fn finish_attempt(
+        &self,
+        leased: &Leased,
+        owner: &str,
+        attempt: &AttemptRecord,
+        next: &Next,
+    ) -> Result<(), StoreError> {
+        let error = attempt.error.as_deref().map(cap);
+        let number = i64::from(leased.attempts) + 1;
+        let (state, next_at, delivered_at) = match next {
+            Next::Delivered => ("delivered", 0, Some(attempt.ended_at_ms)),
+            Next::RetryAt(at) => ("pending", *at, None),
+            Next::Dead => ("dead", 0, None),
+            Next::Quarantined => ("quarantined", 0, None),
+        };
+        let mut conn = self.worker.acquire().await?;
+        let mut tx = conn.begin().await?;
+        sqlx::query(
+            "INSERT INTO attempts (endpoint, event_id, attempt, started_at_ms, ended_at_ms, status, error)
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&leased.endpoint)
+        .bind(&leased.event_id)
+        .bind(number)
+        .bind(attempt.started_at_ms)
+        .bind(attempt.ended_at_ms)
+        .bind(attempt.status.map(i64::from))
+        .bind(&error)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE receipts SET attempts = ?, state = ?, next_attempt_at_ms = ?, last_error = ?,
+                delivered_at_ms = ?, lease_owner = NULL, lease_expires_at_ms = NULL
+             WHERE endpoint = ? AND event_id = ? AND lease_owner = ?",
+        )
+        .bind(number)
+        .bind(state)
+        .bind(next_at)
+        .bind(&error)
+        .bind(delivered_at)
+        .bind(&leased.endpoint)
+        .bind(&leased.event_id)
+        .bind(owner)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Give back every lease `owner` holds (graceful shutdown), due at once.
+    pub async fn release_leases(&self, owner: &str) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "UPDATE receipts SET lease_owner = NULL, lease_expires_at_ms = NULL WHERE lease_owner = ?",
+        )
+        .bind(owner)
+        .execute(&self.worker)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Attempts recorded for one event: (number, status, error), in order.
+    pub async fn attempts(
+        &self,
+        endpoint: &str,
+        event_id: &str,
+    ) -> Result<Vec<(i64, Option<i64>, Option<String>)>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT attempt, status, error FROM attempts WHERE endpoint = ? AND event_id = ? ORDER BY id",
+        )
+        .bind(endpoint)
+        .bind(event_id)
+        .fetch_all(&self.readers)
+        .await?)
+    }
+}
+
+fn cap(text: &str) -> String {
+    match text.char_indices().nth(ERROR_CAP) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}

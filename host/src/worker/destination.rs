@@ -1,0 +1,271 @@
+//! Where events go: a small trait, and the HTTP destination.
+//!
+//! The HTTP destination POSTs the original raw body with its original content type,
+//! signed by hookhost per the Standard Webhooks scheme with the destination's own
+//! secret, so the user's service verifies one scheme whatever the provider.
+
+use crate::config::DestinationConfig;
+use crate::store::Leased;
+use crate::verify::{Key, decode_key};
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use hookhost_plugin_sdk::KeyFormat;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Bytes;
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// What one attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// 2xx.
+    Delivered(u16),
+    /// Worth trying again: 429, 5xx, timeouts, connection errors.
+    Retry {
+        status: Option<u16>,
+        error: String,
+        /// The destination's `Retry-After`, when it sent one in seconds.
+        retry_after: Option<Duration>,
+    },
+    /// Will never succeed as sent: other 4xx, redirects.
+    Permanent { status: u16, error: String },
+}
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A place events are delivered to. Brokers can sit beside HTTP behind this.
+pub trait Destination: Send + Sync + fmt::Debug {
+    /// `endpoint` and `provider` name where the event came from.
+    fn deliver<'a>(
+        &'a self,
+        endpoint: &'a str,
+        provider: &'a str,
+        event: &'a Leased,
+    ) -> BoxFuture<'a, Answer>;
+}
+
+/// Response bodies are drained (to keep the connection clean) up to this, then dropped.
+const RESPONSE_DRAIN_CAP: usize = 64 * 1024;
+
+pub struct HttpDestination {
+    uri: hyper::Uri,
+    address: String,
+    key: Vec<u8>,
+    connect_timeout: Duration,
+    timeout: Duration,
+}
+
+impl fmt::Debug for HttpDestination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpDestination")
+            .field("uri", &self.uri)
+            .field("key", &"[redacted]")
+            .finish()
+    }
+}
+
+impl HttpDestination {
+    pub fn new(config: &DestinationConfig) -> Result<HttpDestination, String> {
+        let uri: hyper::Uri = config
+            .url
+            .parse()
+            .map_err(|e| format!("destination url: {e}"))?;
+        let host = uri.host().ok_or("destination url: no host")?.to_string();
+        let port = uri.port_u16().unwrap_or(80);
+        let key = match decode_key(
+            &config.secret,
+            &[KeyFormat::Base64AfterPrefix("whsec_".into())],
+        ) {
+            Ok(Key::Hmac(key)) => key,
+            Ok(Key::Ed25519(_)) => return Err("destination secret: not an HMAC key".into()),
+            Err(e) => {
+                return Err(format!(
+                    "destination secret: {e} (expected whsec_ + base64)"
+                ));
+            }
+        };
+        Ok(HttpDestination {
+            uri,
+            address: format!("{host}:{port}"),
+            key,
+            connect_timeout: config.connect_timeout,
+            timeout: config.timeout,
+        })
+    }
+
+    fn request(
+        &self,
+        endpoint: &str,
+        provider: &str,
+        event: &Leased,
+    ) -> Result<hyper::Request<Full<Bytes>>, String> {
+        let timestamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).map_err(|e| e.to_string())?;
+        mac.update(format!("{}.{timestamp}.", event.event_id).as_bytes());
+        mac.update(&event.body);
+        let signature =
+            base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+        let content_type = event
+            .headers
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case("content-type"))
+            .map_or("application/octet-stream", |(_, value)| value.as_str());
+        let path = self.uri.path_and_query().map_or("/", |p| p.as_str());
+        let mut request = hyper::Request::post(path)
+            .header(
+                "host",
+                self.uri
+                    .authority()
+                    .map_or(self.address.as_str(), |a| a.as_str()),
+            )
+            .header("content-type", content_type)
+            .header("webhook-id", &event.event_id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", format!("v1,{signature}"))
+            .header(
+                "idempotency-key",
+                idempotency_key(endpoint, &event.event_id),
+            )
+            .header("hookhost-endpoint", endpoint)
+            .header("hookhost-provider", provider)
+            .header("hookhost-event-type", &event.event_type);
+        if let (Some(kind), Some(id)) = (&event.resource_kind, &event.resource_id) {
+            request = request.header("hookhost-resource", format!("{kind}/{id}"));
+        }
+        if let Some(version) = event.resource_version {
+            request = request.header("hookhost-resource-version", version.to_string());
+        }
+        request
+            .body(Full::new(Bytes::from(event.body.clone())))
+            .map_err(|e| format!("cannot build the request: {e}"))
+    }
+
+    async fn send(&self, request: hyper::Request<Full<Bytes>>) -> Answer {
+        let retry = |error: String| Answer::Retry {
+            status: None,
+            error,
+            retry_after: None,
+        };
+        let stream = match tokio::time::timeout(
+            self.connect_timeout,
+            tokio::net::TcpStream::connect(&self.address),
+        )
+        .await
+        {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return retry(format!("connect {}: {e}", self.address)),
+            Err(_) => return retry(format!("connect {}: timed out", self.address)),
+        };
+        let (mut sender, connection) =
+            match hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await
+            {
+                Ok(pair) => pair,
+                Err(e) => return retry(format!("handshake: {e}")),
+            };
+        tokio::spawn(connection);
+        let response = match sender.send_request(request).await {
+            Ok(response) => response,
+            Err(e) => return retry(format!("request: {e}")),
+        };
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let _ = Limited::new(response.into_body(), RESPONSE_DRAIN_CAP)
+            .collect()
+            .await;
+        classify(status, retry_after)
+    }
+}
+
+impl Destination for HttpDestination {
+    fn deliver<'a>(
+        &'a self,
+        endpoint: &'a str,
+        provider: &'a str,
+        event: &'a Leased,
+    ) -> BoxFuture<'a, Answer> {
+        Box::pin(async move {
+            let request = match self.request(endpoint, provider, event) {
+                Ok(request) => request,
+                Err(error) => return Answer::Permanent { status: 0, error },
+            };
+            match tokio::time::timeout(self.timeout, self.send(request)).await {
+                Ok(answer) => answer,
+                Err(_) => Answer::Retry {
+                    status: None,
+                    error: format!("no answer within {:?}", self.timeout),
+                    retry_after: None,
+                },
+            }
+        })
+    }
+}
+
+/// The status-code contract with the destination.
+pub fn classify(status: u16, retry_after: Option<Duration>) -> Answer {
+    match status {
+        200..=299 => Answer::Delivered(status),
+        429 | 500..=599 => Answer::Retry {
+            status: Some(status),
+            error: format!("HTTP {status}"),
+            retry_after,
+        },
+        _ => Answer::Permanent {
+            status,
+            error: format!("HTTP {status}"),
+        },
+    }
+}
+
+/// Stable per event: the same endpoint and provider event id always give the same key,
+/// across retries, replays and restarts.
+pub fn idempotency_key(endpoint: &str, event_id: &str) -> String {
+    let mut hash = Sha256::new();
+    hash.update(endpoint.as_bytes());
+    hash.update([0]);
+    hash.update(event_id.as_bytes());
+    hex::encode(hash.finalize())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_codes_map_to_retry_permanent_or_delivered() {
+        assert_eq!(classify(204, None), Answer::Delivered(204));
+        for status in [429, 500, 502, 503, 504] {
+            assert!(
+                matches!(classify(status, None), Answer::Retry { .. }),
+                "{status}"
+            );
+        }
+        for status in [301, 400, 401, 403, 404, 410, 422] {
+            assert!(
+                matches!(classify(status, None), Answer::Permanent { .. }),
+                "{status}"
+            );
+        }
+        let with_after = classify(429, Some(Duration::from_secs(3)));
+        assert!(
+            matches!(with_after, Answer::Retry { retry_after: Some(d), .. } if d == Duration::from_secs(3))
+        );
+    }
+
+    #[test]
+    fn idempotency_keys_are_stable_and_distinct() {
+        assert_eq!(idempotency_key("a", "e1"), idempotency_key("a", "e1"));
+        assert_ne!(idempotency_key("a", "e1"), idempotency_key("b", "e1"));
+        // The separator keeps ("ab", "c") and ("a", "bc") apart.
+        assert_ne!(idempotency_key("ab", "c"), idempotency_key("a", "bc"));
+    }
+}

@@ -1,0 +1,240 @@
+//! The worker pool: delivers accepted events to each endpoint's destination.
+//!
+//! Owns leasing (with an expiry, so a crashed worker's events are leased again),
+//! the retry schedule, and the move to dead letters and quarantine. Every attempt is
+//! recorded; nothing is ever deleted here. Never answers a sender and never sees a
+//! provider secret (only the destination's own signing key).
+
+mod destination;
+
+pub use destination::{Answer, Destination, HttpDestination, classify, idempotency_key};
+
+use crate::config::DeliveryConfig;
+use crate::endpoints::Endpoint;
+use crate::http::App;
+use crate::store::{AttemptRecord, Leased, Next};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// A destination's `Retry-After` is honoured up to this.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+/// Retry delays are spread by up to this fraction, so a burst of failures does not
+/// come back as a burst.
+const JITTER: f64 = 0.1;
+
+/// Start the pool; it stops leasing when `stop` turns true, waits up to the grace
+/// period for deliveries in flight, and gives back what it still holds.
+pub fn spawn(
+    app: Arc<App>,
+    config: DeliveryConfig,
+    stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(run(app, config, stop))
+}
+
+async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bool>) {
+    let owner = format!("{}-{}", std::process::id(), now_ms());
+    let mut in_flight = JoinSet::new();
+    loop {
+        while in_flight.try_join_next().is_some() {}
+        if *stop.borrow() {
+            break;
+        }
+        let free = config.workers.saturating_sub(in_flight.len());
+        let mut leased = 0;
+        let endpoints = app.endpoints.with_destinations();
+        if free > 0 && !endpoints.is_empty() {
+            let limit = u32::try_from(free).unwrap_or(u32::MAX);
+            match app
+                .store
+                .lease_due(&owner, &endpoints, now_ms(), config.lease, limit)
+                .await
+            {
+                Ok(batch) => {
+                    leased = batch.len();
+                    for event in batch {
+                        let Some(endpoint) = app.endpoints.get(&event.endpoint) else {
+                            continue;
+                        };
+                        in_flight.spawn(deliver(app.clone(), endpoint, event, owner.clone()));
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "cannot lease events; retrying"),
+            }
+        }
+        if leased == 0 {
+            tokio::select! {
+                _ = tokio::time::sleep(config.poll) => {}
+                _ = stop.changed() => {}
+                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+            }
+        }
+    }
+    let drained = tokio::time::timeout(config.grace, async {
+        while in_flight.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            abandoned = in_flight.len(),
+            "grace period over; releasing deliveries in flight"
+        );
+        in_flight.abort_all();
+    }
+    match app.store.release_leases(&owner).await {
+        Ok(0) => {}
+        Ok(released) => tracing::info!(released, "leases given back"),
+        Err(error) => tracing::warn!(%error, "leases not given back; they expire"),
+    }
+}
+
+async fn deliver(app: Arc<App>, endpoint: Arc<Endpoint>, event: Leased, owner: String) {
+    let Some(destination) = &endpoint.destination else {
+        return;
+    };
+    let started_at_ms = now_ms();
+    let answer = destination
+        .deliver(&endpoint.id, endpoint.plugin.name(), &event)
+        .await;
+    let ended_at_ms = now_ms();
+    let attempt = event.attempts + 1;
+    let next = next_step(
+        &answer,
+        attempt,
+        &endpoint.retry_schedule,
+        ended_at_ms,
+        &event.event_id,
+    );
+    let (status, error) = match &answer {
+        Answer::Delivered(status) => (Some(*status), None),
+        Answer::Retry { status, error, .. } => (*status, Some(error.clone())),
+        Answer::Permanent { status, error } => {
+            (Some(*status).filter(|s| *s != 0), Some(error.clone()))
+        }
+    };
+    tracing::info!(
+        endpoint = %endpoint.id, event_id = %event.event_id, event_type = %event.event_type,
+        attempt, status, ?next, "delivery attempt"
+    );
+    let record = AttemptRecord {
+        started_at_ms,
+        ended_at_ms,
+        status,
+        error,
+    };
+    if let Err(error) = app
+        .store
+        .finish_attempt(&event, &owner, &record, &next)
+        .await
+    {
+        // The lease expires and the event is delivered again: at least once, never lost.
+        tracing::error!(%error, event_id = %event.event_id, "attempt not recorded");
+    }
+}
+
+/// After attempt number `attempt` (1-based) came back as `answer`: delivered, retry at
+/// a time from the schedule (`schedule[attempt]`, with jitter, or the destination's
+/// capped `Retry-After` when later), dead when the schedule is spent, or quarantined.
+pub fn next_step(
+    answer: &Answer,
+    attempt: u32,
+    schedule: &[Duration],
+    now_ms: i64,
+    event_id: &str,
+) -> Next {
+    match answer {
+        Answer::Delivered(_) => Next::Delivered,
+        Answer::Permanent { .. } => Next::Quarantined,
+        Answer::Retry { retry_after, .. } => {
+            let Some(base) = schedule.get(attempt as usize) else {
+                return Next::Dead;
+            };
+            let spread = base.mul_f64(JITTER * jitter_unit(event_id, attempt));
+            let mut delay = *base + spread;
+            if let Some(after) = retry_after {
+                delay = delay.max((*after).min(MAX_RETRY_AFTER));
+            }
+            Next::RetryAt(
+                now_ms.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
+            )
+        }
+    }
+}
+
+/// A number in [0, 1) fixed by the event and attempt: jitter without a random source.
+fn jitter_unit(event_id: &str, attempt: u32) -> f64 {
+    let digest = Sha256::new()
+        .chain_update(event_id.as_bytes())
+        .chain_update(attempt.to_le_bytes())
+        .finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    (u64::from_le_bytes(first) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn retry(after: Option<u64>) -> Answer {
+        Answer::Retry {
+            status: Some(503),
+            error: "HTTP 503".into(),
+            retry_after: after.map(Duration::from_secs),
+        }
+    }
+
+    #[test]
+    fn the_schedule_then_dead_letter() {
+        let schedule: Vec<Duration> = [0, 30, 120].into_iter().map(Duration::from_secs).collect();
+        // After attempt 1, wait schedule[1] = 30 s (+ up to 10 %).
+        let Next::RetryAt(at) = next_step(&retry(None), 1, &schedule, 1_000, "e") else {
+            panic!("retry")
+        };
+        assert!((31_000..=34_000).contains(&at), "{at}");
+        let Next::RetryAt(at) = next_step(&retry(None), 2, &schedule, 0, "e") else {
+            panic!("retry")
+        };
+        assert!((120_000..=132_000).contains(&at), "{at}");
+        assert_eq!(next_step(&retry(None), 3, &schedule, 0, "e"), Next::Dead);
+    }
+
+    #[test]
+    fn retry_after_is_honoured_and_capped_and_outcomes_map() {
+        let schedule = vec![Duration::ZERO, Duration::ZERO];
+        assert_eq!(
+            next_step(&retry(Some(5)), 1, &schedule, 0, "e"),
+            Next::RetryAt(5_000)
+        );
+        assert_eq!(
+            next_step(&retry(Some(86_400)), 1, &schedule, 0, "e"),
+            Next::RetryAt(3_600_000)
+        );
+        assert_eq!(
+            next_step(&Answer::Delivered(200), 1, &schedule, 0, "e"),
+            Next::Delivered
+        );
+        let refused = Answer::Permanent {
+            status: 404,
+            error: "HTTP 404".into(),
+        };
+        assert_eq!(next_step(&refused, 1, &schedule, 0, "e"), Next::Quarantined);
+    }
+
+    #[test]
+    fn jitter_is_spread_and_stable() {
+        let a = jitter_unit("evt_1", 1);
+        assert_eq!(a, jitter_unit("evt_1", 1));
+        assert_ne!(a, jitter_unit("evt_1", 2));
+        assert!((0.0..1.0).contains(&a));
+    }
+}

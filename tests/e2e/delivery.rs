@@ -1,0 +1,272 @@
+//! Delivery to a real downstream server on loopback: retries, quarantine, dead
+//! letters, Retry-After, the destination's signature, and leases that expire.
+
+use crate::support::*;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use hookhost::store::ReceiptRow;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const DESTINATION_KEY: &[u8] = b"destination signing key 32 bytes";
+
+/// One request the downstream received.
+#[derive(Debug, Clone)]
+struct Received {
+    at: Instant,
+    headers: HeaderMap,
+    body: Vec<u8>,
+}
+
+/// Scripted answers: status and optional `Retry-After` seconds, in order.
+type Script = HashMap<String, VecDeque<(u16, Option<u64>)>>;
+
+/// A downstream whose answers are scripted per `webhook-id` (then 200).
+#[derive(Clone, Default)]
+struct Downstream {
+    script: Arc<Mutex<Script>>,
+    received: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Downstream {
+    async fn start() -> (Downstream, u16) {
+        let downstream = Downstream::default();
+        let app = axum::Router::new()
+            .route("/hook", axum::routing::post(answer))
+            .with_state(downstream.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (downstream, port)
+    }
+
+    fn script(&self, event_id: &str, answers: &[(u16, Option<u64>)]) {
+        let mut script = self.script.lock().expect("lock");
+        script.insert(event_id.to_string(), answers.iter().copied().collect());
+    }
+
+    fn received(&self, event_id: &str) -> Vec<Received> {
+        let received = self.received.lock().expect("lock");
+        received
+            .iter()
+            .filter(|r| r.headers.get("webhook-id").is_some_and(|v| v == event_id))
+            .cloned()
+            .collect()
+    }
+}
+
+async fn answer(
+    State(downstream): State<Downstream>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> (StatusCode, HeaderMap) {
+    let id = headers
+        .get("webhook-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    downstream.received.lock().expect("lock").push(Received {
+        at: Instant::now(),
+        headers,
+        body: body.to_vec(),
+    });
+    let next = downstream
+        .script
+        .lock()
+        .expect("lock")
+        .get_mut(&id)
+        .and_then(VecDeque::pop_front);
+    let (status, retry_after) = next.unwrap_or((200, None));
+    let mut reply = HeaderMap::new();
+    if let Some(seconds) = retry_after {
+        reply.insert("retry-after", seconds.to_string().parse().expect("header"));
+    }
+    (StatusCode::from_u16(status).expect("status"), reply)
+}
+
+async fn start(port: u16, schedule: &str) -> Server {
+    Server::start(&format!(
+        "[delivery]\nworkers = 4\npoll_ms = 20\nlease_seconds = 30\n\
+         [[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\"]\n\
+         retry_schedule_seconds = {schedule}\n\
+         [endpoint.destination]\nurl = \"http://127.0.0.1:{port}/hook\"\nsecret = \"whsec_{}\"\n",
+        b64(DESTINATION_KEY)
+    ))
+    .await
+}
+
+async fn accept(server: &Server, id: &str) -> String {
+    let t = now();
+    let body = stripe_event(id, "customer.updated", &format!("cus_{id}"), t);
+    let (status, answer) = server.post_stripe(&[STRIPE_SECRET], t, &body).await;
+    assert_eq!(
+        (status, answer["status"].as_str()),
+        (200, Some("accepted")),
+        "{answer}"
+    );
+    body
+}
+
+/// Poll the store until the receipt reaches `state` (20 s at most).
+async fn settled(server: &Server, id: &str, state: &str) -> ReceiptRow {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let row = server.receipt("stripe", id).await;
+        if row.state == state {
+            return row;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{id} stuck in {} (wanted {state}): {row:?}",
+            row.state
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_are_retried_and_every_attempt_carries_the_same_identity() {
+    let (downstream, port) = Downstream::start().await;
+    let server = start(port, "[0, 0, 0]").await;
+    downstream.script("evt_flaky", &[(503, None), (503, None)]);
+    let body = accept(&server, "evt_flaky").await;
+
+    let row = settled(&server, "evt_flaky", "delivered").await;
+    assert_eq!(row.attempts, 3);
+    let attempts = server
+        .app
+        .store
+        .attempts("stripe", "evt_flaky")
+        .await
+        .expect("attempts");
+    let statuses: Vec<Option<i64>> = attempts.iter().map(|a| a.1).collect();
+    assert_eq!(statuses, vec![Some(503), Some(503), Some(200)]);
+
+    let seen = downstream.received("evt_flaky");
+    assert_eq!(seen.len(), 3);
+    let key = seen[0]
+        .headers
+        .get("idempotency-key")
+        .expect("idempotency-key")
+        .clone();
+    for request in &seen {
+        let h = &request.headers;
+        assert_eq!(request.body, body.as_bytes(), "the original raw body");
+        assert_eq!(h.get("idempotency-key"), Some(&key));
+        assert_eq!(
+            h.get("content-type").expect("content type"),
+            "application/json"
+        );
+        assert_eq!(h.get("hookhost-endpoint").expect("endpoint"), "stripe");
+        assert_eq!(h.get("hookhost-provider").expect("provider"), "stripe");
+        assert_eq!(
+            h.get("hookhost-event-type").expect("type"),
+            "customer.updated"
+        );
+        assert_eq!(
+            h.get("hookhost-resource").expect("resource"),
+            "customer/cus_evt_flaky"
+        );
+        // Standard Webhooks, with the destination's own key.
+        let ts = h
+            .get("webhook-timestamp")
+            .and_then(|v| v.to_str().ok())
+            .expect("timestamp");
+        let signed = format!("evt_flaky.{ts}.");
+        let expected = b64(&hmac_sha256(
+            DESTINATION_KEY,
+            &[signed.as_bytes(), &request.body],
+        ));
+        assert_eq!(
+            h.get("webhook-signature").expect("signature"),
+            &format!("v1,{expected}")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_is_quarantined_and_endless_failure_is_a_dead_letter() {
+    let (downstream, port) = Downstream::start().await;
+    let server = start(port, "[0, 0, 0]").await;
+    downstream.script("evt_gone", &[(404, None)]);
+    downstream.script("evt_broken", &[(500, None); 10]);
+    accept(&server, "evt_gone").await;
+    accept(&server, "evt_broken").await;
+
+    let gone = settled(&server, "evt_gone", "quarantined").await;
+    assert_eq!(
+        (gone.attempts, gone.last_error.as_deref()),
+        (1, Some("HTTP 404"))
+    );
+    let dead = settled(&server, "evt_broken", "dead").await;
+    assert_eq!(
+        (dead.attempts, dead.last_error.as_deref()),
+        (3, Some("HTTP 500"))
+    );
+    // The dead letter keeps its evidence: body, headers, every attempt.
+    assert!(!dead.body.is_empty() && dead.headers.contains("stripe-signature"));
+    assert_eq!(
+        server
+            .app
+            .store
+            .attempts("stripe", "evt_broken")
+            .await
+            .expect("attempts")
+            .len(),
+        3
+    );
+    // Nothing more is tried once the schedule is spent.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(downstream.received("evt_broken").len(), 3);
+    assert_eq!(downstream.received("evt_gone").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_is_honoured() {
+    let (downstream, port) = Downstream::start().await;
+    let server = start(port, "[0, 0, 0]").await;
+    downstream.script("evt_slow_down", &[(429, Some(1))]);
+    accept(&server, "evt_slow_down").await;
+    settled(&server, "evt_slow_down", "delivered").await;
+    let seen = downstream.received("evt_slow_down");
+    assert_eq!(seen.len(), 2);
+    let gap = seen[1].at - seen[0].at;
+    assert!(
+        gap >= Duration::from_millis(950),
+        "second attempt after {gap:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_expires_lets_another_worker_take_the_event() {
+    // No destination: the server's own workers leave the event alone.
+    let server = Server::start(&stripe_config("")).await;
+    accept(&server, "evt_leased").await;
+    let store = &server.app.store;
+    let endpoints = vec!["stripe".to_string()];
+    let now = |extra_ms: i64| now() * 1000 + extra_ms;
+    let lease = Duration::from_millis(500);
+    let first = store
+        .lease_due("worker-a", &endpoints, now(0), lease, 10)
+        .await
+        .expect("lease");
+    assert_eq!(first.len(), 1);
+    // Held: nobody else gets it.
+    assert!(
+        store
+            .lease_due("worker-b", &endpoints, now(100), lease, 10)
+            .await
+            .expect("lease")
+            .is_empty()
+    );
+    // worker-a died; once the lease expires worker-b takes it.
+    let second = store
+        .lease_due("worker-b", &endpoints, now(2_000), lease, 10)
+        .await
+        .expect("lease");
+    assert_eq!(second.len(), 1);
+    assert_eq!(second[0].event_id, "evt_leased");
+}
