@@ -270,3 +270,55 @@ async fn a_lease_that_expires_lets_another_worker_take_the_event() {
     assert_eq!(second.len(), 1);
     assert_eq!(second[0].event_id, "evt_leased");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_resource_is_delivered_one_event_at_a_time_in_version_order() {
+    let (downstream, port) = Downstream::start().await;
+    let server = start(port, "[0, 0, 0]").await;
+    // The first version of resource A fails once: A's later versions must wait for it.
+    downstream.script("evt_a1", &[(503, None)]);
+    let t = now();
+    let events = [
+        ("evt_a1", "cus_A", 1000),
+        ("evt_b1", "cus_B", 1000),
+        ("evt_a2", "cus_A", 2000),
+        ("evt_b2", "cus_B", 2000),
+        ("evt_a3", "cus_A", 3000),
+    ];
+    for (id, customer, version) in events {
+        let body = stripe_event(id, "customer.updated", customer, version);
+        let (status, answer) = server.post_stripe(&[STRIPE_SECRET], t, &body).await;
+        assert_eq!(
+            (status, answer["status"].as_str()),
+            (200, Some("accepted")),
+            "{id}"
+        );
+    }
+    for (id, _, _) in events {
+        settled(&server, id, "delivered").await;
+    }
+    let received = downstream.received.lock().expect("lock").clone();
+    let order = |resource: &str| -> Vec<String> {
+        received
+            .iter()
+            .filter(|r| {
+                r.headers
+                    .get("hookhost-resource")
+                    .is_some_and(|v| v == resource)
+            })
+            .map(|r| {
+                r.headers
+                    .get("webhook-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect()
+    };
+    // A: the failed attempt, its retry, then the later versions, never interleaved.
+    assert_eq!(
+        order("customer/cus_A"),
+        ["evt_a1", "evt_a1", "evt_a2", "evt_a3"]
+    );
+    assert_eq!(order("customer/cus_B"), ["evt_b1", "evt_b2"]);
+}

@@ -47,7 +47,9 @@ pub enum Next {
 
 impl Store {
     /// Lease up to `limit` due receipts of `endpoints` for `owner`, until `now + lease`.
-    /// A lease that expired (its worker died) makes the receipt due again.
+    /// A lease that expired (its worker died) makes the receipt due again. Events of
+    /// one resource are leased one at a time, lowest version first; events without a
+    /// resource have no order.
     pub async fn lease_due(
         &self,
         owner: &str,
@@ -61,10 +63,21 @@ impl Store {
         let rows = sqlx::query(
             "UPDATE receipts SET lease_owner = ?1, lease_expires_at_ms = ?2
              WHERE rowid IN (
-                SELECT rowid FROM receipts
+                SELECT rowid FROM receipts AS r
                 WHERE state = 'pending' AND next_attempt_at_ms <= ?3
                   AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?3)
                   AND endpoint IN (SELECT value FROM json_each(?4))
+                  -- One resource, one delivery at a time, in version order: skip an
+                  -- event while another of its resource is in flight or comes first.
+                  AND (r.resource_id IS NULL OR NOT EXISTS (
+                      SELECT 1 FROM receipts AS o
+                      WHERE o.endpoint = r.endpoint AND o.resource_kind = r.resource_kind
+                        AND o.resource_id = r.resource_id AND o.state = 'pending'
+                        AND o.rowid <> r.rowid
+                        AND (o.lease_expires_at_ms > ?3
+                             OR COALESCE(o.resource_version, -1) < COALESCE(r.resource_version, -1)
+                             OR (COALESCE(o.resource_version, -1) = COALESCE(r.resource_version, -1)
+                                 AND o.received_at_ms < r.received_at_ms))))
                 ORDER BY next_attempt_at_ms, received_at_ms
                 LIMIT ?5)
              RETURNING endpoint, event_id, body, headers, event_type, plugin,
@@ -112,7 +125,7 @@ impl Store {
             Next::Quarantined => ("quarantined", 0, None),
         };
         let mut conn = self.worker.acquire().await?;
-        let mut tx = conn.begin().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         sqlx::query(
             "INSERT INTO attempts (endpoint, event_id, attempt, started_at_ms, ended_at_ms, status, error)
              VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -101,7 +101,10 @@ async fn commit(
     conn: &mut SqliteConnection,
     batch: &[&NewReceipt],
 ) -> Result<Vec<Outcome>, StoreError> {
-    let mut tx = conn.begin().await?;
+    // IMMEDIATE: take the write lock up front. A deferred transaction that reads first
+    // and writes later fails at once (no busy wait) if another connection (the worker
+    // pool's) committed in between.
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
     let mut outcomes = Vec::with_capacity(batch.len());
     for receipt in batch {
         outcomes.push(record_one(&mut tx, receipt).await?);
