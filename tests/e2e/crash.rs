@@ -1,0 +1,187 @@
+//! Crash safety against the real binary: SIGKILL (a) after receipts commit and before
+//! any lease, (b) while holding leases before the downstream answers, (c) after the
+//! downstream applied the event and before hookhost recorded the result. After a
+//! restart every accepted event reaches the downstream, which, deduplicating by
+//! idempotency key, applies each exactly once.
+
+use crate::support::*;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use std::collections::HashMap;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Default)]
+struct Downstream {
+    /// Idempotency key → how many times it arrived.
+    seen: Arc<Mutex<HashMap<String, usize>>>,
+    /// While set, requests are applied and then never answered.
+    stall: Arc<AtomicBool>,
+}
+
+async fn apply(State(d): State<Downstream>, headers: HeaderMap) -> StatusCode {
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    *d.seen.lock().expect("lock").entry(key).or_default() += 1;
+    if d.stall.load(Ordering::SeqCst) {
+        std::future::pending::<()>().await;
+    }
+    StatusCode::OK
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port()
+}
+
+struct Receiver {
+    child: Child,
+    addr: std::net::SocketAddr,
+}
+
+impl Receiver {
+    /// Start `hookhost serve` on `dir`'s config with this delivery poll interval.
+    async fn start(dir: &std::path::Path, downstream_port: u16, poll_ms: u64) -> Receiver {
+        let port = free_port();
+        let config = dir.join("hookhost.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "listen = \"127.0.0.1:{port}\"\n[delivery]\npoll_ms = {poll_ms}\nlease_seconds = 2\n\
+                 [[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\"]\n\
+                 retry_schedule_seconds = [0, 1, 1, 1, 1]\n\
+                 [endpoint.destination]\nurl = \"http://127.0.0.1:{downstream_port}/apply\"\n\
+                 secret = \"whsec_{}\"\n",
+                b64(b"crash test destination key")
+            ),
+        )
+        .expect("config");
+        let child = Command::new(env!("CARGO_BIN_EXE_hookhost"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .expect("spawn hookhost");
+        let addr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            assert!(Instant::now() < deadline, "hookhost did not start");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        Receiver { child, addr }
+    }
+
+    async fn accept(&self, id: &str) {
+        let t = now();
+        let body = stripe_event(id, "customer.updated", &format!("cus_{id}"), t);
+        let headers = stripe_headers(&[STRIPE_SECRET], t, &body);
+        let (status, answer) =
+            request(self.addr, "POST", "/webhooks/stripe", &headers, body.into()).await;
+        assert_eq!(
+            (status, answer["status"].as_str()),
+            (200, Some("accepted")),
+            "{answer}"
+        );
+    }
+
+    /// SIGKILL: no shutdown, no flush, no lease given back.
+    fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        let _ = self.child.wait();
+    }
+
+    fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+async fn states(db: &std::path::Path) -> HashMap<String, String> {
+    use sqlx::ConnectOptions;
+    let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(db)
+        .read_only(true)
+        .connect()
+        .await
+        .expect("open store");
+    let rows: Vec<(String, String)> = sqlx::query_as("SELECT event_id, state FROM receipts")
+        .fetch_all(&mut conn)
+        .await
+        .expect("query");
+    rows.into_iter().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_accepted_event_is_applied_exactly_once_across_sigkills() {
+    let downstream = Downstream::default();
+    let app = axum::Router::new()
+        .route("/apply", axum::routing::post(apply))
+        .with_state(downstream.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let downstream_port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let dir = tempfile::tempdir().expect("dir");
+
+    // (a) Receipts commit; the workers are not due to look for ten minutes. Kill.
+    let receiver = Receiver::start(dir.path(), downstream_port, 600_000).await;
+    receiver.accept("evt_a1").await;
+    receiver.accept("evt_a2").await;
+    receiver.kill();
+    assert!(
+        downstream.seen.lock().expect("lock").is_empty(),
+        "nothing was leased before the kill"
+    );
+
+    // (b, c) The downstream applies what arrives but never answers: hookhost holds the
+    // leases and never records a result. Kill while it waits.
+    downstream.stall.store(true, Ordering::SeqCst);
+    let receiver = Receiver::start(dir.path(), downstream_port, 20).await;
+    receiver.accept("evt_b1").await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while downstream.seen.lock().expect("lock").len() < 3 {
+        assert!(Instant::now() < deadline, "deliveries did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    receiver.kill();
+
+    // Restart with a downstream that answers: expired leases are taken again.
+    downstream.stall.store(false, Ordering::SeqCst);
+    let receiver = Receiver::start(dir.path(), downstream_port, 20).await;
+    receiver.accept("evt_c1").await;
+    let db = dir.path().join("hookhost.db");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let states = states(&db).await;
+        if states.len() == 4 && states.values().all(|s| s == "delivered") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not all delivered: {states:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    receiver.stop();
+
+    // Every event reached the downstream; deduplicating by idempotency key, each is
+    // applied once. Those in flight at the kill arrived twice with the same key.
+    let seen = downstream.seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    for id in ["evt_a1", "evt_a2", "evt_b1"] {
+        let key = hookhost::worker::idempotency_key("stripe", id);
+        assert!(
+            seen.get(&key).is_some_and(|n| *n >= 2),
+            "{id} was in flight at the kill: {seen:?}"
+        );
+    }
+    let key = hookhost::worker::idempotency_key("stripe", "evt_c1");
+    assert_eq!(seen.get(&key), Some(&1));
+}
