@@ -29,6 +29,134 @@ enum Command {
         #[command(subcommand)]
         command: PluginCommand,
     },
+    /// List, show, replay and discard stored events.
+    Events {
+        #[command(subcommand)]
+        command: EventsCommand,
+    },
+    /// Dead letters and quarantined events.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
+    /// Pause or resume an endpoint's delivery (events keep being accepted).
+    Endpoint {
+        #[command(subcommand)]
+        command: EndpointCommand,
+    },
+}
+
+/// Which events: every flag narrows.
+#[derive(clap::Args, Debug, Clone, Default)]
+struct FilterArgs {
+    #[arg(long)]
+    endpoint: Option<String>,
+    #[arg(long)]
+    event_id: Option<String>,
+    /// States, comma-separated (pending, delivered, dead, quarantined, …).
+    #[arg(long, value_delimiter = ',')]
+    state: Vec<String>,
+    #[arg(long = "type")]
+    event_type: Option<String>,
+    #[arg(long)]
+    resource_kind: Option<String>,
+    #[arg(long)]
+    resource_id: Option<String>,
+    /// Received at or after this unix time, milliseconds.
+    #[arg(long)]
+    since_ms: Option<i64>,
+    /// Received before this unix time, milliseconds.
+    #[arg(long)]
+    until_ms: Option<i64>,
+    #[arg(long)]
+    limit: Option<u32>,
+}
+
+impl FilterArgs {
+    fn filter(self) -> crate::store::Filter {
+        crate::store::Filter {
+            endpoint: self.endpoint,
+            event_id: self.event_id,
+            states: self.state,
+            event_type: self.event_type,
+            resource_kind: self.resource_kind,
+            resource_id: self.resource_id,
+            since_ms: self.since_ms,
+            until_ms: self.until_ms,
+            limit: self.limit,
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum EventsCommand {
+    /// One line per event (or JSON lines).
+    List {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[command(flatten)]
+        filter: FilterArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One event with every delivery attempt, as JSON.
+    Show {
+        #[arg(long, short)]
+        config: PathBuf,
+        endpoint: String,
+        event_id: String,
+    },
+    /// Deliver dead, quarantined, delivered or discarded events again, under their
+    /// original event id.
+    Replay {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[command(flatten)]
+        filter: FilterArgs,
+    },
+    /// Take one event out of delivery, with a reason; its evidence stays.
+    Discard {
+        #[arg(long, short)]
+        config: PathBuf,
+        endpoint: String,
+        event_id: String,
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum DlqCommand {
+    /// Dead and quarantined events.
+    List {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[arg(long)]
+        endpoint: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replay every dead and quarantined event (of one endpoint).
+    Replay {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[arg(long)]
+        endpoint: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum EndpointCommand {
+    Pause {
+        #[arg(long, short)]
+        config: PathBuf,
+        endpoint: String,
+    },
+    Resume {
+        #[arg(long, short)]
+        config: PathBuf,
+        endpoint: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -67,6 +195,9 @@ pub fn main() -> ExitCode {
         Command::Plugin {
             command: PluginCommand::List { plugins_dir },
         } => list(plugins_dir),
+        Command::Events { command } => operate(Operation::Events(command)),
+        Command::Dlq { command } => operate(Operation::Dlq(command)),
+        Command::Endpoint { command } => operate(Operation::Endpoint(command)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -185,4 +316,154 @@ fn origin(origin: &Origin) -> String {
         Origin::Builtin => "built-in".into(),
         Origin::File(path) => path.display().to_string(),
     }
+}
+
+enum Operation {
+    Events(EventsCommand),
+    Dlq(DlqCommand),
+    Endpoint(EndpointCommand),
+}
+
+/// Operator commands work on the store the configuration names, directly (SQLite is
+/// safe to share with a running receiver).
+fn operate(operation: Operation) -> anyhow::Result<()> {
+    use crate::config::StoreConfig;
+    let config_path = match &operation {
+        Operation::Events(
+            EventsCommand::List { config, .. }
+            | EventsCommand::Show { config, .. }
+            | EventsCommand::Replay { config, .. }
+            | EventsCommand::Discard { config, .. },
+        )
+        | Operation::Dlq(DlqCommand::List { config, .. } | DlqCommand::Replay { config, .. })
+        | Operation::Endpoint(
+            EndpointCommand::Pause { config, .. } | EndpointCommand::Resume { config, .. },
+        ) => config.clone(),
+    };
+    let config = Config::load(&config_path)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let StoreConfig::Sqlite(path) = &config.store;
+        let store = crate::store::Store::open_sqlite(path).await?;
+        let result = run_operation(&store, operation).await;
+        store.close().await;
+        result
+    })
+}
+
+async fn run_operation(store: &crate::store::Store, operation: Operation) -> anyhow::Result<()> {
+    let dead = || vec!["dead".to_string(), "quarantined".to_string()];
+    match operation {
+        Operation::Events(EventsCommand::List { filter, json, .. }) => {
+            print_list(store, filter.filter(), json).await
+        }
+        Operation::Dlq(DlqCommand::List { endpoint, json, .. }) => {
+            let filter = crate::store::Filter {
+                endpoint,
+                states: dead(),
+                ..Default::default()
+            };
+            print_list(store, filter, json).await
+        }
+        Operation::Events(EventsCommand::Show {
+            endpoint, event_id, ..
+        }) => {
+            let receipt = store
+                .receipt(&endpoint, &event_id)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("no event {event_id:?} on endpoint {endpoint:?}"))?;
+            let attempts: Vec<serde_json::Value> = store
+                .attempts(&endpoint, &event_id)
+                .await?
+                .into_iter()
+                .map(|(n, status, error)| serde_json::json!({"attempt": n, "status": status, "error": error}))
+                .collect();
+            let shown = serde_json::json!({
+                "endpoint": endpoint,
+                "event_id": receipt.event_id,
+                "event_type": receipt.event_type,
+                "state": receipt.state,
+                "state_reason": receipt.state_reason,
+                "secret_index": receipt.secret_index,
+                "resource_version": receipt.resource_version,
+                "last_error": receipt.last_error,
+                "headers": serde_json::from_str::<serde_json::Value>(&receipt.headers).unwrap_or_default(),
+                "body": String::from_utf8_lossy(&receipt.body),
+                "attempts": attempts,
+            });
+            println!("{}", serde_json::to_string_pretty(&shown)?);
+            Ok(())
+        }
+        Operation::Events(EventsCommand::Replay { filter, .. }) => {
+            let replayed = store.replay(&filter.filter()).await?;
+            println!("{replayed} replayed");
+            Ok(())
+        }
+        Operation::Dlq(DlqCommand::Replay { endpoint, .. }) => {
+            let filter = crate::store::Filter {
+                endpoint,
+                states: dead(),
+                ..Default::default()
+            };
+            let replayed = store.replay(&filter).await?;
+            println!("{replayed} replayed");
+            Ok(())
+        }
+        Operation::Events(EventsCommand::Discard {
+            endpoint,
+            event_id,
+            reason,
+            ..
+        }) => {
+            if store.discard(&endpoint, &event_id, &reason).await? {
+                println!("discarded {endpoint}/{event_id}");
+                Ok(())
+            } else {
+                anyhow::bail!(
+                    "no pending, dead or quarantined event {event_id:?} on endpoint {endpoint:?}"
+                )
+            }
+        }
+        Operation::Endpoint(EndpointCommand::Pause { endpoint, .. }) => {
+            store.set_paused(&endpoint, true, now_ms()).await?;
+            println!("{endpoint}: delivery paused");
+            Ok(())
+        }
+        Operation::Endpoint(EndpointCommand::Resume { endpoint, .. }) => {
+            store.set_paused(&endpoint, false, now_ms()).await?;
+            println!("{endpoint}: delivery resumed");
+            Ok(())
+        }
+    }
+}
+
+async fn print_list(
+    store: &crate::store::Store,
+    filter: crate::store::Filter,
+    json: bool,
+) -> anyhow::Result<()> {
+    for event in store.list(&filter).await? {
+        if json {
+            println!("{}", serde_json::to_string(&event)?);
+        } else {
+            println!(
+                "{:<16} {:<36} {:<12} {:<28} attempts={} {}",
+                event.endpoint,
+                event.event_id,
+                event.state,
+                event.event_type,
+                event.attempts,
+                event.last_error.as_deref().unwrap_or("")
+            );
+        }
+    }
+    Ok(())
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

@@ -47,19 +47,23 @@ struct Receiver {
 }
 
 impl Receiver {
-    /// Start `hookhost serve` on `dir`'s config with this delivery poll interval.
-    async fn start(dir: &std::path::Path, downstream_port: u16, poll_ms: u64) -> Receiver {
+    /// Start `hookhost serve` on `dir`'s config; `downstream` is the destination's port
+    /// (none: the endpoint has no destination, so nothing is ever leased).
+    async fn start(dir: &std::path::Path, downstream: Option<u16>) -> Receiver {
         let port = free_port();
         let config = dir.join("hookhost.toml");
+        let destination = downstream.map_or(String::new(), |p| {
+            format!(
+                "[endpoint.destination]\nurl = \"http://127.0.0.1:{p}/apply\"\nsecret = \"whsec_{}\"\n",
+                b64(b"crash test destination key")
+            )
+        });
         std::fs::write(
             &config,
             format!(
-                "listen = \"127.0.0.1:{port}\"\n[delivery]\npoll_ms = {poll_ms}\nlease_seconds = 2\n\
+                "listen = \"127.0.0.1:{port}\"\n[delivery]\npoll_ms = 20\nlease_seconds = 2\n\
                  [[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\"]\n\
-                 retry_schedule_seconds = [0, 1, 1, 1, 1]\n\
-                 [endpoint.destination]\nurl = \"http://127.0.0.1:{downstream_port}/apply\"\n\
-                 secret = \"whsec_{}\"\n",
-                b64(b"crash test destination key")
+                 retry_schedule_seconds = [0, 1, 1, 1, 1]\n{destination}"
             ),
         )
         .expect("config");
@@ -133,8 +137,8 @@ async fn every_accepted_event_is_applied_exactly_once_across_sigkills() {
     tokio::spawn(async move { axum::serve(listener, app).await });
     let dir = tempfile::tempdir().expect("dir");
 
-    // (a) Receipts commit; the workers are not due to look for ten minutes. Kill.
-    let receiver = Receiver::start(dir.path(), downstream_port, 600_000).await;
+    // (a) Receipts commit; no destination is configured yet, so nothing is leased. Kill.
+    let receiver = Receiver::start(dir.path(), None).await;
     receiver.accept("evt_a1").await;
     receiver.accept("evt_a2").await;
     receiver.kill();
@@ -146,7 +150,7 @@ async fn every_accepted_event_is_applied_exactly_once_across_sigkills() {
     // (b, c) The downstream applies what arrives but never answers: hookhost holds the
     // leases and never records a result. Kill while it waits.
     downstream.stall.store(true, Ordering::SeqCst);
-    let receiver = Receiver::start(dir.path(), downstream_port, 20).await;
+    let receiver = Receiver::start(dir.path(), Some(downstream_port)).await;
     receiver.accept("evt_b1").await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while downstream.seen.lock().expect("lock").len() < 3 {
@@ -157,7 +161,7 @@ async fn every_accepted_event_is_applied_exactly_once_across_sigkills() {
 
     // Restart with a downstream that answers: expired leases are taken again.
     downstream.stall.store(false, Ordering::SeqCst);
-    let receiver = Receiver::start(dir.path(), downstream_port, 20).await;
+    let receiver = Receiver::start(dir.path(), Some(downstream_port)).await;
     receiver.accept("evt_c1").await;
     let db = dir.path().join("hookhost.db");
     let deadline = Instant::now() + Duration::from_secs(30);

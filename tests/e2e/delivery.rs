@@ -322,3 +322,112 @@ async fn one_resource_is_delivered_one_event_at_a_time_in_version_order() {
     );
     assert_eq!(order("customer/cus_B"), ["evt_b1", "evt_b2"]);
 }
+
+fn hookhost_cli(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run hookhost");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{args:?}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_listed_replayed_and_discarded_from_the_cli() {
+    let (downstream, port) = Downstream::start().await;
+    let server = start(port, "[0, 0, 0]").await;
+    let config = server
+        .dir
+        .path()
+        .join("hookhost.toml")
+        .display()
+        .to_string();
+    downstream.script("evt_dlq", &[(500, None); 3]);
+    downstream.script("evt_bad", &[(422, None)]);
+    accept(&server, "evt_dlq").await;
+    accept(&server, "evt_bad").await;
+    settled(&server, "evt_dlq", "dead").await;
+    settled(&server, "evt_bad", "quarantined").await;
+
+    let listed = hookhost_cli(&["dlq", "list", "--config", &config]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.contains("evt_dlq") && l.contains("dead")),
+        "{listed}"
+    );
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.contains("evt_bad") && l.contains("quarantined")),
+        "{listed}"
+    );
+
+    // Discard the refused one with a reason; replay the dead one.
+    hookhost_cli(&[
+        "events",
+        "discard",
+        "--config",
+        &config,
+        "stripe",
+        "evt_bad",
+        "--reason",
+        "bad payload",
+    ]);
+    let replayed = hookhost_cli(&["dlq", "replay", "--config", &config, "--endpoint", "stripe"]);
+    assert_eq!(replayed.trim(), "1 replayed");
+    settled(&server, "evt_dlq", "delivered").await;
+    let discarded = server.receipt("stripe", "evt_bad").await;
+    assert_eq!(
+        (discarded.state.as_str(), discarded.state_reason.as_deref()),
+        ("discarded", Some("bad payload"))
+    );
+
+    // The replay went out under the original event id and idempotency key.
+    let seen = downstream.received("evt_dlq");
+    assert_eq!(seen.len(), 4);
+    assert!(
+        seen.iter()
+            .all(|r| r.headers.get("idempotency-key") == seen[0].headers.get("idempotency-key"))
+    );
+    let shown: serde_json::Value = serde_json::from_str(&hookhost_cli(&[
+        "events", "show", "--config", &config, "stripe", "evt_dlq",
+    ]))
+    .expect("JSON");
+    assert_eq!(shown["state"], "delivered");
+    assert_eq!(shown["attempts"].as_array().map(Vec::len), Some(4));
+    assert_eq!(shown["attempts"][3]["status"], 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_endpoint_keeps_accepting_and_delivers_after_resume() {
+    let (downstream, port) = Downstream::start().await;
+    let server = start(port, "[0, 0, 0]").await;
+    server
+        .app
+        .store
+        .set_paused("stripe", true, 0)
+        .await
+        .expect("pause");
+    accept(&server, "evt_paused").await;
+    // Several poll intervals go by; the event waits.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        server.receipt("stripe", "evt_paused").await.state,
+        "pending"
+    );
+    assert!(downstream.received("evt_paused").is_empty());
+    server
+        .app
+        .store
+        .set_paused("stripe", false, 0)
+        .await
+        .expect("resume");
+    settled(&server, "evt_paused", "delivered").await;
+}

@@ -21,7 +21,8 @@ CREATE TABLE receipts_v2 (
     signed_at           INTEGER,
     received_at_ms      INTEGER NOT NULL,
     state               TEXT    NOT NULL CHECK (state IN
-                            ('pending', 'ignored', 'stale', 'delivered', 'dead', 'quarantined')),
+                            ('pending', 'ignored', 'stale', 'delivered', 'dead', 'quarantined',
+                             'discarded')),
     state_reason        TEXT,
     attempts            INTEGER NOT NULL DEFAULT 0,
     next_attempt_at_ms  INTEGER NOT NULL DEFAULT 0,  -- due when <= now (0: at once)

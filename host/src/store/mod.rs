@@ -7,10 +7,12 @@
 //! it. Never sees a secret or a plugin.
 
 mod delivery;
+mod operator;
 mod sqlite;
 mod writer;
 
 pub use delivery::{AttemptRecord, Leased, Next};
+pub use operator::{Filter, Summary};
 
 pub use sqlite::{ReceiptRow, Store, single_commit_rate};
 

@@ -7,7 +7,9 @@ use sqlx::sqlite::{
 };
 use sqlx::{ConnectOptions, Connection, Row};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// How long a connection waits on a lock held by another process before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -36,6 +38,8 @@ pub struct Store {
     pub(super) readers: SqlitePool,
     /// The worker pool's writes (leases, attempts); one connection.
     pub(super) worker: SqlitePool,
+    /// Wakes the worker pool when events become due (new receipts, replays).
+    pub(super) accepted: Arc<Notify>,
 }
 
 impl Store {
@@ -59,10 +63,12 @@ impl Store {
             .max_connections(READERS)
             .connect_with(options.read_only(true))
             .await?;
+        let accepted = Arc::new(Notify::new());
         Ok(Store {
-            writer: writer::spawn(conn),
+            writer: writer::spawn(conn, accepted.clone()),
             readers,
             worker,
+            accepted,
         })
     }
 
@@ -85,6 +91,12 @@ impl Store {
         .fetch_optional(&self.readers)
         .await?;
         Ok(digest.is_some_and(|d| d == receipt.body_sha256))
+    }
+
+    /// Resolves when new events may be due (a receipt was accepted, an event replayed
+    /// or an endpoint resumed); the worker pool waits on it between polls.
+    pub async fn due_events(&self) {
+        self.accepted.notified().await;
     }
 
     /// One receipt, if stored.

@@ -7,8 +7,9 @@
 
 use super::{NewReceipt, Outcome, Resource, StoreError};
 use sqlx::{Connection, Sqlite, SqliteConnection, Transaction};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 /// Most receipts in one transaction: bounds the latency one batch adds to the next.
 const MAX_BATCH: usize = 256;
@@ -30,9 +31,9 @@ pub struct Writer {
     queue: mpsc::Sender<Job>,
 }
 
-pub fn spawn(conn: SqliteConnection) -> Writer {
+pub fn spawn(conn: SqliteConnection, accepted: Arc<Notify>) -> Writer {
     let (queue, jobs) = mpsc::channel(QUEUE);
-    tokio::spawn(run(conn, jobs));
+    tokio::spawn(run(conn, jobs, accepted));
     Writer { queue }
 }
 
@@ -58,7 +59,7 @@ impl Writer {
     }
 }
 
-async fn run(mut conn: SqliteConnection, mut jobs: mpsc::Receiver<Job>) {
+async fn run(mut conn: SqliteConnection, mut jobs: mpsc::Receiver<Job>, accepted: Arc<Notify>) {
     let mut batch: Vec<(Box<NewReceipt>, Reply)> = Vec::new();
     while let Some(job) = jobs.recv().await {
         let mut closing = None;
@@ -77,6 +78,9 @@ async fn run(mut conn: SqliteConnection, mut jobs: mpsc::Receiver<Job>) {
             let receipts: Vec<&NewReceipt> = batch.iter().map(|(r, _)| r.as_ref()).collect();
             match commit(&mut conn, &receipts).await {
                 Ok(outcomes) => {
+                    if outcomes.contains(&Outcome::Accepted) {
+                        accepted.notify_one();
+                    }
                     for ((_, reply), outcome) in batch.drain(..).zip(outcomes) {
                         let _ = reply.send(Ok(outcome));
                     }

@@ -45,7 +45,9 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
         }
         let free = config.workers.saturating_sub(in_flight.len());
         let mut leased = 0;
-        let endpoints = app.endpoints.with_destinations();
+        let paused = app.store.paused().await.unwrap_or_default();
+        let mut endpoints = app.endpoints.with_destinations();
+        endpoints.retain(|e| !paused.contains(e));
         if free > 0 && !endpoints.is_empty() {
             let limit = u32::try_from(free).unwrap_or(u32::MAX);
             match app
@@ -68,6 +70,7 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
         if leased == 0 {
             tokio::select! {
                 _ = tokio::time::sleep(config.poll) => {}
+                _ = app.store.due_events() => {}
                 _ = stop.changed() => {}
                 Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
             }

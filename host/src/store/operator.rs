@@ -1,0 +1,175 @@
+//! What an operator does to receipts: list, replay under the original event id,
+//! discard with a reason, pause and resume an endpoint's delivery.
+
+use super::{Store, StoreError};
+use sqlx::Row;
+
+/// Which receipts to list or replay; every field narrows.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub endpoint: Option<String>,
+    pub event_id: Option<String>,
+    /// Any of these states.
+    pub states: Vec<String>,
+    pub event_type: Option<String>,
+    pub resource_kind: Option<String>,
+    pub resource_id: Option<String>,
+    /// Received at or after (unix ms).
+    pub since_ms: Option<i64>,
+    /// Received before (unix ms).
+    pub until_ms: Option<i64>,
+    pub limit: Option<u32>,
+}
+
+/// One receipt, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Summary {
+    pub endpoint: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub state: String,
+    pub state_reason: Option<String>,
+    pub resource_kind: Option<String>,
+    pub resource_id: Option<String>,
+    pub resource_version: Option<i64>,
+    pub attempts: i64,
+    pub last_error: Option<String>,
+    pub received_at_ms: i64,
+}
+
+/// States a replay takes an event out of.
+const REPLAYABLE: &str = "('dead', 'quarantined', 'delivered', 'discarded')";
+/// Most rows one listing returns.
+const LIST_CAP: u32 = 10_000;
+
+impl Store {
+    pub async fn list(&self, filter: &Filter) -> Result<Vec<Summary>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT endpoint, event_id, event_type, state, state_reason, resource_kind, resource_id,
+                    resource_version, attempts, last_error, received_at_ms
+             FROM receipts WHERE {}
+             ORDER BY received_at_ms, event_id LIMIT ?10",
+            WHERE
+        ))
+        .bind(&filter.endpoint)
+        .bind(serde_json::to_string(&filter.states).unwrap_or_else(|_| "[]".into()))
+        .bind(filter.states.is_empty())
+        .bind(&filter.event_type)
+        .bind(&filter.resource_kind)
+        .bind(&filter.resource_id)
+        .bind(filter.since_ms)
+        .bind(filter.until_ms)
+        .bind(&filter.event_id)
+        .bind(i64::from(filter.limit.unwrap_or(LIST_CAP).min(LIST_CAP)))
+        .fetch_all(&self.readers)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| Summary {
+                endpoint: r.get(0),
+                event_id: r.get(1),
+                event_type: r.get(2),
+                state: r.get(3),
+                state_reason: r.get(4),
+                resource_kind: r.get(5),
+                resource_id: r.get(6),
+                resource_version: r.get(7),
+                attempts: r.get(8),
+                last_error: r.get(9),
+                received_at_ms: r.get(10),
+            })
+            .collect())
+    }
+
+    /// Queue dead, quarantined, delivered or discarded events again under their
+    /// original event id (so the destination sees the same `webhook-id` and
+    /// idempotency key), with a fresh retry schedule. Returns how many.
+    pub async fn replay(&self, filter: &Filter) -> Result<u64, StoreError> {
+        let done = sqlx::query(&format!(
+            "UPDATE receipts SET state = 'pending', state_reason = 'replayed', attempts = 0,
+                next_attempt_at_ms = 0, lease_owner = NULL, lease_expires_at_ms = NULL
+             WHERE state IN {REPLAYABLE} AND rowid IN (
+                SELECT rowid FROM receipts WHERE {} ORDER BY received_at_ms LIMIT ?10)",
+            WHERE
+        ))
+        .bind(&filter.endpoint)
+        .bind(serde_json::to_string(&filter.states).unwrap_or_else(|_| "[]".into()))
+        .bind(filter.states.is_empty())
+        .bind(&filter.event_type)
+        .bind(&filter.resource_kind)
+        .bind(&filter.resource_id)
+        .bind(filter.since_ms)
+        .bind(filter.until_ms)
+        .bind(&filter.event_id)
+        .bind(i64::from(filter.limit.unwrap_or(u32::MAX)))
+        .execute(&self.worker)
+        .await?;
+        if done.rows_affected() > 0 {
+            self.accepted.notify_one();
+        }
+        Ok(done.rows_affected())
+    }
+
+    /// Take one event out of delivery for good, with the operator's reason. The
+    /// receipt and its evidence stay.
+    pub async fn discard(
+        &self,
+        endpoint: &str,
+        event_id: &str,
+        reason: &str,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE receipts SET state = 'discarded', state_reason = ?, lease_owner = NULL,
+                lease_expires_at_ms = NULL
+             WHERE endpoint = ? AND event_id = ? AND state IN ('pending', 'dead', 'quarantined')",
+        )
+        .bind(reason)
+        .bind(endpoint)
+        .bind(event_id)
+        .execute(&self.worker)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Stop (or restart) delivering an endpoint's events; they keep being accepted.
+    pub async fn set_paused(
+        &self,
+        endpoint: &str,
+        paused: bool,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let statement = if paused {
+            "INSERT INTO endpoint_pauses (endpoint, paused_at_ms) VALUES (?, ?) ON CONFLICT DO NOTHING"
+        } else {
+            "DELETE FROM endpoint_pauses WHERE endpoint = ? AND ? IS NOT NULL"
+        };
+        sqlx::query(statement)
+            .bind(endpoint)
+            .bind(now_ms)
+            .execute(&self.worker)
+            .await?;
+        if !paused {
+            self.accepted.notify_one();
+        }
+        Ok(())
+    }
+
+    pub async fn paused(&self) -> Result<Vec<String>, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT endpoint FROM endpoint_pauses ORDER BY endpoint")
+                .fetch_all(&self.readers)
+                .await?,
+        )
+    }
+}
+
+/// The filter as SQL; binds, in order: endpoint, states (JSON), no-states flag, type,
+/// resource kind, resource id, since, until, event id (then the limit).
+const WHERE: &str = "(?1 IS NULL OR endpoint = ?1)
+    AND (?3 OR state IN (SELECT value FROM json_each(?2)))
+    AND (?4 IS NULL OR event_type = ?4)
+    AND (?5 IS NULL OR resource_kind = ?5)
+    AND (?6 IS NULL OR resource_id = ?6)
+    AND (?7 IS NULL OR received_at_ms >= ?7)
+    AND (?8 IS NULL OR received_at_ms < ?8)
+    AND (?9 IS NULL OR event_id = ?9)";
