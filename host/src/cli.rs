@@ -370,29 +370,10 @@ async fn run_operation(store: &crate::store::Store, operation: Operation) -> any
         Operation::Events(EventsCommand::Show {
             endpoint, event_id, ..
         }) => {
-            let receipt = store
-                .receipt(&endpoint, &event_id)
+            let shown = store
+                .show(&endpoint, &event_id)
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("no event {event_id:?} on endpoint {endpoint:?}"))?;
-            let attempts: Vec<serde_json::Value> = store
-                .attempts(&endpoint, &event_id)
-                .await?
-                .into_iter()
-                .map(|(n, status, error)| serde_json::json!({"attempt": n, "status": status, "error": error}))
-                .collect();
-            let shown = serde_json::json!({
-                "endpoint": endpoint,
-                "event_id": receipt.event_id,
-                "event_type": receipt.event_type,
-                "state": receipt.state,
-                "state_reason": receipt.state_reason,
-                "secret_index": receipt.secret_index,
-                "resource_version": receipt.resource_version,
-                "last_error": receipt.last_error,
-                "headers": serde_json::from_str::<serde_json::Value>(&receipt.headers).unwrap_or_default(),
-                "body": String::from_utf8_lossy(&receipt.body),
-                "attempts": attempts,
-            });
             println!("{}", serde_json::to_string_pretty(&shown)?);
             Ok(())
         }

@@ -26,6 +26,8 @@ pub struct Config {
     pub limits: Limits,
     pub endpoints: Vec<EndpointConfig>,
     pub delivery: DeliveryConfig,
+    /// The admin API's address and bearer token; no token, no admin API.
+    pub admin: Option<(SocketAddr, Secret)>,
     /// Keys whose secrets were given literally, for a warning at start.
     pub literal_secrets: Vec<String>,
 }
@@ -119,6 +121,8 @@ struct RawConfig {
     public_url: Option<String>,
     store: Option<String>,
     plugins_dir: Option<PathBuf>,
+    admin_listen: Option<String>,
+    admin_token: Option<String>,
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
@@ -377,6 +381,20 @@ impl Config {
                 retry_schedule: schedule.into_iter().map(Duration::from_secs).collect(),
             });
         }
+        let admin = match raw.admin_token.as_deref() {
+            None => None,
+            Some(source) => {
+                let token = resolve_secret(source, "admin_token")?;
+                let text = raw.admin_listen.unwrap_or_else(|| "127.0.0.1:8081".into());
+                let address: SocketAddr = text.parse().map_err(|_| {
+                    invalid(
+                        "admin_listen",
+                        format!("{text:?} is not an address like 127.0.0.1:8081"),
+                    )
+                })?;
+                Some((address, token))
+            }
+        };
         let defaults = DeliveryConfig::default();
         let delivery = DeliveryConfig {
             workers: raw.delivery.workers.unwrap_or(defaults.workers),
@@ -411,6 +429,7 @@ impl Config {
             },
             endpoints,
             delivery,
+            admin,
             literal_secrets,
         })
     }

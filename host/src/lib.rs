@@ -72,7 +72,33 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let app = build(&config).await?;
-    serve(app, listener, shutdown).await
+    let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
+    let admin = match &config.admin {
+        Some((address, token)) => {
+            let admin_listener = TcpListener::bind(address).await.with_context(|| {
+                format!(
+                    "{}: admin_listen: cannot bind {address}",
+                    config.path.display()
+                )
+            })?;
+            tracing::info!(%address, "admin API listening");
+            let router = http::admin::router(app.clone(), token.clone());
+            Some(tokio::spawn(async move {
+                axum::serve(admin_listener, router)
+                    .with_graceful_shutdown(async move {
+                        let _ = admin_stopped.await;
+                    })
+                    .await
+            }))
+        }
+        None => None,
+    };
+    let served = serve(app, listener, shutdown).await;
+    let _ = admin_stop.send(());
+    if let Some(admin) = admin {
+        let _ = admin.await;
+    }
+    served
 }
 
 /// Serve an already built app (tests use this to keep a handle on the store).

@@ -431,3 +431,101 @@ async fn a_paused_endpoint_keeps_accepting_and_delivers_after_resume() {
         .expect("resume");
     settled(&server, "evt_paused", "delivered").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_refuses_every_call_without_the_token_and_replays_with_it() {
+    let (downstream, port) = Downstream::start().await;
+    let server = start(port, "[0, 0]").await;
+    let router = hookhost::http::admin::router(
+        server.app.clone(),
+        hookhost::verify::Secret::new("adm1n-t0ken"),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let admin = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, router).await });
+
+    downstream.script("evt_admin", &[(503, None), (503, None)]);
+    accept(&server, "evt_admin").await;
+    settled(&server, "evt_admin", "dead").await;
+
+    let routes = [
+        ("GET", "/admin/events"),
+        ("GET", "/admin/dlq"),
+        ("GET", "/admin/events/stripe/evt_admin"),
+        ("POST", "/admin/events/stripe/evt_admin/replay"),
+        ("POST", "/admin/events/stripe/evt_admin/discard"),
+        ("POST", "/admin/replay"),
+        ("POST", "/admin/endpoints/stripe/pause"),
+        ("POST", "/admin/endpoints/stripe/resume"),
+        ("GET", "/admin/no-such-route"),
+    ];
+    let unauthorized = (401, serde_json::json!({"error": "unauthorized"}));
+    for (method, path) in routes {
+        for auth in [
+            None,
+            Some("Bearer wrong"),
+            Some("adm1n-t0ken"),
+            Some("Bearer "),
+        ] {
+            let headers: Vec<(&str, String)> = auth
+                .map(|a| ("authorization", a.to_string()))
+                .into_iter()
+                .collect();
+            let answer = request(admin, method, path, &headers, "{}".into()).await;
+            assert_eq!(answer, unauthorized, "{method} {path} with {auth:?}");
+        }
+    }
+    assert_eq!(
+        server.receipt("stripe", "evt_admin").await.state,
+        "dead",
+        "nothing changed"
+    );
+
+    let token = vec![
+        ("authorization", "Bearer adm1n-t0ken".to_string()),
+        ("content-type", "application/json".to_string()),
+    ];
+    let (status, dlq) = request(
+        admin,
+        "GET",
+        "/admin/dlq?endpoint=stripe",
+        &token,
+        "".into(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(dlq[0]["event_id"], "evt_admin");
+    let replayed = request(
+        admin,
+        "POST",
+        "/admin/events/stripe/evt_admin/replay",
+        &token,
+        "".into(),
+    )
+    .await;
+    assert_eq!(replayed, (200, serde_json::json!({"replayed": 1})));
+    settled(&server, "evt_admin", "delivered").await;
+    let (status, shown) = request(
+        admin,
+        "GET",
+        "/admin/events/stripe/evt_admin",
+        &token,
+        "".into(),
+    )
+    .await;
+    assert_eq!(
+        (status, shown["attempts"].as_array().map(Vec::len)),
+        (200, Some(3))
+    );
+    let unknown = request(
+        admin,
+        "POST",
+        "/admin/endpoints/nope/pause",
+        &token,
+        "".into(),
+    )
+    .await;
+    assert_eq!(unknown.0, 404);
+}

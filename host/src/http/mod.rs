@@ -4,6 +4,7 @@
 //! request path, and mapping every outcome to a status and a stable error code.
 //! Never answers 2xx before the receipt is committed.
 
+pub mod admin;
 mod error;
 pub mod ingest;
 

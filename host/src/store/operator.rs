@@ -110,6 +110,36 @@ impl Store {
         Ok(done.rows_affected())
     }
 
+    /// One event with its delivery attempts, as JSON (for the CLI and the admin API).
+    pub async fn show(
+        &self,
+        endpoint: &str,
+        event_id: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let Some(receipt) = self.receipt(endpoint, event_id).await? else {
+            return Ok(None);
+        };
+        let attempts: Vec<serde_json::Value> = self
+            .attempts(endpoint, event_id)
+            .await?
+            .into_iter()
+            .map(|(n, status, error)| serde_json::json!({"attempt": n, "status": status, "error": error}))
+            .collect();
+        Ok(Some(serde_json::json!({
+            "endpoint": endpoint,
+            "event_id": receipt.event_id,
+            "event_type": receipt.event_type,
+            "state": receipt.state,
+            "state_reason": receipt.state_reason,
+            "secret_index": receipt.secret_index,
+            "resource_version": receipt.resource_version,
+            "last_error": receipt.last_error,
+            "headers": serde_json::from_str::<serde_json::Value>(&receipt.headers).unwrap_or_default(),
+            "body": String::from_utf8_lossy(&receipt.body),
+            "attempts": attempts,
+        })))
+    }
+
     /// Take one event out of delivery for good, with the operator's reason. The
     /// receipt and its evidence stay.
     pub async fn discard(

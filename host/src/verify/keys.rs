@@ -12,7 +12,7 @@ impl Secret {
     pub fn new(value: impl Into<String>) -> Self {
         Self(value.into())
     }
-    /// The secret's text. Only key decoding calls this.
+    /// The secret's text: for key decoding and the admin token check only.
     pub(crate) fn expose(&self) -> &str {
         &self.0
     }

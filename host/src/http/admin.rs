@@ -1,0 +1,208 @@
+//! The admin API, on its own listener: the operator tools over HTTP.
+//!
+//! Every route, known or not, requires `Authorization: Bearer <admin token>`
+//! (compared in constant time); without it the answer is 401 and nothing else.
+
+use super::App;
+use crate::store::Filter;
+use crate::verify::Secret;
+use axum::Json;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+
+#[derive(Clone)]
+struct Admin {
+    app: Arc<App>,
+    token: Arc<Secret>,
+}
+
+/// The admin router; `token` is the bearer token every call must carry.
+pub fn router(app: Arc<App>, token: Secret) -> axum::Router {
+    let admin = Admin {
+        app,
+        token: Arc::new(token),
+    };
+    axum::Router::new()
+        .route("/admin/events", get(list))
+        .route("/admin/dlq", get(dead_letters))
+        .route("/admin/events/{endpoint}/{event_id}", get(show))
+        .route(
+            "/admin/events/{endpoint}/{event_id}/replay",
+            post(replay_one),
+        )
+        .route("/admin/events/{endpoint}/{event_id}/discard", post(discard))
+        .route("/admin/replay", post(replay_filtered))
+        .route("/admin/endpoints/{endpoint}/pause", post(pause))
+        .route("/admin/endpoints/{endpoint}/resume", post(resume))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found") })
+        // Outermost, so it also guards the fallback: no token, no information.
+        .layer(middleware::from_fn_with_state(admin.clone(), authorize))
+        .with_state(admin)
+}
+
+async fn authorize(State(admin): State<Admin>, request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let expected = admin.token.expose().as_bytes();
+    if bool::from(presented.as_bytes().ct_eq(expected)) && !expected.is_empty() {
+        next.run(request).await
+    } else {
+        error(StatusCode::UNAUTHORIZED, "unauthorized")
+    }
+}
+
+fn error(status: StatusCode, code: &str) -> Response {
+    (status, Json(serde_json::json!({ "error": code }))).into_response()
+}
+
+fn store_error(e: crate::store::StoreError) -> Response {
+    tracing::error!(error = %e, "admin API: store error");
+    error(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
+}
+
+/// Query-string filter: `?endpoint=&state=dead,quarantined&type=&resource_kind=&…`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FilterQuery {
+    endpoint: Option<String>,
+    event_id: Option<String>,
+    state: Option<String>,
+    #[serde(rename = "type")]
+    event_type: Option<String>,
+    resource_kind: Option<String>,
+    resource_id: Option<String>,
+    since_ms: Option<i64>,
+    until_ms: Option<i64>,
+    limit: Option<u32>,
+}
+
+impl FilterQuery {
+    fn filter(self) -> Filter {
+        Filter {
+            endpoint: self.endpoint,
+            event_id: self.event_id,
+            states: self
+                .state
+                .map(|s| {
+                    s.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(String::from)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            event_type: self.event_type,
+            resource_kind: self.resource_kind,
+            resource_id: self.resource_id,
+            since_ms: self.since_ms,
+            until_ms: self.until_ms,
+            limit: self.limit,
+        }
+    }
+}
+
+async fn list(State(admin): State<Admin>, Query(query): Query<FilterQuery>) -> Response {
+    match admin.app.store.list(&query.filter()).await {
+        Ok(events) => Json(events).into_response(),
+        Err(e) => store_error(e),
+    }
+}
+
+async fn dead_letters(State(admin): State<Admin>, Query(query): Query<FilterQuery>) -> Response {
+    let mut filter = query.filter();
+    filter.states = vec!["dead".into(), "quarantined".into()];
+    match admin.app.store.list(&filter).await {
+        Ok(events) => Json(events).into_response(),
+        Err(e) => store_error(e),
+    }
+}
+
+async fn show(
+    State(admin): State<Admin>,
+    Path((endpoint, event_id)): Path<(String, String)>,
+) -> Response {
+    match admin.app.store.show(&endpoint, &event_id).await {
+        Ok(Some(event)) => Json(event).into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, "unknown_event"),
+        Err(e) => store_error(e),
+    }
+}
+
+async fn replay_one(
+    State(admin): State<Admin>,
+    Path((endpoint, event_id)): Path<(String, String)>,
+) -> Response {
+    let filter = Filter {
+        endpoint: Some(endpoint),
+        event_id: Some(event_id),
+        ..Filter::default()
+    };
+    replay(&admin, &filter).await
+}
+
+async fn replay_filtered(State(admin): State<Admin>, Json(query): Json<FilterQuery>) -> Response {
+    replay(&admin, &query.filter()).await
+}
+
+async fn replay(admin: &Admin, filter: &Filter) -> Response {
+    match admin.app.store.replay(filter).await {
+        Ok(replayed) => Json(serde_json::json!({ "replayed": replayed })).into_response(),
+        Err(e) => store_error(e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiscardBody {
+    reason: String,
+}
+
+async fn discard(
+    State(admin): State<Admin>,
+    Path((endpoint, event_id)): Path<(String, String)>,
+    Json(body): Json<DiscardBody>,
+) -> Response {
+    match admin
+        .app
+        .store
+        .discard(&endpoint, &event_id, &body.reason)
+        .await
+    {
+        Ok(true) => Json(serde_json::json!({ "discarded": event_id })).into_response(),
+        Ok(false) => error(StatusCode::CONFLICT, "not_discardable"),
+        Err(e) => store_error(e),
+    }
+}
+
+async fn pause(State(admin): State<Admin>, Path(endpoint): Path<String>) -> Response {
+    set_paused(&admin, &endpoint, true).await
+}
+
+async fn resume(State(admin): State<Admin>, Path(endpoint): Path<String>) -> Response {
+    set_paused(&admin, &endpoint, false).await
+}
+
+async fn set_paused(admin: &Admin, endpoint: &str, paused: bool) -> Response {
+    if admin.app.endpoints.get(endpoint).is_none() {
+        return error(StatusCode::NOT_FOUND, "unknown_endpoint");
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    match admin.app.store.set_paused(endpoint, paused, now).await {
+        Ok(()) => {
+            Json(serde_json::json!({ "endpoint": endpoint, "paused": paused })).into_response()
+        }
+        Err(e) => store_error(e),
+    }
+}
