@@ -67,9 +67,25 @@ impl Receiver {
             ),
         )
         .expect("config");
+        Receiver::spawn(&config, port).await
+    }
+
+    /// Start on the config already in `dir` (its `listen` port is reused).
+    async fn start_with_config(dir: &std::path::Path) -> Receiver {
+        let config = dir.join("hookhost.toml");
+        let text = std::fs::read_to_string(&config).expect("config");
+        let port = text
+            .lines()
+            .find_map(|l| l.strip_prefix("listen = \"127.0.0.1:"))
+            .and_then(|p| p.trim_end_matches('"').parse().ok())
+            .expect("listen port");
+        Receiver::spawn(&config, port).await
+    }
+
+    async fn spawn(config: &std::path::Path, port: u16) -> Receiver {
         let child = Command::new(env!("CARGO_BIN_EXE_hookhost"))
             .args(["serve", "--config"])
-            .arg(&config)
+            .arg(config)
             .env("RUST_LOG", "warn")
             .spawn()
             .expect("spawn hookhost");
@@ -101,11 +117,16 @@ impl Receiver {
         let _ = self.child.wait();
     }
 
-    fn stop(mut self) {
+    fn stop(self) {
+        let _ = self.terminate();
+    }
+
+    /// SIGTERM, and the exit status.
+    fn terminate(mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
-        let _ = self.child.wait();
+        self.child.wait().expect("wait")
     }
 }
 
@@ -188,4 +209,63 @@ async fn every_accepted_event_is_applied_exactly_once_across_sigkills() {
     }
     let key = hookhost::worker::idempotency_key("stripe", "evt_c1");
     assert_eq!(seen.get(&key), Some(&1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_waits_the_grace_period_then_gives_leases_back() {
+    let downstream = Downstream::default();
+    downstream.stall.store(true, Ordering::SeqCst);
+    let app = axum::Router::new()
+        .route("/apply", axum::routing::post(apply))
+        .with_state(downstream.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let downstream_port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let dir = tempfile::tempdir().expect("dir");
+
+    let receiver = Receiver::start(dir.path(), Some(downstream_port)).await;
+    // A long lease: only a release (not expiry) lets the next process deliver soon.
+    let config = dir.path().join("hookhost.toml");
+    let text = std::fs::read_to_string(&config).expect("config");
+    std::fs::write(
+        &config,
+        text.replace(
+            "lease_seconds = 2",
+            "lease_seconds = 600\ngrace_seconds = 1",
+        ),
+    )
+    .expect("config");
+    receiver.kill();
+    let receiver = Receiver::start_with_config(dir.path()).await;
+    receiver.accept("evt_term").await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while downstream.seen.lock().expect("lock").is_empty() {
+        assert!(Instant::now() < deadline, "delivery did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The downstream never answers: SIGTERM must still end the process, cleanly,
+    // after the grace period.
+    let started = Instant::now();
+    let status = receiver.terminate();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
+
+    downstream.stall.store(false, Ordering::SeqCst);
+    let receiver = Receiver::start_with_config(dir.path()).await;
+    let db = dir.path().join("hookhost.db");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while states(&db).await.get("evt_term").map(String::as_str) != Some("delivered") {
+        assert!(
+            Instant::now() < deadline,
+            "the released lease was not taken again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    receiver.stop();
 }

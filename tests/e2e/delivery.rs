@@ -529,3 +529,31 @@ async fn the_admin_api_refuses_every_call_without_the_token_and_replays_with_it(
     .await;
     assert_eq!(unknown.0, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_versions_after_a_newer_one_never_reach_the_destination() {
+    let (downstream, port) = Downstream::start().await;
+    let server = start(port, "[0, 0, 0]").await;
+    let t = now();
+    // v3, v1, v2 of one resource, accepted in that order; then a delete and a late update.
+    for (id, kind, version) in [
+        ("evt_v3", "customer.updated", 3000),
+        ("evt_v1", "customer.updated", 1000),
+        ("evt_v2", "customer.updated", 2000),
+        ("evt_del", "customer.deleted", 4000),
+        ("evt_late", "customer.updated", 3500),
+    ] {
+        let body = stripe_event(id, kind, "cus_ordered", version);
+        let (status, _) = server.post_stripe(&[STRIPE_SECRET], t, &body).await;
+        assert_eq!(status, 200);
+    }
+    settled(&server, "evt_v3", "delivered").await;
+    settled(&server, "evt_del", "delivered").await;
+    for id in ["evt_v1", "evt_v2", "evt_late"] {
+        assert_eq!(server.receipt("stripe", id).await.state, "stale", "{id}");
+        assert!(
+            downstream.received(id).is_empty(),
+            "{id} reached the destination"
+        );
+    }
+}
