@@ -1,5 +1,7 @@
 //! The end-to-end part: the real `hookhost serve` as a child process, and a loopback
-//! load generator of HTTP/1.1 keep-alive connections, one request in flight each.
+//! load generator of HTTP/1.1 keep-alive connections, one request in flight each:
+//! closed loop (`drive`: each connection sends again as soon as it is answered) or open
+//! loop (`drive_paced`: a fixed request rate, whatever the answers take).
 
 use anyhow::{Context as _, anyhow, bail};
 use http_body_util::{BodyExt as _, Full};
@@ -7,7 +9,7 @@ use hyper::body::Bytes;
 use hyper::client::conn::http1::SendRequest;
 use hyper::{Request, StatusCode, header};
 use hyper_util::rt::TokioIo;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -15,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
+use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinSet;
 
 /// How long the server may take to answer `GET /healthz` (it compiles plugins first).
@@ -56,18 +59,21 @@ pub struct Server {
 impl Server {
     /// Write a configuration with one Stripe endpoint into `dir` (the store goes beside
     /// it), start `binary serve` on a free loopback port and wait until it is healthy.
+    /// `extra` is appended to the configuration after the endpoint's keys: its
+    /// `[endpoint.destination]` table, a `[delivery]` table.
     pub async fn start(
         binary: &Path,
         dir: &Path,
         secret: &str,
         endpoint: &str,
+        extra: &str,
     ) -> anyhow::Result<Server> {
         let addr = free_loopback_addr()?;
         std::fs::write(dir.join("stripe.secret"), secret).context("writing the secret file")?;
         let config = dir.join("hookhost.toml");
         let text = format!(
             "listen = \"{addr}\"\nstore = \"hookhost.db\"\n\n[[endpoint]]\nid = \"{endpoint}\"\n\
-             plugin = \"stripe\"\nsecrets = [\"file:stripe.secret\"]\n"
+             plugin = \"stripe\"\nsecrets = [\"file:stripe.secret\"]\n{extra}"
         );
         std::fs::write(&config, text).context("writing the server configuration")?;
         let log = dir.join("server.log");
@@ -113,7 +119,8 @@ impl Server {
         Ok(server)
     }
 
-    fn log_tail(&self) -> String {
+    /// The last lines of the server's log.
+    pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
@@ -196,7 +203,7 @@ impl Target {
         let mut sender = connect(self.addr)
             .await
             .context("connecting to the server")?;
-        let (body, signature) = payload.next()?;
+        let (_, body, signature) = payload.next()?;
         let response = sender.send_request(self.request(body, &signature)?).await?;
         let status = response.status();
         let bytes = response.into_body().collect().await?.to_bytes();
@@ -238,17 +245,19 @@ impl Payload {
         })))
     }
 
-    fn next(&self) -> anyhow::Result<(Bytes, String)> {
+    /// The next request's event id (for new events), body and signature.
+    fn next(&self) -> anyhow::Result<(Option<String>, Bytes, String)> {
         match &*self.0 {
             Kind::NewEvents { template, next } => {
                 let n = next.fetch_add(1, Ordering::Relaxed);
+                let id = crate::event_id(n);
                 let body = template
-                    .replace(EVENT_MARK, &crate::event_id(n))
+                    .replace(EVENT_MARK, &id)
                     .replace(INVOICE_MARK, &crate::invoice_id(n));
                 let signature = crate::stripe_signature(crate::unix_now(), body.as_bytes())?;
-                Ok((Bytes::from(body), signature))
+                Ok((Some(id), Bytes::from(body), signature))
             }
-            Kind::SameEvent { body, signature } => Ok((body.clone(), signature.clone())),
+            Kind::SameEvent { body, signature } => Ok((None, body.clone(), signature.clone())),
         }
     }
 }
@@ -260,6 +269,8 @@ pub struct PhaseResult {
     pub ok: u64,
     /// From the first request to the last answer.
     pub elapsed: Duration,
+    /// When the first counted answer arrived.
+    pub first_ok: Option<Instant>,
     /// Latencies of the counted answers, sorted once the phase ends.
     latencies: Vec<Duration>,
     /// Every other answer (status and body without the event id) or transport error.
@@ -283,8 +294,18 @@ impl PhaseResult {
         *self.errors.entry(what).or_default() += 1;
     }
 
+    fn counted(&mut self, latency: Duration) {
+        self.ok += 1;
+        self.latencies.push(latency);
+        self.first_ok.get_or_insert_with(Instant::now);
+    }
+
     fn merge(&mut self, other: PhaseResult) {
         self.ok += other.ok;
+        self.first_ok = match (self.first_ok, other.first_ok) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         self.latencies.extend(other.latencies);
         for (what, count) in other.errors {
             *self.errors.entry(what).or_default() += count;
@@ -352,11 +373,8 @@ async fn worker(
             },
         };
         match send(&target, connection, &payload, expect).await {
-            Ok((latency, Ok(()))) => {
-                tally.ok += 1;
-                tally.latencies.push(latency);
-            }
-            Ok((_, Err(answer))) => tally.error(answer),
+            Ok((_, _, latency, Ok(()))) => tally.counted(latency),
+            Ok((_, _, _, Err(answer))) => tally.error(answer),
             Err(error) => {
                 tally.error(format!("transport: {error:#}"));
                 sender = None; // reconnect
@@ -366,21 +384,160 @@ async fn worker(
     tally
 }
 
+/// What one request came to: its event id (for new events), when it was sent, its
+/// latency, and whether the answer counts.
+type Exchange = (Option<String>, Instant, Duration, Result<(), String>);
+
 /// One request; the latency runs from sending the request to the end of the answer.
 async fn send(
     target: &Target,
     sender: &mut SendRequest<Full<Bytes>>,
     payload: &Payload,
     expect: &str,
-) -> anyhow::Result<(Duration, Result<(), String>)> {
-    let (body, signature) = payload.next()?;
+) -> anyhow::Result<Exchange> {
+    let (id, body, signature) = payload.next()?;
     let request = target.request(body, &signature)?;
     sender.ready().await?;
     let started = Instant::now();
     let response = sender.send_request(request).await?;
     let status = response.status();
     let bytes = response.into_body().collect().await?.to_bytes();
-    Ok((started.elapsed(), classify(status, &bytes, expect)))
+    Ok((
+        id,
+        started,
+        started.elapsed(),
+        classify(status, &bytes, expect),
+    ))
+}
+
+/// An open-loop phase: what `drive_paced` measured.
+#[derive(Debug, Default)]
+pub struct Paced {
+    pub result: PhaseResult,
+    /// The rate asked for, in requests per second.
+    pub rate: f64,
+    /// Requests scheduled (rate × duration); `result` says how each came out.
+    pub scheduled: u64,
+    /// For each event whose answer counted: when its request was sent.
+    pub sent: HashMap<String, Instant>,
+    /// Requests sent more than `LATE` after their scheduled time (every connection busy).
+    pub late: u64,
+}
+
+/// A paced request that waited longer than this for an idle connection is counted late.
+pub const LATE: Duration = Duration::from_millis(10);
+
+/// Open loop: `rate` requests per second of `payload` (new events) for `duration`, each
+/// handed at its scheduled time to whichever of `connections` keep-alive connections is
+/// idle, whatever the answers take.
+pub async fn drive_paced(
+    target: &Target,
+    connections: usize,
+    rate: f64,
+    duration: Duration,
+    payload: &Payload,
+    expect: &'static str,
+) -> anyhow::Result<Paced> {
+    if !(rate.is_finite() && rate >= 1.0) {
+        bail!("cannot pace {rate} requests per second");
+    }
+    let scheduled = (rate * duration.as_secs_f64()).round().max(1.0) as u64;
+    let period = Duration::from_secs_f64(1.0 / rate);
+    let mut senders = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        senders.push(
+            connect(target.addr)
+                .await
+                .context("connecting to the server")?,
+        );
+    }
+    let (ticks_tx, ticks_rx) = mpsc::unbounded_channel::<Instant>();
+    let ticks_rx = Arc::new(Mutex::new(ticks_rx));
+    let mut workers = JoinSet::new();
+    for sender in senders {
+        workers.spawn(paced_worker(
+            target.clone(),
+            sender,
+            ticks_rx.clone(),
+            payload.clone(),
+            expect,
+        ));
+    }
+    let started = Instant::now();
+    // Burst (the default): a tick missed by the timer's 1 ms granularity comes at once, so
+    // the average rate holds.
+    let mut interval = tokio::time::interval_at(started.into(), period);
+    for _ in 0..scheduled {
+        let at = interval.tick().await;
+        if ticks_tx.send(at.into_std()).is_err() {
+            break; // every worker is gone; join_next reports why
+        }
+    }
+    drop(ticks_tx);
+    let mut paced = Paced {
+        rate,
+        scheduled,
+        ..Paced::default()
+    };
+    while let Some(tally) = workers.join_next().await {
+        let (result, sent, late) = tally.context("a paced load worker panicked")?;
+        paced.result.merge(result);
+        paced.sent.extend(sent);
+        paced.late += late;
+    }
+    paced.result.elapsed = started.elapsed();
+    paced.result.latencies.sort_unstable();
+    Ok(paced)
+}
+
+async fn paced_worker(
+    target: Target,
+    sender: SendRequest<Full<Bytes>>,
+    ticks: Arc<Mutex<mpsc::UnboundedReceiver<Instant>>>,
+    payload: Payload,
+    expect: &'static str,
+) -> (PhaseResult, HashMap<String, Instant>, u64) {
+    let mut tally = PhaseResult::default();
+    let mut sent = HashMap::new();
+    let mut late = 0;
+    let mut sender = Some(sender);
+    loop {
+        // The lock is held only while waiting for the next tick: whoever is idle takes it.
+        let Some(due) = ticks.lock().await.recv().await else {
+            break;
+        };
+        let connection = match sender.as_mut() {
+            Some(connection) => connection,
+            None => match connect(target.addr).await {
+                Ok(connection) => sender.insert(connection),
+                Err(error) => {
+                    tally.error(format!("connect: {error:#}"));
+                    continue;
+                }
+            },
+        };
+        match send(&target, connection, &payload, expect).await {
+            Ok((id, at, latency, answer)) => {
+                if at.saturating_duration_since(due) > LATE {
+                    late += 1;
+                }
+                match answer {
+                    Ok(()) => {
+                        tally.counted(latency);
+                        if let Some(id) = id {
+                            sent.insert(id, at);
+                        }
+                    }
+                    Err(answer) => tally.error(answer),
+                }
+            }
+            Err(error) => {
+                tally.error(format!("transport: {error:#}"));
+                sender = None; // reconnect
+            }
+        }
+    }
+    (tally, sent, late)
 }
 
 /// `Ok` for `200 {"status": expect}`; otherwise the answer, without the event id so

@@ -11,14 +11,22 @@
 //!    process, driven over loopback HTTP/1.1 keep-alive connections with new, correctly
 //!    signed events at several concurrency levels.
 //! 4. Duplicates: one event POSTed again and again.
+//! 5. Delivery: a second server whose endpoint delivers to a downstream HTTP server
+//!    inside this process (`downstream`). At the maximum rate (concurrency 64): accepted/s,
+//!    and delivered/s = accepted events ÷ (last delivery − first accept). Then, open loop
+//!    at half that accepted rate: per event, the time from sending its POST to its
+//!    delivery's arrival downstream, and duplicates by `idempotency-key`.
 //!
 //! Pass/fail marks compare against the project's targets; the exit code is 0 whatever
 //! they say, and non-zero only when the benchmark itself could not run.
 
+mod downstream;
 mod load;
 
 use anyhow::{Context as _, anyhow};
+use base64::Engine as _;
 use clap::Parser;
+use downstream::Downstream;
 use hmac::{Hmac, Mac};
 use hookhost::config::EndpointConfig;
 use hookhost::endpoints::Endpoint;
@@ -26,7 +34,7 @@ use hookhost::plugins::{Catalog, PluginLimits};
 use hookhost::verify::{MessageSource, Secret};
 use hookhost_plugin_sdk::Provider as _;
 use hookhost_plugin_sdk::testing::RequestBuilder;
-use load::{Payload, PhaseResult};
+use load::{Paced, Payload, PhaseResult};
 use serde_json::json;
 use sha2::Sha256;
 use std::hint::black_box;
@@ -42,6 +50,15 @@ const ENDPOINT: &str = "stripe";
 const PLUGIN_MEDIAN_TARGET_US: f64 = 50.0;
 const ACCEPTED_RATIO_TARGET: f64 = 0.8;
 const DUPLICATE_P99_TARGET_MS: f64 = 5.0;
+const DELIVERED_RATIO_TARGET: f64 = 0.9;
+const DELIVERY_P99_TARGET_MS: f64 = 250.0;
+/// The destination's signing key; the server gets it as `whsec_` + base64.
+const DESTINATION_KEY: [u8; 32] = *b"hookhost-bench-destination-key!!";
+/// The delivering server's `[delivery]` settings.
+const DELIVERY_WORKERS: u32 = 16;
+const DELIVERY_POLL_MS: u32 = 20;
+/// The first event must reach the downstream within this, or delivery is broken.
+const FIRST_DELIVERY_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Parser, Debug)]
 #[command(
@@ -76,6 +93,19 @@ struct Args {
     /// Keep the temporary directory (server configuration, log and database) afterwards.
     #[arg(long)]
     keep_tmp: bool,
+    /// Leave out the delivery phases (the second server and the downstream).
+    #[arg(long)]
+    skip_delivery: bool,
+    /// Connections for the delivery phase's maximum rate.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=512))]
+    delivery_concurrency: u16,
+    /// Connections the paced (half-rate) delivery phase spreads its requests over.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=512))]
+    paced_connections: u16,
+    /// Seconds to wait, after each delivery phase's load, for the downstream to receive
+    /// every accepted event.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=300))]
+    delivery_wait_secs: u64,
 }
 
 fn main() -> ExitCode {
@@ -134,7 +164,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     eprintln!("starting {}…", binary.display());
     let duration = Duration::from_secs(args.duration_secs);
     let (levels, duplicates, startup) = runtime.block_on(async {
-        let server = load::Server::start(&binary, dir.path(), SECRET, ENDPOINT).await?;
+        let server = load::Server::start(&binary, dir.path(), SECRET, ENDPOINT, "").await?;
         let startup = server.started_in;
         let target = load::Target::new(server.addr, ENDPOINT);
         let new_events = Payload::new_events(created);
@@ -175,6 +205,20 @@ fn run(args: &Args) -> anyhow::Result<()> {
         drop(server); // killed here, before the temporary directory goes
         anyhow::Ok((levels, duplicates, startup))
     })?;
+
+    // 5. Delivery, with a second server (and its own store) once the first has gone. If
+    // it cannot run, the table of the phases above is printed before the error.
+    let (delivery, delivery_error) = if args.skip_delivery {
+        (None, None)
+    } else {
+        match runtime.block_on(delivery_phases(args, &binary, dir.path(), created)) {
+            Ok(delivery) => (Some(delivery), None),
+            Err(error) => (
+                None,
+                Some(error.context("the delivery phases could not run")),
+            ),
+        }
+    };
 
     let mut table = Table::default();
     let plugin_median = micro.plugin.median_us();
@@ -260,10 +304,29 @@ fn run(args: &Args) -> anyhow::Result<()> {
             Some(dup_p99.is_some_and(|p| p.as_secs_f64() * 1e3 < DUPLICATE_P99_TARGET_MS)),
         );
     }
+    if let Some(delivery) = &delivery {
+        delivery.rows(&mut table);
+    }
+    if delivery_error.is_some() {
+        table.row(
+            "delivery",
+            "could not run (below)".into(),
+            String::new(),
+            Some(false),
+        );
+    }
     println!(
         "server ready after {:.2} s (plugin compilation included)",
         startup.as_secs_f64()
     );
+    if let Some(delivery) = &delivery {
+        println!(
+            "delivering server ready after {:.2} s; [delivery] workers = {DELIVERY_WORKERS}, poll_ms = {DELIVERY_POLL_MS}; \
+             wait for deliveries up to {} s per phase",
+            delivery.startup.as_secs_f64(),
+            args.delivery_wait_secs
+        );
+    }
     if let (Some(start), Some(end)) = (load_at_start, load_average()) {
         println!(
             "1-min load average: {start} at start, {end} at end (other work on the machine skews figures)"
@@ -279,11 +342,294 @@ fn run(args: &Args) -> anyhow::Result<()> {
             duplicates
                 .iter()
                 .map(|(c, r)| (format!("duplicates, concurrency {c}"), r)),
-        );
-    if print_errors(phases) && !args.keep_tmp {
+        )
+        .chain(delivery.iter().flat_map(|d| {
+            [
+                (
+                    format!("delivery: accepted, concurrency {}", d.concurrency),
+                    &d.max,
+                ),
+                (
+                    format!("delivery: paced at {:.0}/s", d.paced.rate),
+                    &d.paced.result,
+                ),
+            ]
+        }));
+    let mut errors = print_errors(phases);
+    if let Some(delivery) = &delivery {
+        errors |= delivery.print_faults();
+    }
+    if errors && !args.keep_tmp {
         println!("(the server's log says why: rerun with --keep-tmp to keep server.log)");
     }
-    Ok(())
+    delivery_error.map_or(Ok(()), Err)
+}
+
+/// `whsec_` + base64 of the destination key, as the server's configuration takes it.
+fn destination_secret() -> String {
+    format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(DESTINATION_KEY)
+    )
+}
+
+/// What the delivery phases measured.
+struct Delivery {
+    startup: Duration,
+    concurrency: u16,
+    /// Phase 1: new events at the maximum rate.
+    max: PhaseResult,
+    /// Distinct phase-1 events the downstream received within the wait.
+    max_delivered: usize,
+    /// From the first accept of phase 1 to its last delivery.
+    max_span: Option<Duration>,
+    /// Phase 2: open loop at half of phase 1's accepted rate.
+    paced: Paced,
+    /// Phase 1's events not yet delivered when phase 2 started (they are ahead of it).
+    backlog: u64,
+    /// For each paced event delivered within the wait: arrival − send, sorted.
+    paced_latencies: Vec<Duration>,
+    /// Whole run (sanity event and warm-up included).
+    deliveries: u64,
+    duplicates: u64,
+    faults: Vec<(&'static str, u64)>,
+}
+
+impl Delivery {
+    /// Phase 1's events delivered ÷ (last delivery − first accept). (A warm-up event
+    /// delivered late is not one of them: the count is capped at the accepted.)
+    fn delivered_rate(&self) -> Option<f64> {
+        let span = self.max_span?.as_secs_f64();
+        let delivered = (self.max_delivered as u64).min(self.max.ok);
+        (span > 0.0).then(|| delivered as f64 / span)
+    }
+
+    fn rows(&self, table: &mut Table) {
+        let c = self.concurrency;
+        let max = &self.max;
+        table.row(
+            &format!("delivery: accepted, concurrency {c}"),
+            format!(
+                "{:.0}/s, p50 {}, p99 {}, {} errors",
+                max.rate(),
+                ms(max.percentile(0.50)),
+                ms(max.percentile(0.99)),
+                max.error_count()
+            ),
+            String::new(),
+            None,
+        );
+        let complete = self.max_delivered as u64 >= max.ok;
+        let delivered = match (self.delivered_rate(), self.max_span) {
+            (Some(rate), Some(span)) => format!(
+                "{rate:.0}/s ({} of {} in {:.2} s{})",
+                self.max_delivered,
+                max.ok,
+                span.as_secs_f64(),
+                if complete { "" } else { ", incomplete" }
+            ),
+            _ => format!("n/a ({} of {} delivered)", self.max_delivered, max.ok),
+        };
+        table.row(
+            "  delivered/s (first accept → last delivery)",
+            delivered,
+            String::new(),
+            None,
+        );
+        let ratio = self.delivered_rate().map(|d| d / max.rate());
+        table.row(
+            "  delivered/s ÷ accepted/s",
+            ratio.map_or_else(|| "n/a".into(), |r| format!("{r:.2}")),
+            format!("≥ {DELIVERED_RATIO_TARGET}"),
+            Some(complete && ratio.is_some_and(|r| r >= DELIVERED_RATIO_TARGET)),
+        );
+        let paced = &self.paced;
+        table.row(
+            &format!("delivery: paced at {:.0}/s (half), accepted", paced.rate),
+            format!(
+                "{:.0}/s, p50 {}, p99 {}, {} errors, {} of {} sent > {} ms late",
+                paced.result.rate(),
+                ms(paced.result.percentile(0.50)),
+                ms(paced.result.percentile(0.99)),
+                paced.result.error_count(),
+                paced.late,
+                paced.scheduled,
+                load::LATE.as_millis()
+            ),
+            String::new(),
+            None,
+        );
+        let p99 = quantile(&self.paced_latencies, 0.99);
+        let complete = self.paced_latencies.len() == paced.sent.len() && !paced.sent.is_empty();
+        let behind = if self.backlog > 0 {
+            format!(", behind {} undelivered from the max phase", self.backlog)
+        } else {
+            String::new()
+        };
+        table.row(
+            "  send → downstream arrival",
+            format!(
+                "median {}, p99 {}, max {} ({} of {} delivered{behind})",
+                ms(quantile(&self.paced_latencies, 0.50)),
+                ms(p99),
+                ms(self.paced_latencies.last().copied()),
+                self.paced_latencies.len(),
+                paced.sent.len()
+            ),
+            format!("p99 < {DELIVERY_P99_TARGET_MS} ms"),
+            Some(complete && p99.is_some_and(|p| p.as_secs_f64() * 1e3 < DELIVERY_P99_TARGET_MS)),
+        );
+        let faults: u64 = self.faults.iter().map(|(_, n)| n).sum();
+        table.row(
+            "  duplicates by idempotency-key (whole run)",
+            format!(
+                "{} of {} deliveries, {faults} unsigned or malformed",
+                self.duplicates, self.deliveries
+            ),
+            "0".into(),
+            Some(self.duplicates == 0 && faults == 0),
+        );
+    }
+
+    /// List deliveries that broke the contract; `true` if there were any.
+    fn print_faults(&self) -> bool {
+        if self.faults.is_empty() {
+            return false;
+        }
+        println!("\nfaults seen by the downstream:");
+        for (what, count) in &self.faults {
+            println!("  {count:>8} × {what}");
+        }
+        true
+    }
+}
+
+/// Phase 1 (maximum rate) and phase 2 (paced at half of it) against a second server
+/// that delivers to a downstream in this process.
+async fn delivery_phases(
+    args: &Args,
+    binary: &Path,
+    dir: &Path,
+    created: i64,
+) -> anyhow::Result<Delivery> {
+    let duration = Duration::from_secs(args.duration_secs);
+    let wait = Duration::from_secs(args.delivery_wait_secs);
+    let downstream = Downstream::start(&DESTINATION_KEY)?;
+    let dir = dir.join("delivery");
+    std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let extra = format!(
+        "\n[endpoint.destination]\nurl = \"{}\"\nsecret = \"{}\"\n\n\
+         [delivery]\nworkers = {DELIVERY_WORKERS}\npoll_ms = {DELIVERY_POLL_MS}\n",
+        downstream.url(),
+        destination_secret()
+    );
+    eprintln!(
+        "starting a delivering server ({} → {})…",
+        binary.display(),
+        downstream.url()
+    );
+    let server = load::Server::start(binary, &dir, SECRET, ENDPOINT, &extra).await?;
+    let startup = server.started_in;
+    let target = load::Target::new(server.addr, ENDPOINT);
+    // Event ids go on from one phase to the next: every request is a new event.
+    let events = Payload::new_events(created);
+    target.expect_one(&events, "accepted").await?;
+    if !downstream
+        .wait(FIRST_DELIVERY_WAIT, |r| !r.arrivals.is_empty())
+        .await
+    {
+        anyhow::bail!(
+            "the delivering server accepted an event but the downstream received nothing within {} s; its log ends:\n{}",
+            FIRST_DELIVERY_WAIT.as_secs(),
+            server.log_tail()
+        );
+    }
+    eprintln!("warming up (1 s at concurrency 16), then draining…");
+    let warm = load::drive(&target, 16, Duration::from_secs(1), &events, "accepted").await?;
+    let warm_total = usize::try_from(warm.ok + 1).unwrap_or(usize::MAX);
+    if !downstream
+        .wait(wait, |r| r.arrivals.len() >= warm_total)
+        .await
+    {
+        eprintln!("warning: the warm-up's events were not all delivered within the wait");
+    }
+
+    downstream.reset();
+    let c = args.delivery_concurrency;
+    eprintln!(
+        "delivery, new events at concurrency {c} for {} s, then waiting for every delivery…",
+        args.duration_secs
+    );
+    let max = load::drive(&target, c.into(), duration, &events, "accepted").await?;
+    let accepted = usize::try_from(max.ok).unwrap_or(usize::MAX);
+    downstream
+        .wait(wait, |r| r.arrivals.len() >= accepted)
+        .await;
+    let (max_delivered, max_last) = {
+        let record = downstream.record();
+        (record.arrivals.len(), record.last_arrival())
+    };
+    let max_span = max
+        .first_ok
+        .zip(max_last)
+        .map(|(first, last)| last.saturating_duration_since(first));
+
+    if max_delivered < accepted {
+        eprintln!(
+            "warning: {} of {accepted} events were not delivered within {} s; the paced phase queues behind them",
+            accepted - max_delivered,
+            wait.as_secs()
+        );
+    }
+    let backlog = max.ok.saturating_sub(max_delivered as u64);
+
+    downstream.reset();
+    let rate = (max.rate() / 2.0).max(1.0);
+    eprintln!(
+        "delivery, paced at {rate:.0}/s over {} connections for {} s, then waiting for every delivery…",
+        args.paced_connections, args.duration_secs
+    );
+    let paced = load::drive_paced(
+        &target,
+        args.paced_connections.into(),
+        rate,
+        duration,
+        &events,
+        "accepted",
+    )
+    .await?;
+    downstream
+        .wait(wait, |r| {
+            r.arrivals.len() >= paced.sent.len()
+                && paced.sent.keys().all(|id| r.arrivals.contains_key(id))
+        })
+        .await;
+    drop(server); // no more deliveries: the counts below are final
+    let record = downstream.record();
+    let mut paced_latencies: Vec<Duration> = paced
+        .sent
+        .iter()
+        .filter_map(|(id, sent)| {
+            record
+                .arrivals
+                .get(id)
+                .map(|arrived| arrived.saturating_duration_since(*sent))
+        })
+        .collect();
+    paced_latencies.sort_unstable();
+    Ok(Delivery {
+        startup,
+        concurrency: c,
+        max,
+        max_delivered,
+        max_span,
+        paced,
+        backlog,
+        paced_latencies,
+        deliveries: record.deliveries,
+        duplicates: record.duplicates,
+        faults: record.faults.iter().map(|(k, v)| (*k, *v)).collect(),
+    })
 }
 
 /// The four in-process measurements.

@@ -113,6 +113,9 @@ enum EventsCommand {
         config: PathBuf,
         #[command(flatten)]
         filter: FilterArgs,
+        /// Map each event again with the endpoint's current plugin first.
+        #[arg(long)]
+        remap: bool,
     },
     /// Take one event out of delivery, with a reason; its evidence stays.
     Discard {
@@ -142,6 +145,9 @@ enum DlqCommand {
         config: PathBuf,
         #[arg(long)]
         endpoint: Option<String>,
+        /// Map each event again with the endpoint's current plugin first.
+        #[arg(long)]
+        remap: bool,
     },
 }
 
@@ -344,7 +350,29 @@ fn operate(operation: Operation) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let remapping = matches!(
+        &operation,
+        Operation::Events(EventsCommand::Replay { remap: true, .. })
+            | Operation::Dlq(DlqCommand::Replay { remap: true, .. })
+    );
     runtime.block_on(async move {
+        if remapping {
+            // Remapping runs plugins: build the whole receiver (without serving).
+            let app = crate::build(&config).await?;
+            let filter = match operation {
+                Operation::Events(EventsCommand::Replay { filter, .. }) => filter.filter(),
+                Operation::Dlq(DlqCommand::Replay { endpoint, .. }) => crate::store::Filter {
+                    endpoint,
+                    states: vec!["dead".into(), "quarantined".into()],
+                    ..Default::default()
+                },
+                _ => crate::store::Filter::default(),
+            };
+            let result = crate::replay(&app, &filter, true).await;
+            app.store.close().await;
+            println!("{} replayed", result?);
+            return Ok(());
+        }
         let StoreConfig::Sqlite(path) = &config.store;
         let store = crate::store::Store::open_sqlite(path).await?;
         let result = run_operation(&store, operation).await;

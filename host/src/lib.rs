@@ -124,3 +124,57 @@ pub async fn serve(
     served?;
     Ok(())
 }
+
+/// Replay events under their original ids. With `remap`, each event's mapping is
+/// produced again by its endpoint's current plugin first (for a plugin that mapped
+/// it wrongly); otherwise the stored mapping is kept. Returns how many were queued.
+pub async fn replay(app: &http::App, filter: &store::Filter, remap: bool) -> anyhow::Result<u64> {
+    if !remap {
+        return Ok(app.store.replay(filter).await?);
+    }
+    let mut replayed = 0;
+    for event in app.store.list(filter).await? {
+        if !store::REPLAYABLE_STATES.contains(&event.state.as_str()) {
+            continue;
+        }
+        let endpoint = app.endpoints.get(&event.endpoint).ok_or_else(|| {
+            anyhow::anyhow!("endpoint {:?} is no longer configured", event.endpoint)
+        })?;
+        let Some(receipt) = app.store.receipt(&event.endpoint, &event.event_id).await? else {
+            continue;
+        };
+        let headers: Vec<(String, String)> =
+            serde_json::from_str(&receipt.headers).unwrap_or_default();
+        let described = verify::redescribe(&endpoint, &app.public_url, &headers, &receipt.body)
+            .map_err(|e| {
+                anyhow::anyhow!("{}/{}: describe-event: {e}", event.endpoint, event.event_id)
+            })?;
+        let resource = match (&described.resource_kind, &described.resource_id) {
+            (Some(kind), Some(id)) => Some(store::Resource {
+                kind: kind.clone(),
+                id: id.clone(),
+                version: described.resource_version,
+                deleted: described.deleted,
+            }),
+            _ => None,
+        };
+        let info = &endpoint.plugin.info;
+        app.store
+            .remap(
+                &event.endpoint,
+                &event.event_id,
+                &described.event_type,
+                resource.as_ref(),
+                &info.version,
+                &endpoint.plugin.digest,
+            )
+            .await?;
+        let one = store::Filter {
+            endpoint: Some(event.endpoint.clone()),
+            event_id: Some(event.event_id.clone()),
+            ..store::Filter::default()
+        };
+        replayed += app.store.replay(&one).await?;
+    }
+    Ok(replayed)
+}

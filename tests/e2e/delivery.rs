@@ -519,6 +519,10 @@ async fn the_admin_api_refuses_every_call_without_the_token_and_replays_with_it(
         (status, shown["attempts"].as_array().map(Vec::len)),
         (200, Some(3))
     );
+    let body = r#"{"endpoint": "stripe", "state": "delivered", "remap": true}"#;
+    let filtered = request(admin, "POST", "/admin/replay", &token, body.into()).await;
+    assert_eq!(filtered, (200, serde_json::json!({"replayed": 1})));
+    settled(&server, "evt_admin", "delivered").await;
     let unknown = request(
         admin,
         "POST",
@@ -556,4 +560,73 @@ async fn old_versions_after_a_newer_one_never_reach_the_destination() {
             "{id} reached the destination"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_can_map_the_event_again_with_the_current_plugin() {
+    let (downstream, port) = Downstream::start().await;
+    let server = start(port, "[0, 0]").await;
+    let config = server
+        .dir
+        .path()
+        .join("hookhost.toml")
+        .display()
+        .to_string();
+    downstream.script("evt_remap", &[(500, None); 2]);
+    accept(&server, "evt_remap").await;
+    settled(&server, "evt_remap", "dead").await;
+    // As if an older plugin had mapped it wrongly.
+    {
+        use sqlx::ConnectOptions;
+        let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(server.db_path())
+            .connect()
+            .await
+            .expect("open");
+        sqlx::query("UPDATE receipts SET event_type = 'wrong.type', plugin_version = '0.0.1' WHERE event_id = 'evt_remap'")
+            .execute(&mut conn)
+            .await
+            .expect("update");
+    }
+    let kept = hookhost_cli(&[
+        "events",
+        "replay",
+        "--config",
+        &config,
+        "--event-id",
+        "evt_remap",
+    ]);
+    assert_eq!(kept.trim(), "1 replayed");
+    settled(&server, "evt_remap", "delivered").await;
+    let last = downstream.received("evt_remap").pop().expect("delivered");
+    assert_eq!(
+        last.headers.get("hookhost-event-type").expect("type"),
+        "wrong.type",
+        "stored mapping kept"
+    );
+
+    let remapped = hookhost_cli(&[
+        "events",
+        "replay",
+        "--config",
+        &config,
+        "--event-id",
+        "evt_remap",
+        "--remap",
+    ]);
+    assert_eq!(remapped.trim(), "1 replayed");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while downstream.received("evt_remap").len() < 4 {
+        assert!(Instant::now() < deadline, "remapped replay not delivered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let last = downstream.received("evt_remap").pop().expect("delivered");
+    assert_eq!(
+        last.headers.get("hookhost-event-type").expect("type"),
+        "customer.updated"
+    );
+    assert_eq!(
+        server.receipt("stripe", "evt_remap").await.event_type,
+        "customer.updated"
+    );
 }

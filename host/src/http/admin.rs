@@ -138,26 +138,47 @@ async fn show(
     }
 }
 
+/// `?remap=true`: map the event again with the endpoint's current plugin first.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RemapQuery {
+    #[serde(default)]
+    remap: bool,
+}
+
 async fn replay_one(
     State(admin): State<Admin>,
     Path((endpoint, event_id)): Path<(String, String)>,
+    Query(options): Query<RemapQuery>,
 ) -> Response {
     let filter = Filter {
         endpoint: Some(endpoint),
         event_id: Some(event_id),
         ..Filter::default()
     };
-    replay(&admin, &filter).await
+    replay(&admin, &filter, options.remap).await
 }
 
-async fn replay_filtered(State(admin): State<Admin>, Json(query): Json<FilterQuery>) -> Response {
-    replay(&admin, &query.filter()).await
+/// `POST /admin/replay`: a filter (the list query's fields) and `remap`.
+#[derive(Debug, Deserialize)]
+struct ReplayBody {
+    #[serde(flatten)]
+    filter: FilterQuery,
+    #[serde(default)]
+    remap: bool,
 }
 
-async fn replay(admin: &Admin, filter: &Filter) -> Response {
-    match admin.app.store.replay(filter).await {
+async fn replay_filtered(State(admin): State<Admin>, Json(body): Json<ReplayBody>) -> Response {
+    replay(&admin, &body.filter.filter(), body.remap).await
+}
+
+async fn replay(admin: &Admin, filter: &Filter, remap: bool) -> Response {
+    match crate::replay(&admin.app, filter, remap).await {
         Ok(replayed) => Json(serde_json::json!({ "replayed": replayed })).into_response(),
-        Err(e) => store_error(e),
+        Err(e) => {
+            tracing::error!(error = %e, "admin API: replay failed");
+            error(StatusCode::UNPROCESSABLE_ENTITY, "replay_failed")
+        }
     }
 }
 

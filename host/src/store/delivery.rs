@@ -63,7 +63,9 @@ impl Store {
         let rows = sqlx::query(
             "UPDATE receipts SET lease_owner = ?1, lease_expires_at_ms = ?2
              WHERE rowid IN (
-                SELECT rowid FROM receipts AS r
+                -- The partial index holds only pending rows: the cost follows the
+                -- backlog, not the history (the planner preferred the primary key).
+                SELECT rowid FROM receipts AS r INDEXED BY receipts_due
                 WHERE state = 'pending' AND next_attempt_at_ms <= ?3
                   AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?3)
                   AND endpoint IN (SELECT value FROM json_each(?4))

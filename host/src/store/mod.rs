@@ -12,7 +12,7 @@ mod sqlite;
 mod writer;
 
 pub use delivery::{AttemptRecord, Leased, Next};
-pub use operator::{Filter, Summary};
+pub use operator::{Filter, REPLAYABLE_STATES, Summary};
 
 pub use sqlite::{ReceiptRow, Store, single_commit_rate};
 

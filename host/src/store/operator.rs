@@ -39,6 +39,8 @@ pub struct Summary {
 
 /// States a replay takes an event out of.
 const REPLAYABLE: &str = "('dead', 'quarantined', 'delivered', 'discarded')";
+/// The same, for filtering in Rust.
+pub const REPLAYABLE_STATES: [&str; 4] = ["dead", "quarantined", "delivered", "discarded"];
 /// Most rows one listing returns.
 const LIST_CAP: u32 = 10_000;
 
@@ -138,6 +140,41 @@ impl Store {
             "body": String::from_utf8_lossy(&receipt.body),
             "attempts": attempts,
         })))
+    }
+
+    /// Replace an event's mapping (type, resource, version) with one a plugin produced
+    /// again, recording which plugin version produced it. The version gate is not
+    /// re-run: a replay delivers what the operator asked for.
+    pub async fn remap(
+        &self,
+        endpoint: &str,
+        event_id: &str,
+        event_type: &str,
+        resource: Option<&super::Resource>,
+        plugin_version: &str,
+        plugin_digest: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE receipts SET event_type = ?, resource_kind = ?, resource_id = ?,
+                resource_version = ?, deleted = ?, plugin_version = ?, plugin_digest = ?
+             WHERE endpoint = ? AND event_id = ?",
+        )
+        .bind(event_type)
+        .bind(resource.map(|r| &r.kind))
+        .bind(resource.map(|r| &r.id))
+        .bind(
+            resource
+                .and_then(|r| r.version)
+                .map(|v| i64::try_from(v).unwrap_or(i64::MAX)),
+        )
+        .bind(resource.is_some_and(|r| r.deleted))
+        .bind(plugin_version)
+        .bind(plugin_digest)
+        .bind(endpoint)
+        .bind(event_id)
+        .execute(&self.worker)
+        .await?;
+        Ok(())
     }
 
     /// Take one event out of delivery for good, with the operator's reason. The

@@ -58,6 +58,30 @@ pub fn judge(
     })
 }
 
+/// Re-run the endpoint's current plugin's `describe-event` on a stored request (a
+/// replay that remaps). Verification is not repeated: the receipt proves it passed.
+/// The method and URL are not stored; the plugin sees `POST` and the endpoint's path.
+pub fn redescribe(
+    endpoint: &Endpoint,
+    public_url: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Result<Event, IngestError> {
+    let headers: Vec<(String, Vec<u8>)> = headers
+        .iter()
+        .map(|(name, value)| (name.clone(), value.as_bytes().to_vec()))
+        .collect();
+    let url = format!("{public_url}/webhooks/{}", endpoint.id);
+    let source = MessageSource {
+        method: "POST",
+        url: &url,
+        headers: &headers,
+        body,
+    };
+    let mut call = endpoint.plugin.session(&endpoint.plugin_config, &source)?;
+    call.describe_event()?.map_err(rejection)
+}
+
 /// The window applies in both directions: a timestamp from the future is as suspect
 /// as a stale one (a replay captured now and sent later, or a skewed sender).
 fn check_window(
