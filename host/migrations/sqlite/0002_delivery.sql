@@ -46,7 +46,7 @@ FROM receipts;
 DROP TABLE receipts;
 ALTER TABLE receipts_v2 RENAME TO receipts;
 
-CREATE INDEX receipts_due ON receipts (next_attempt_at_ms) WHERE state = 'pending';
+CREATE INDEX receipts_due ON receipts (next_attempt_at_ms, received_at_ms) WHERE state = 'pending';
 
 -- One row per delivery attempt, never deleted by the worker.
 CREATE TABLE attempts (

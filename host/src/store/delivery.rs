@@ -1,7 +1,7 @@
 //! The worker pool's side of the store: leasing due receipts and recording attempts.
 
 use super::{Store, StoreError};
-use sqlx::{Connection, Row};
+use sqlx::{Row, Sqlite, Transaction};
 use std::time::Duration;
 
 /// Longest error text kept per attempt.
@@ -45,6 +45,26 @@ pub enum Next {
     Quarantined,
 }
 
+/// A lease, as the writer performs it.
+#[derive(Debug)]
+pub struct LeaseRequest {
+    owner: String,
+    /// JSON array of endpoint ids.
+    endpoints: String,
+    now_ms: i64,
+    until_ms: i64,
+    limit: u32,
+}
+
+/// An attempt's result, as the writer records it.
+#[derive(Debug)]
+pub struct FinishRequest {
+    leased: Leased,
+    owner: String,
+    attempt: AttemptRecord,
+    next: Next,
+}
+
 impl Store {
     /// Lease up to `limit` due receipts of `endpoints` for `owner`, until `now + lease`.
     /// A lease that expired (its worker died) makes the receipt due again. Events of
@@ -58,55 +78,16 @@ impl Store {
         lease: Duration,
         limit: u32,
     ) -> Result<Vec<Leased>, StoreError> {
-        let until = now_ms.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX));
-        let endpoints = serde_json::to_string(endpoints).unwrap_or_else(|_| "[]".into());
-        let rows = sqlx::query(
-            "UPDATE receipts SET lease_owner = ?1, lease_expires_at_ms = ?2
-             WHERE rowid IN (
-                -- The partial index holds only pending rows: the cost follows the
-                -- backlog, not the history (the planner preferred the primary key).
-                SELECT rowid FROM receipts AS r INDEXED BY receipts_due
-                WHERE state = 'pending' AND next_attempt_at_ms <= ?3
-                  AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?3)
-                  AND endpoint IN (SELECT value FROM json_each(?4))
-                  -- One resource, one delivery at a time, in version order: skip an
-                  -- event while another of its resource is in flight or comes first.
-                  AND (r.resource_id IS NULL OR NOT EXISTS (
-                      SELECT 1 FROM receipts AS o
-                      WHERE o.endpoint = r.endpoint AND o.resource_kind = r.resource_kind
-                        AND o.resource_id = r.resource_id AND o.state = 'pending'
-                        AND o.rowid <> r.rowid
-                        AND (o.lease_expires_at_ms > ?3
-                             OR COALESCE(o.resource_version, -1) < COALESCE(r.resource_version, -1)
-                             OR (COALESCE(o.resource_version, -1) = COALESCE(r.resource_version, -1)
-                                 AND o.received_at_ms < r.received_at_ms))))
-                ORDER BY next_attempt_at_ms, received_at_ms
-                LIMIT ?5)
-             RETURNING endpoint, event_id, body, headers, event_type, plugin,
-                       resource_kind, resource_id, resource_version, attempts",
-        )
-        .bind(owner)
-        .bind(until)
-        .bind(now_ms)
-        .bind(endpoints)
-        .bind(i64::from(limit))
-        .fetch_all(&self.worker)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| Leased {
-                endpoint: r.get(0),
-                event_id: r.get(1),
-                body: r.get(2),
-                headers: serde_json::from_str(r.get::<&str, _>(3)).unwrap_or_default(),
-                event_type: r.get(4),
-                plugin: r.get(5),
-                resource_kind: r.get(6),
-                resource_id: r.get(7),
-                resource_version: r.get(8),
-                attempts: u32::try_from(r.get::<i64, _>(9)).unwrap_or(0),
+        let until_ms = now_ms.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX));
+        self.writer
+            .lease(LeaseRequest {
+                owner: owner.to_string(),
+                endpoints: serde_json::to_string(endpoints).unwrap_or_else(|_| "[]".into()),
+                now_ms,
+                until_ms,
+                limit,
             })
-            .collect())
+            .await
     }
 
     /// Record an attempt and move the receipt on, if `owner` still holds its lease
@@ -118,46 +99,14 @@ impl Store {
         attempt: &AttemptRecord,
         next: &Next,
     ) -> Result<(), StoreError> {
-        let error = attempt.error.as_deref().map(cap);
-        let number = i64::from(leased.attempts) + 1;
-        let (state, next_at, delivered_at) = match next {
-            Next::Delivered => ("delivered", 0, Some(attempt.ended_at_ms)),
-            Next::RetryAt(at) => ("pending", *at, None),
-            Next::Dead => ("dead", 0, None),
-            Next::Quarantined => ("quarantined", 0, None),
-        };
-        let mut conn = self.worker.acquire().await?;
-        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query(
-            "INSERT INTO attempts (endpoint, event_id, attempt, started_at_ms, ended_at_ms, status, error)
-             VALUES (?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&leased.endpoint)
-        .bind(&leased.event_id)
-        .bind(number)
-        .bind(attempt.started_at_ms)
-        .bind(attempt.ended_at_ms)
-        .bind(attempt.status.map(i64::from))
-        .bind(&error)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "UPDATE receipts SET attempts = ?, state = ?, next_attempt_at_ms = ?, last_error = ?,
-                delivered_at_ms = ?, lease_owner = NULL, lease_expires_at_ms = NULL
-             WHERE endpoint = ? AND event_id = ? AND lease_owner = ?",
-        )
-        .bind(number)
-        .bind(state)
-        .bind(next_at)
-        .bind(&error)
-        .bind(delivered_at)
-        .bind(&leased.endpoint)
-        .bind(&leased.event_id)
-        .bind(owner)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        self.writer
+            .finish(FinishRequest {
+                leased: leased.clone(),
+                owner: owner.to_string(),
+                attempt: attempt.clone(),
+                next: next.clone(),
+            })
+            .await
     }
 
     /// Give back every lease `owner` holds (graceful shutdown), due at once.
@@ -185,6 +134,103 @@ impl Store {
         .fetch_all(&self.readers)
         .await?)
     }
+}
+
+pub(super) async fn lease_in(
+    tx: &mut Transaction<'_, Sqlite>,
+    r: &LeaseRequest,
+) -> Result<Vec<Leased>, StoreError> {
+    let rows = sqlx::query(
+        "UPDATE receipts SET lease_owner = ?1, lease_expires_at_ms = ?2
+         WHERE rowid IN (
+            -- The partial index holds only pending rows: the cost follows the
+            -- backlog, not the history (the planner preferred the primary key).
+            SELECT rowid FROM receipts AS r INDEXED BY receipts_due
+            WHERE state = 'pending' AND next_attempt_at_ms <= ?3
+              AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?3)
+              AND endpoint IN (SELECT value FROM json_each(?4))
+              -- One resource, one delivery at a time, in version order: skip an
+              -- event while another of its resource is in flight or comes first.
+              AND (r.resource_id IS NULL OR NOT EXISTS (
+                  SELECT 1 FROM receipts AS o
+                  WHERE o.endpoint = r.endpoint AND o.resource_kind = r.resource_kind
+                    AND o.resource_id = r.resource_id AND o.state = 'pending'
+                    AND o.rowid <> r.rowid
+                    AND (o.lease_expires_at_ms > ?3
+                         OR COALESCE(o.resource_version, -1) < COALESCE(r.resource_version, -1)
+                         OR (COALESCE(o.resource_version, -1) = COALESCE(r.resource_version, -1)
+                             AND o.received_at_ms < r.received_at_ms))))
+            ORDER BY next_attempt_at_ms, received_at_ms
+            LIMIT ?5)
+         RETURNING endpoint, event_id, body, headers, event_type, plugin,
+                   resource_kind, resource_id, resource_version, attempts",
+    )
+    .bind(&r.owner)
+    .bind(r.until_ms)
+    .bind(r.now_ms)
+    .bind(&r.endpoints)
+    .bind(i64::from(r.limit))
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| Leased {
+            endpoint: row.get(0),
+            event_id: row.get(1),
+            body: row.get(2),
+            headers: serde_json::from_str(row.get::<&str, _>(3)).unwrap_or_default(),
+            event_type: row.get(4),
+            plugin: row.get(5),
+            resource_kind: row.get(6),
+            resource_id: row.get(7),
+            resource_version: row.get(8),
+            attempts: u32::try_from(row.get::<i64, _>(9)).unwrap_or(0),
+        })
+        .collect())
+}
+
+pub(super) async fn finish_in(
+    tx: &mut Transaction<'_, Sqlite>,
+    r: &FinishRequest,
+) -> Result<(), StoreError> {
+    let (leased, attempt) = (&r.leased, &r.attempt);
+    let error = attempt.error.as_deref().map(cap);
+    let number = i64::from(leased.attempts) + 1;
+    let (state, next_at, delivered_at) = match r.next {
+        Next::Delivered => ("delivered", 0, Some(attempt.ended_at_ms)),
+        Next::RetryAt(at) => ("pending", at, None),
+        Next::Dead => ("dead", 0, None),
+        Next::Quarantined => ("quarantined", 0, None),
+    };
+    sqlx::query(
+        "INSERT INTO attempts (endpoint, event_id, attempt, started_at_ms, ended_at_ms, status, error)
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&leased.endpoint)
+    .bind(&leased.event_id)
+    .bind(number)
+    .bind(attempt.started_at_ms)
+    .bind(attempt.ended_at_ms)
+    .bind(attempt.status.map(i64::from))
+    .bind(&error)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query(
+        "UPDATE receipts SET attempts = ?, state = ?, next_attempt_at_ms = ?, last_error = ?,
+            delivered_at_ms = ?, lease_owner = NULL, lease_expires_at_ms = NULL
+         WHERE endpoint = ? AND event_id = ? AND lease_owner = ?",
+    )
+    .bind(number)
+    .bind(state)
+    .bind(next_at)
+    .bind(&error)
+    .bind(delivered_at)
+    .bind(&leased.endpoint)
+    .bind(&leased.event_id)
+    .bind(&r.owner)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 fn cap(text: &str) -> String {

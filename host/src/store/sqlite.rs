@@ -34,7 +34,7 @@ pub struct ReceiptRow {
 /// Handle to the store; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Store {
-    writer: Writer,
+    pub(super) writer: Writer,
     pub(super) readers: SqlitePool,
     /// The worker pool's writes (leases, attempts); one connection.
     pub(super) worker: SqlitePool,

@@ -1,11 +1,13 @@
 //! The receipt writer: one task, one connection, group commit.
 //!
-//! Requests queue here; the task takes everything queued (up to [`MAX_BATCH`]), runs
+//! Requests (and the worker pool's leases and results) queue here; the task takes
+//! everything queued (up to [`MAX_BATCH`]), runs
 //! each receipt's dedupe and version gate inside one transaction, commits once, and
 //! then answers every request of the batch. While a commit is on its way to disk, the
 //! next batch gathers, so concurrency turns into larger batches, not more fsyncs.
 
-use super::{NewReceipt, Outcome, Resource, StoreError};
+use super::delivery::{FinishRequest, LeaseRequest, finish_in, lease_in};
+use super::{Leased, NewReceipt, Outcome, Resource, StoreError};
 use sqlx::{Connection, Sqlite, SqliteConnection, Transaction};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,10 +21,28 @@ const QUEUE: usize = 4096;
 /// if the commit did land, the retry is a duplicate).
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 
-type Reply = oneshot::Sender<Result<Outcome, StoreError>>;
+/// One write, done inside the next batch transaction; answered after its commit.
+enum Work {
+    Record(
+        Box<NewReceipt>,
+        oneshot::Sender<Result<Outcome, StoreError>>,
+    ),
+    Lease(
+        Box<LeaseRequest>,
+        oneshot::Sender<Result<Vec<Leased>, StoreError>>,
+    ),
+    Finish(Box<FinishRequest>, oneshot::Sender<Result<(), StoreError>>),
+}
+
+/// What a piece of work produced, before its commit is known.
+enum Done {
+    Record(Outcome),
+    Lease(Vec<Leased>),
+    Finish,
+}
 
 enum Job {
-    Record(Box<NewReceipt>, Reply),
+    Work(Work),
     Close(oneshot::Sender<()>),
 }
 
@@ -39,10 +59,31 @@ pub fn spawn(conn: SqliteConnection, accepted: Arc<Notify>) -> Writer {
 
 impl Writer {
     pub async fn record(&self, receipt: NewReceipt) -> Result<Outcome, StoreError> {
+        self.submit(|reply| Work::Record(Box::new(receipt), reply))
+            .await
+    }
+
+    /// Leases go through the writer too: one connection writes, so the worker pool
+    /// never waits on SQLite's lock behind the receipt batches (its busy handler
+    /// sleeps in steps of milliseconds), and leases share their batch's commit.
+    pub async fn lease(&self, request: LeaseRequest) -> Result<Vec<Leased>, StoreError> {
+        self.submit(|reply| Work::Lease(Box::new(request), reply))
+            .await
+    }
+
+    pub async fn finish(&self, request: FinishRequest) -> Result<(), StoreError> {
+        self.submit(|reply| Work::Finish(Box::new(request), reply))
+            .await
+    }
+
+    async fn submit<T>(
+        &self,
+        work: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Work,
+    ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
         let gone = || StoreError::Unavailable("receipt writer stopped".into());
         self.queue
-            .send(Job::Record(Box::new(receipt), reply))
+            .send(Job::Work(work(reply)))
             .await
             .map_err(|_| gone())?;
         match tokio::time::timeout(COMMIT_TIMEOUT, answer).await {
@@ -60,35 +101,37 @@ impl Writer {
 }
 
 async fn run(mut conn: SqliteConnection, mut jobs: mpsc::Receiver<Job>, accepted: Arc<Notify>) {
-    let mut batch: Vec<(Box<NewReceipt>, Reply)> = Vec::new();
+    let mut batch: Vec<Work> = Vec::new();
     while let Some(job) = jobs.recv().await {
         let mut closing = None;
         match job {
-            Job::Record(r, reply) => batch.push((r, reply)),
+            Job::Work(work) => batch.push(work),
             Job::Close(done) => closing = Some(done),
         }
         while closing.is_none() && batch.len() < MAX_BATCH {
             match jobs.try_recv() {
-                Ok(Job::Record(r, reply)) => batch.push((r, reply)),
+                Ok(Job::Work(work)) => batch.push(work),
                 Ok(Job::Close(done)) => closing = Some(done),
                 Err(_) => break,
             }
         }
         if !batch.is_empty() {
-            let receipts: Vec<&NewReceipt> = batch.iter().map(|(r, _)| r.as_ref()).collect();
-            match commit(&mut conn, &receipts).await {
-                Ok(outcomes) => {
-                    if outcomes.contains(&Outcome::Accepted) {
+            match commit(&mut conn, &batch).await {
+                Ok(done) => {
+                    if done
+                        .iter()
+                        .any(|d| matches!(d, Done::Record(Outcome::Accepted)))
+                    {
                         accepted.notify_one();
                     }
-                    for ((_, reply), outcome) in batch.drain(..).zip(outcomes) {
-                        let _ = reply.send(Ok(outcome));
+                    for (work, done) in batch.drain(..).zip(done) {
+                        answer(work, done);
                     }
                 }
                 Err(error) => {
-                    tracing::error!(%error, receipts = batch.len(), "receipt batch failed to commit");
-                    for (_, reply) in batch.drain(..) {
-                        let _ = reply.send(Err(error.clone()));
+                    tracing::error!(%error, writes = batch.len(), "write batch failed to commit");
+                    for work in batch.drain(..) {
+                        fail(work, error.clone());
                     }
                 }
             }
@@ -101,21 +144,46 @@ async fn run(mut conn: SqliteConnection, mut jobs: mpsc::Receiver<Job>, accepted
     }
 }
 
-async fn commit(
-    conn: &mut SqliteConnection,
-    batch: &[&NewReceipt],
-) -> Result<Vec<Outcome>, StoreError> {
+fn answer(work: Work, done: Done) {
+    match (work, done) {
+        (Work::Record(_, reply), Done::Record(outcome)) => drop(reply.send(Ok(outcome))),
+        (Work::Lease(_, reply), Done::Lease(leased)) => drop(reply.send(Ok(leased))),
+        (Work::Finish(_, reply), Done::Finish) => drop(reply.send(Ok(()))),
+        // `commit` answers each piece of work with its own kind, in order.
+        (work, _) => fail(
+            work,
+            StoreError::Unavailable("write answered out of order".into()),
+        ),
+    }
+}
+
+fn fail(work: Work, error: StoreError) {
+    match work {
+        Work::Record(_, reply) => drop(reply.send(Err(error))),
+        Work::Lease(_, reply) => drop(reply.send(Err(error))),
+        Work::Finish(_, reply) => drop(reply.send(Err(error))),
+    }
+}
+
+async fn commit(conn: &mut SqliteConnection, batch: &[Work]) -> Result<Vec<Done>, StoreError> {
     // IMMEDIATE: take the write lock up front. A deferred transaction that reads first
-    // and writes later fails at once (no busy wait) if another connection (the worker
-    // pool's) committed in between.
+    // and writes later fails at once (no busy wait) if another connection (an
+    // operator's) committed in between.
     let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-    let mut outcomes = Vec::with_capacity(batch.len());
-    for receipt in batch {
-        outcomes.push(record_one(&mut tx, receipt).await?);
+    let mut done = Vec::with_capacity(batch.len());
+    for work in batch {
+        done.push(match work {
+            Work::Record(receipt, _) => Done::Record(record_one(&mut tx, receipt).await?),
+            Work::Lease(request, _) => Done::Lease(lease_in(&mut tx, request).await?),
+            Work::Finish(request, _) => {
+                finish_in(&mut tx, request).await?;
+                Done::Finish
+            }
+        });
     }
     tx.commit().await?;
-    for (receipt, outcome) in batch.iter().zip(&outcomes) {
-        if *outcome == Outcome::Conflict {
+    for (work, done) in batch.iter().zip(&done) {
+        if let (Work::Record(receipt, _), Done::Record(Outcome::Conflict)) = (work, done) {
             tracing::warn!(
                 endpoint = %receipt.endpoint,
                 event_id = %receipt.event_id,
@@ -123,7 +191,7 @@ async fn commit(
             );
         }
     }
-    Ok(outcomes)
+    Ok(done)
 }
 
 /// Dedupe, then the version gate, then the insert: all inside the batch's transaction.

@@ -12,6 +12,7 @@ use hmac::{Hmac, Mac};
 use hookhost_plugin_sdk::KeyFormat;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
+use hyper::client::conn::http1::SendRequest;
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::future::Future;
@@ -56,7 +57,12 @@ pub struct HttpDestination {
     key: Vec<u8>,
     connect_timeout: Duration,
     timeout: Duration,
+    /// Idle keep-alive connections, reused before a new one is opened.
+    idle: std::sync::Mutex<Vec<SendRequest<Full<Bytes>>>>,
 }
+
+/// Idle connections kept per destination; more are closed when returned.
+const IDLE_CONNECTIONS: usize = 32;
 
 impl fmt::Debug for HttpDestination {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -93,6 +99,7 @@ impl HttpDestination {
             key,
             connect_timeout: config.connect_timeout,
             timeout: config.timeout,
+            idle: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -145,12 +152,19 @@ impl HttpDestination {
             .map_err(|e| format!("cannot build the request: {e}"))
     }
 
-    async fn send(&self, request: hyper::Request<Full<Bytes>>) -> Answer {
-        let retry = |error: String| Answer::Retry {
-            status: None,
-            error,
-            retry_after: None,
-        };
+    /// A ready connection: an idle one when there is one, else a new one.
+    async fn connection(&self) -> Result<SendRequest<Full<Bytes>>, String> {
+        loop {
+            let idle = self.idle.lock().ok().and_then(|mut idle| idle.pop());
+            match idle {
+                Some(mut sender) => {
+                    if sender.ready().await.is_ok() {
+                        return Ok(sender);
+                    }
+                }
+                None => break,
+            }
+        }
         let stream = match tokio::time::timeout(
             self.connect_timeout,
             tokio::net::TcpStream::connect(&self.address),
@@ -158,16 +172,27 @@ impl HttpDestination {
         .await
         {
             Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => return retry(format!("connect {}: {e}", self.address)),
-            Err(_) => return retry(format!("connect {}: timed out", self.address)),
+            Ok(Err(e)) => return Err(format!("connect {}: {e}", self.address)),
+            Err(_) => return Err(format!("connect {}: timed out", self.address)),
         };
-        let (mut sender, connection) =
-            match hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await
-            {
-                Ok(pair) => pair,
-                Err(e) => return retry(format!("handshake: {e}")),
-            };
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| format!("handshake: {e}"))?;
         tokio::spawn(connection);
+        Ok(sender)
+    }
+
+    async fn send(&self, request: hyper::Request<Full<Bytes>>) -> Answer {
+        let retry = |error: String| Answer::Retry {
+            status: None,
+            error,
+            retry_after: None,
+        };
+        let mut sender = match self.connection().await {
+            Ok(sender) => sender,
+            Err(error) => return retry(error),
+        };
         let response = match sender.send_request(request).await {
             Ok(response) => response,
             Err(e) => return retry(format!("request: {e}")),
@@ -179,9 +204,16 @@ impl HttpDestination {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        let _ = Limited::new(response.into_body(), RESPONSE_DRAIN_CAP)
+        let drained = Limited::new(response.into_body(), RESPONSE_DRAIN_CAP)
             .collect()
             .await;
+        // A fully read response leaves the connection reusable.
+        if drained.is_ok()
+            && let Ok(mut idle) = self.idle.lock()
+            && idle.len() < IDLE_CONNECTIONS
+        {
+            idle.push(sender);
+        }
         classify(status, retry_after)
     }
 }
