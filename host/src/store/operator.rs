@@ -46,25 +46,16 @@ const LIST_CAP: u32 = 10_000;
 
 impl Store {
     pub async fn list(&self, filter: &Filter) -> Result<Vec<Summary>, StoreError> {
-        let rows = sqlx::query(&format!(
+        let sql = format!(
             "SELECT endpoint, event_id, event_type, state, state_reason, resource_kind, resource_id,
                     resource_version, attempts, last_error, received_at_ms
-             FROM receipts WHERE {}
-             ORDER BY received_at_ms, event_id LIMIT ?10",
-            WHERE
-        ))
-        .bind(&filter.endpoint)
-        .bind(serde_json::to_string(&filter.states).unwrap_or_else(|_| "[]".into()))
-        .bind(filter.states.is_empty())
-        .bind(&filter.event_type)
-        .bind(&filter.resource_kind)
-        .bind(&filter.resource_id)
-        .bind(filter.since_ms)
-        .bind(filter.until_ms)
-        .bind(&filter.event_id)
-        .bind(i64::from(filter.limit.unwrap_or(LIST_CAP).min(LIST_CAP)))
-        .fetch_all(&self.readers)
-        .await?;
+             FROM receipts WHERE {WHERE}
+             ORDER BY received_at_ms, event_id LIMIT ?10"
+        );
+        let limit = filter.limit.unwrap_or(LIST_CAP).min(LIST_CAP);
+        let rows = filtered(&sql, filter, limit)
+            .fetch_all(&self.readers)
+            .await?;
         Ok(rows
             .into_iter()
             .map(|r| Summary {
@@ -87,25 +78,15 @@ impl Store {
     /// original event id (so the destination sees the same `webhook-id` and
     /// idempotency key), with a fresh retry schedule. Returns how many.
     pub async fn replay(&self, filter: &Filter) -> Result<u64, StoreError> {
-        let done = sqlx::query(&format!(
+        let sql = format!(
             "UPDATE receipts SET state = 'pending', state_reason = 'replayed', attempts = 0,
                 next_attempt_at_ms = 0, lease_owner = NULL, lease_expires_at_ms = NULL
              WHERE state IN {REPLAYABLE} AND rowid IN (
-                SELECT rowid FROM receipts WHERE {} ORDER BY received_at_ms LIMIT ?10)",
-            WHERE
-        ))
-        .bind(&filter.endpoint)
-        .bind(serde_json::to_string(&filter.states).unwrap_or_else(|_| "[]".into()))
-        .bind(filter.states.is_empty())
-        .bind(&filter.event_type)
-        .bind(&filter.resource_kind)
-        .bind(&filter.resource_id)
-        .bind(filter.since_ms)
-        .bind(filter.until_ms)
-        .bind(&filter.event_id)
-        .bind(i64::from(filter.limit.unwrap_or(u32::MAX)))
-        .execute(&self.worker)
-        .await?;
+                SELECT rowid FROM receipts WHERE {WHERE} ORDER BY received_at_ms LIMIT ?10)"
+        );
+        let done = filtered(&sql, filter, filter.limit.unwrap_or(u32::MAX))
+            .execute(&self.worker)
+            .await?;
         if done.rows_affected() > 0 {
             self.accepted.notify_one();
         }
@@ -228,6 +209,25 @@ impl Store {
                 .await?,
         )
     }
+}
+
+/// `sql` (which contains [`WHERE`] and `LIMIT ?10`) with the filter's values bound.
+fn filtered<'q>(
+    sql: &'q str,
+    filter: &'q Filter,
+    limit: u32,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    sqlx::query(sql)
+        .bind(&filter.endpoint)
+        .bind(serde_json::to_string(&filter.states).unwrap_or_else(|_| "[]".into()))
+        .bind(filter.states.is_empty())
+        .bind(&filter.event_type)
+        .bind(&filter.resource_kind)
+        .bind(&filter.resource_id)
+        .bind(filter.since_ms)
+        .bind(filter.until_ms)
+        .bind(&filter.event_id)
+        .bind(i64::from(limit))
 }
 
 /// The filter as SQL; binds, in order: endpoint, states (JSON), no-states flag, type,
