@@ -152,17 +152,15 @@ impl HttpDestination {
             .map_err(|e| format!("cannot build the request: {e}"))
     }
 
-    /// A ready connection: an idle one when there is one, else a new one.
-    async fn connection(&self) -> Result<SendRequest<Full<Bytes>>, String> {
-        loop {
-            let idle = self.idle.lock().ok().and_then(|mut idle| idle.pop());
-            match idle {
-                Some(mut sender) => {
-                    if sender.ready().await.is_ok() {
-                        return Ok(sender);
-                    }
+    /// A ready connection: an idle one when `reuse` and there is one (then `true`),
+    /// else a new one.
+    async fn connection(&self, reuse: bool) -> Result<(SendRequest<Full<Bytes>>, bool), String> {
+        if reuse {
+            // Skip idle connections the destination has closed meanwhile.
+            while let Some(mut sender) = self.idle.lock().ok().and_then(|mut idle| idle.pop()) {
+                if sender.ready().await.is_ok() {
+                    return Ok((sender, true));
                 }
-                None => break,
             }
         }
         let stream = match tokio::time::timeout(
@@ -180,22 +178,20 @@ impl HttpDestination {
                 .await
                 .map_err(|e| format!("handshake: {e}"))?;
         tokio::spawn(connection);
-        Ok(sender)
+        Ok((sender, false))
     }
 
-    async fn send(&self, request: hyper::Request<Full<Bytes>>) -> Answer {
-        let retry = |error: String| Answer::Retry {
-            status: None,
-            error,
-            retry_after: None,
-        };
-        let mut sender = match self.connection().await {
-            Ok(sender) => sender,
-            Err(error) => return retry(error),
+    async fn send(&self, request: hyper::Request<Full<Bytes>>, reuse: bool) -> Sent {
+        let (mut sender, reused) = match self.connection(reuse).await {
+            Ok(connection) => connection,
+            Err(error) => return Sent::Answered(retry(error)),
         };
         let response = match sender.send_request(request).await {
             Ok(response) => response,
-            Err(e) => return retry(format!("request: {e}")),
+            // The destination closed an idle connection as it was reused: not an
+            // answer, so not an attempt; the caller sends again on a new one.
+            Err(e) if reused => return Sent::StaleConnection(format!("request: {e}")),
+            Err(e) => return Sent::Answered(retry(format!("request: {e}"))),
         };
         let status = response.status().as_u16();
         let retry_after = response
@@ -214,7 +210,20 @@ impl HttpDestination {
         {
             idle.push(sender);
         }
-        classify(status, retry_after)
+        Sent::Answered(classify(status, retry_after))
+    }
+}
+
+enum Sent {
+    Answered(Answer),
+    StaleConnection(String),
+}
+
+fn retry(error: String) -> Answer {
+    Answer::Retry {
+        status: None,
+        error,
+        retry_after: None,
     }
 }
 
@@ -226,11 +235,21 @@ impl Destination for HttpDestination {
         event: &'a Leased,
     ) -> BoxFuture<'a, Answer> {
         Box::pin(async move {
-            let request = match self.request(endpoint, provider, event) {
-                Ok(request) => request,
-                Err(error) => return Answer::Permanent { status: 0, error },
+            let attempt = async {
+                let mut reuse = true;
+                loop {
+                    let request = match self.request(endpoint, provider, event) {
+                        Ok(request) => request,
+                        Err(error) => return Answer::Permanent { status: 0, error },
+                    };
+                    match self.send(request, reuse).await {
+                        Sent::Answered(answer) => return answer,
+                        Sent::StaleConnection(_) if reuse => reuse = false,
+                        Sent::StaleConnection(error) => return retry(error),
+                    }
+                }
             };
-            match tokio::time::timeout(self.timeout, self.send(request)).await {
+            match tokio::time::timeout(self.timeout, attempt).await {
                 Ok(answer) => answer,
                 Err(_) => Answer::Retry {
                     status: None,
