@@ -436,12 +436,16 @@ async fn run_operation(store: &crate::store::Store, operation: Operation) -> any
             }
         }
         Operation::Endpoint(EndpointCommand::Pause { endpoint, .. }) => {
-            store.set_paused(&endpoint, true, now_ms()).await?;
+            store
+                .set_paused(&endpoint, true, crate::clock::now_ms())
+                .await?;
             println!("{endpoint}: delivery paused");
             Ok(())
         }
         Operation::Endpoint(EndpointCommand::Resume { endpoint, .. }) => {
-            store.set_paused(&endpoint, false, now_ms()).await?;
+            store
+                .set_paused(&endpoint, false, crate::clock::now_ms())
+                .await?;
             println!("{endpoint}: delivery resumed");
             Ok(())
         }
@@ -469,10 +473,4 @@ async fn print_list(
         }
     }
     Ok(())
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

@@ -13,6 +13,7 @@
 //! the same function.
 
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod endpoints;
 pub mod http;
@@ -149,15 +150,7 @@ pub async fn replay(app: &http::App, filter: &store::Filter, remap: bool) -> any
             .map_err(|e| {
                 anyhow::anyhow!("{}/{}: describe-event: {e}", event.endpoint, event.event_id)
             })?;
-        let resource = match (&described.resource_kind, &described.resource_id) {
-            (Some(kind), Some(id)) => Some(store::Resource {
-                kind: kind.clone(),
-                id: id.clone(),
-                version: described.resource_version,
-                deleted: described.deleted,
-            }),
-            _ => None,
-        };
+        let resource = store::Resource::of(&described);
         let info = &endpoint.plugin.info;
         app.store
             .remap(

@@ -217,10 +217,12 @@ async fn set_paused(admin: &Admin, endpoint: &str, paused: bool) -> Response {
     if admin.app.endpoints.get(endpoint).is_none() {
         return error(StatusCode::NOT_FOUND, "unknown_endpoint");
     }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    match admin.app.store.set_paused(endpoint, paused, now).await {
+    match admin
+        .app
+        .store
+        .set_paused(endpoint, paused, crate::clock::now_ms())
+        .await
+    {
         Ok(()) => {
             Json(serde_json::json!({ "endpoint": endpoint, "paused": paused })).into_response()
         }

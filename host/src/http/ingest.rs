@@ -13,7 +13,6 @@ use hookhost_plugin_sdk::Disposition;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 use tracing::Instrument;
 
 pub async fn ingest(
@@ -50,7 +49,7 @@ async fn handle(
 
     // 2. The raw body, capped while reading; nothing has parsed it yet.
     let body = read_capped(&headers, body, app.max_body_bytes).await?;
-    let received_at_ms = unix_millis();
+    let received_at_ms = crate::clock::now_ms();
     let headers = raw_headers(&headers);
     let url = format!(
         "{}{}",
@@ -139,15 +138,7 @@ fn receipt(
     received_at_ms: i64,
 ) -> NewReceipt {
     let event = &v.event;
-    let resource = match (&event.resource_kind, &event.resource_id) {
-        (Some(kind), Some(id)) => Some(Resource {
-            kind: kind.clone(),
-            id: id.clone(),
-            version: event.resource_version,
-            deleted: event.deleted,
-        }),
-        _ => None,
-    };
+    let resource = Resource::of(event);
     NewReceipt {
         endpoint: endpoint.id.clone(),
         event_id: v.event_id.clone(),
@@ -196,10 +187,4 @@ fn answer(event_id: &str, outcome: Outcome) -> Response {
         Outcome::Ignored(reason) => serde_json::json!({ "ignored": reason, "event_id": event_id }),
     };
     (StatusCode::OK, Json(body)).into_response()
-}
-
-fn unix_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

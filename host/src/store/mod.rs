@@ -47,6 +47,21 @@ pub struct Resource {
     pub deleted: bool,
 }
 
+impl Resource {
+    /// The resource a described event names, when it names both kind and id.
+    pub fn of(event: &hookhost_plugin_sdk::Event) -> Option<Resource> {
+        match (&event.resource_kind, &event.resource_id) {
+            (Some(kind), Some(id)) => Some(Resource {
+                kind: kind.clone(),
+                id: id.clone(),
+                version: event.resource_version,
+                deleted: event.deleted,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// What the store decided for one receipt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {

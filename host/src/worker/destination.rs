@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// What one attempt came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,9 +109,7 @@ impl HttpDestination {
         provider: &str,
         event: &Leased,
     ) -> Result<hyper::Request<Full<Bytes>>, String> {
-        let timestamp = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let timestamp = crate::clock::now_ms() / 1000;
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).map_err(|e| e.to_string())?;
         mac.update(format!("{}.{timestamp}.", event.event_id).as_bytes());
         mac.update(&event.body);

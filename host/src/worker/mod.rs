@@ -15,7 +15,7 @@ use crate::http::App;
 use crate::store::{AttemptRecord, Leased, Next};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -36,7 +36,7 @@ pub fn spawn(
 }
 
 async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bool>) {
-    let owner = format!("{}-{}", std::process::id(), now_ms());
+    let owner = format!("{}-{}", std::process::id(), crate::clock::now_ms());
     let mut in_flight = JoinSet::new();
     loop {
         while in_flight.try_join_next().is_some() {}
@@ -52,7 +52,13 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
             let limit = u32::try_from(free).unwrap_or(u32::MAX);
             match app
                 .store
-                .lease_due(&owner, &endpoints, now_ms(), config.lease, limit)
+                .lease_due(
+                    &owner,
+                    &endpoints,
+                    crate::clock::now_ms(),
+                    config.lease,
+                    limit,
+                )
                 .await
             {
                 Ok(batch) => {
@@ -98,11 +104,11 @@ async fn deliver(app: Arc<App>, endpoint: Arc<Endpoint>, event: Leased, owner: S
     let Some(destination) = &endpoint.destination else {
         return;
     };
-    let started_at_ms = now_ms();
+    let started_at_ms = crate::clock::now_ms();
     let answer = destination
         .deliver(&endpoint.id, endpoint.plugin.name(), &event)
         .await;
-    let ended_at_ms = now_ms();
+    let ended_at_ms = crate::clock::now_ms();
     let attempt = event.attempts + 1;
     let next = next_step(
         &answer,
@@ -176,12 +182,6 @@ fn jitter_unit(event_id: &str, attempt: u32) -> f64 {
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     (u64::from_le_bytes(first) >> 11) as f64 / (1u64 << 53) as f64
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]
