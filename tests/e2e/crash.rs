@@ -21,6 +21,21 @@ struct Downstream {
     stall: Arc<AtomicBool>,
 }
 
+impl Downstream {
+    /// Serve on a free loopback port; returns it.
+    async fn serve(&self) -> u16 {
+        let app = axum::Router::new()
+            .route("/apply", axum::routing::post(apply))
+            .with_state(self.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        port
+    }
+}
+
 async fn apply(State(d): State<Downstream>, headers: HeaderMap) -> StatusCode {
     let key = headers
         .get("idempotency-key")
@@ -33,6 +48,9 @@ async fn apply(State(d): State<Downstream>, headers: HeaderMap) -> StatusCode {
     }
     StatusCode::OK
 }
+
+/// Leases short enough that the crash test sees killed workers' leases expire.
+const LEASE: &str = "lease_seconds = 2";
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -47,9 +65,10 @@ struct Receiver {
 }
 
 impl Receiver {
-    /// Start `hookhost serve` on `dir`'s config; `downstream` is the destination's port
-    /// (none: the endpoint has no destination, so nothing is ever leased).
-    async fn start(dir: &std::path::Path, downstream: Option<u16>) -> Receiver {
+    /// Start `hookhost serve` on a config written to `dir`; `downstream` is the
+    /// destination's port (none: the endpoint has no destination, so nothing is ever
+    /// leased); `delivery` adds to the `[delivery]` table.
+    async fn start(dir: &std::path::Path, downstream: Option<u16>, delivery: &str) -> Receiver {
         let port = free_port();
         let config = dir.join("hookhost.toml");
         let destination = downstream.map_or(String::new(), |p| {
@@ -61,31 +80,15 @@ impl Receiver {
         std::fs::write(
             &config,
             format!(
-                "listen = \"127.0.0.1:{port}\"\n[delivery]\npoll_ms = 20\nlease_seconds = 2\n\
+                "listen = \"127.0.0.1:{port}\"\n[delivery]\npoll_ms = 20\n{delivery}\n\
                  [[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\"]\n\
                  retry_schedule_seconds = [0, 1, 1, 1, 1]\n{destination}"
             ),
         )
         .expect("config");
-        Receiver::spawn(&config, port).await
-    }
-
-    /// Start on the config already in `dir` (its `listen` port is reused).
-    async fn start_with_config(dir: &std::path::Path) -> Receiver {
-        let config = dir.join("hookhost.toml");
-        let text = std::fs::read_to_string(&config).expect("config");
-        let port = text
-            .lines()
-            .find_map(|l| l.strip_prefix("listen = \"127.0.0.1:"))
-            .and_then(|p| p.trim_end_matches('"').parse().ok())
-            .expect("listen port");
-        Receiver::spawn(&config, port).await
-    }
-
-    async fn spawn(config: &std::path::Path, port: u16) -> Receiver {
         let child = Command::new(env!("CARGO_BIN_EXE_hookhost"))
             .args(["serve", "--config"])
-            .arg(config)
+            .arg(&config)
             .env("RUST_LOG", "warn")
             .spawn()
             .expect("spawn hookhost");
@@ -131,13 +134,7 @@ impl Receiver {
 }
 
 async fn states(db: &std::path::Path) -> HashMap<String, String> {
-    use sqlx::ConnectOptions;
-    let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(db)
-        .read_only(true)
-        .connect()
-        .await
-        .expect("open store");
+    let mut conn = open_db(db).await;
     let rows: Vec<(String, String)> = sqlx::query_as("SELECT event_id, state FROM receipts")
         .fetch_all(&mut conn)
         .await
@@ -148,18 +145,11 @@ async fn states(db: &std::path::Path) -> HashMap<String, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_accepted_event_is_applied_exactly_once_across_sigkills() {
     let downstream = Downstream::default();
-    let app = axum::Router::new()
-        .route("/apply", axum::routing::post(apply))
-        .with_state(downstream.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let downstream_port = listener.local_addr().expect("addr").port();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let downstream_port = downstream.serve().await;
     let dir = tempfile::tempdir().expect("dir");
 
     // (a) Receipts commit; no destination is configured yet, so nothing is leased. Kill.
-    let receiver = Receiver::start(dir.path(), None).await;
+    let receiver = Receiver::start(dir.path(), None, LEASE).await;
     receiver.accept("evt_a1").await;
     receiver.accept("evt_a2").await;
     receiver.kill();
@@ -171,7 +161,7 @@ async fn every_accepted_event_is_applied_exactly_once_across_sigkills() {
     // (b, c) The downstream applies what arrives but never answers: hookhost holds the
     // leases and never records a result. Kill while it waits.
     downstream.stall.store(true, Ordering::SeqCst);
-    let receiver = Receiver::start(dir.path(), Some(downstream_port)).await;
+    let receiver = Receiver::start(dir.path(), Some(downstream_port), LEASE).await;
     receiver.accept("evt_b1").await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while downstream.seen.lock().expect("lock").len() < 3 {
@@ -182,7 +172,7 @@ async fn every_accepted_event_is_applied_exactly_once_across_sigkills() {
 
     // Restart with a downstream that answers: expired leases are taken again.
     downstream.stall.store(false, Ordering::SeqCst);
-    let receiver = Receiver::start(dir.path(), Some(downstream_port)).await;
+    let receiver = Receiver::start(dir.path(), Some(downstream_port), LEASE).await;
     receiver.accept("evt_c1").await;
     let db = dir.path().join("hookhost.db");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -215,30 +205,12 @@ async fn every_accepted_event_is_applied_exactly_once_across_sigkills() {
 async fn sigterm_waits_the_grace_period_then_gives_leases_back() {
     let downstream = Downstream::default();
     downstream.stall.store(true, Ordering::SeqCst);
-    let app = axum::Router::new()
-        .route("/apply", axum::routing::post(apply))
-        .with_state(downstream.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let downstream_port = listener.local_addr().expect("addr").port();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let downstream_port = downstream.serve().await;
     let dir = tempfile::tempdir().expect("dir");
 
-    let receiver = Receiver::start(dir.path(), Some(downstream_port)).await;
     // A long lease: only a release (not expiry) lets the next process deliver soon.
-    let config = dir.path().join("hookhost.toml");
-    let text = std::fs::read_to_string(&config).expect("config");
-    std::fs::write(
-        &config,
-        text.replace(
-            "lease_seconds = 2",
-            "lease_seconds = 600\ngrace_seconds = 1",
-        ),
-    )
-    .expect("config");
-    receiver.kill();
-    let receiver = Receiver::start_with_config(dir.path()).await;
+    let long_lease = "lease_seconds = 600\ngrace_seconds = 1";
+    let receiver = Receiver::start(dir.path(), Some(downstream_port), long_lease).await;
     receiver.accept("evt_term").await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while downstream.seen.lock().expect("lock").is_empty() {
@@ -257,7 +229,7 @@ async fn sigterm_waits_the_grace_period_then_gives_leases_back() {
     );
 
     downstream.stall.store(false, Ordering::SeqCst);
-    let receiver = Receiver::start_with_config(dir.path()).await;
+    let receiver = Receiver::start(dir.path(), Some(downstream_port), long_lease).await;
     let db = dir.path().join("hookhost.db");
     let deadline = Instant::now() + Duration::from_secs(20);
     while states(&db).await.get("evt_term").map(String::as_str) != Some("delivered") {

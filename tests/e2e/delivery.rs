@@ -342,12 +342,7 @@ fn hookhost_cli(args: &[&str]) -> String {
 async fn dead_letters_are_listed_replayed_and_discarded_from_the_cli() {
     let (downstream, port) = Downstream::start().await;
     let server = start(port, "[0, 0, 0]").await;
-    let config = server
-        .dir
-        .path()
-        .join("hookhost.toml")
-        .display()
-        .to_string();
+    let config = server.config_path();
     downstream.script("evt_dlq", &[(500, None); 3]);
     downstream.script("evt_bad", &[(422, None)]);
     accept(&server, "evt_dlq").await;
@@ -566,23 +561,13 @@ async fn old_versions_after_a_newer_one_never_reach_the_destination() {
 async fn a_replay_can_map_the_event_again_with_the_current_plugin() {
     let (downstream, port) = Downstream::start().await;
     let server = start(port, "[0, 0]").await;
-    let config = server
-        .dir
-        .path()
-        .join("hookhost.toml")
-        .display()
-        .to_string();
+    let config = server.config_path();
     downstream.script("evt_remap", &[(500, None); 2]);
     accept(&server, "evt_remap").await;
     settled(&server, "evt_remap", "dead").await;
     // As if an older plugin had mapped it wrongly.
     {
-        use sqlx::ConnectOptions;
-        let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(server.db_path())
-            .connect()
-            .await
-            .expect("open");
+        let mut conn = open_db(&server.db_path()).await;
         sqlx::query("UPDATE receipts SET event_type = 'wrong.type', plugin_version = '0.0.1' WHERE event_id = 'evt_remap'")
             .execute(&mut conn)
             .await

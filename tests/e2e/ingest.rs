@@ -133,34 +133,10 @@ async fn every_rejection_row_of_the_status_table() {
             .await,
         (500, json!({"error": "plugin_failed"}))
     );
-    assert_eq!(
-        server
-            .app
-            .store
-            .count_receipts("traps")
-            .await
-            .expect("count"),
-        0
-    );
-    assert_eq!(
-        server
-            .app
-            .store
-            .count_receipts("refuses")
-            .await
-            .expect("count"),
-        0
-    );
+    assert_eq!(server.count_receipts("traps").await, 0);
+    assert_eq!(server.count_receipts("refuses").await, 0);
     // No rejection stored a receipt for stripe.
-    assert_eq!(
-        server
-            .app
-            .store
-            .count_receipts("stripe")
-            .await
-            .expect("count"),
-        0
-    );
+    assert_eq!(server.count_receipts("stripe").await, 0);
     // Exactly at the cap is fine (then judged on its signature).
     let at_cap = "y".repeat(4096);
     assert_eq!(
@@ -224,15 +200,7 @@ async fn fifty_concurrent_identical_requests_store_one_receipt() {
         }
     }
     assert_eq!((accepted, duplicates), (1, 49));
-    assert_eq!(
-        server
-            .app
-            .store
-            .count_receipts("stripe")
-            .await
-            .expect("count"),
-        1
-    );
+    assert_eq!(server.count_receipts("stripe").await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -323,12 +291,7 @@ async fn an_unreachable_store_answers_503_and_recovers() {
     let sql = |statement: &'static str| {
         let db = server.db_path();
         async move {
-            use sqlx::ConnectOptions;
-            let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
-                .filename(db)
-                .connect()
-                .await
-                .expect("open");
+            let mut conn = open_db(&db).await;
             sqlx::query(statement)
                 .execute(&mut conn)
                 .await

@@ -83,6 +83,20 @@ impl Server {
             .unwrap_or_else(|| panic!("no receipt for {endpoint}/{event_id}"))
     }
 
+    /// Receipts stored for an endpoint.
+    pub async fn count_receipts(&self, endpoint: &str) -> i64 {
+        self.app
+            .store
+            .count_receipts(endpoint)
+            .await
+            .expect("count")
+    }
+
+    /// The configuration file the server was started from.
+    pub fn config_path(&self) -> String {
+        self.dir.path().join("hookhost.toml").display().to_string()
+    }
+
     pub fn db_path(&self) -> PathBuf {
         self.dir.path().join("hookhost.db")
     }
@@ -167,6 +181,16 @@ pub async fn request(
         .to_bytes();
     let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     (status, json)
+}
+
+/// A connection of its own to a store file, beside whoever else has it open.
+pub async fn open_db(path: &Path) -> sqlx::SqliteConnection {
+    use sqlx::ConnectOptions;
+    sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(path)
+        .connect()
+        .await
+        .expect("open the store file")
 }
 
 pub fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
