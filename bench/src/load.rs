@@ -157,6 +157,18 @@ async fn healthy(addr: SocketAddr) -> bool {
 }
 
 /// One keep-alive HTTP/1.1 connection; its driver runs as its own task.
+/// `count` keep-alive connections to the server.
+async fn connect_all(
+    addr: SocketAddr,
+    count: usize,
+) -> anyhow::Result<Vec<SendRequest<Full<Bytes>>>> {
+    let mut senders = Vec::with_capacity(count);
+    for _ in 0..count {
+        senders.push(connect(addr).await.context("connecting to the server")?);
+    }
+    Ok(senders)
+}
+
 async fn connect(addr: SocketAddr) -> anyhow::Result<SendRequest<Full<Bytes>>> {
     let stream = TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
@@ -322,14 +334,7 @@ pub async fn drive(
     expect: &'static str,
 ) -> anyhow::Result<PhaseResult> {
     // Connect everyone first, so the clock starts with the load.
-    let mut senders = Vec::with_capacity(concurrency);
-    for _ in 0..concurrency {
-        senders.push(
-            connect(target.addr)
-                .await
-                .context("connecting to the server")?,
-        );
-    }
+    let senders = connect_all(target.addr, concurrency).await?;
     let started = Instant::now();
     let deadline = started + duration;
     let mut workers = JoinSet::new();
@@ -443,14 +448,7 @@ pub async fn drive_paced(
     }
     let scheduled = (rate * duration.as_secs_f64()).round().max(1.0) as u64;
     let period = Duration::from_secs_f64(1.0 / rate);
-    let mut senders = Vec::with_capacity(connections);
-    for _ in 0..connections {
-        senders.push(
-            connect(target.addr)
-                .await
-                .context("connecting to the server")?,
-        );
-    }
+    let senders = connect_all(target.addr, connections).await?;
     let (ticks_tx, ticks_rx) = mpsc::unbounded_channel::<Instant>();
     let ticks_rx = Arc::new(Mutex::new(ticks_rx));
     let mut workers = JoinSet::new();
