@@ -26,7 +26,17 @@ fn main() {
         .expect("OUT_DIR depth")
         .join("wasm-guests");
 
-    let plugins = crates_in(&root.join("plugins"));
+    let mut plugins = crates_in(&root.join("plugins"));
+    // Development: `HOOKHOST_ONLY_PLUGINS=stripe,github` embeds just these built-ins,
+    // so a plugin someone is still writing does not hold up everyone else's build.
+    println!("cargo:rerun-if-env-changed=HOOKHOST_ONLY_PLUGINS");
+    if let Some(only) = env::var("HOOKHOST_ONLY_PLUGINS")
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
+        let only: Vec<&str> = only.split(',').map(str::trim).collect();
+        plugins.retain(|(name, _)| only.contains(&name.as_str()));
+    }
     let guests = crates_in(&root.join("tests/guests"));
     for dir in [
         root.join("plugins"),

@@ -288,10 +288,11 @@ fn inspect(plugin: &str) -> anyhow::Result<()> {
     println!("version:           {}", info.version);
     println!("provider:          {}", info.provider);
     println!("origin:            {}", origin(&loaded.origin));
-    println!("contract:          {}", crate::plugins::PLUGIN_INTERFACE);
+    println!("contract:          hookhost:provider@{}", loaded.contract());
     println!("sha256:            {}", loaded.digest);
     println!("size:              {} bytes", loaded.size);
     println!("key formats:       {:?}", info.key_formats);
+    println!("algorithms:        {}", algorithms(&loaded.algorithms));
     match info.default_tolerance_seconds {
         Some(t) => println!("timestamp window:  ±{t} s"),
         None => println!("timestamp window:  none (the scheme signs no timestamp)"),
@@ -303,18 +304,44 @@ fn inspect(plugin: &str) -> anyhow::Result<()> {
 
 fn list(plugins_dir: Option<PathBuf>) -> anyhow::Result<()> {
     let catalog = Catalog::load(plugins_dir.as_deref(), PluginLimits::default())?;
-    println!("{:<20} {:<10} {:<20} origin", "name", "version", "provider");
+    println!(
+        "{:<20} {:<8} {:<22} {:<28} {:<8} origin",
+        "name", "version", "provider", "algorithms", "contract"
+    );
     for plugin in catalog.iter() {
         let info = &plugin.info;
         println!(
-            "{:<20} {:<10} {:<20} {}",
+            "{:<20} {:<8} {:<22} {:<28} {:<8} {}",
             info.name,
             info.version,
             info.provider,
+            algorithms(&plugin.algorithms),
+            plugin.contract(),
             origin(&plugin.origin)
         );
     }
     Ok(())
+}
+
+/// The algorithms a plugin declares, as the contract names them.
+fn algorithms(algorithms: &[hookhost_plugin_sdk::Algorithm]) -> String {
+    use hookhost_plugin_sdk::Algorithm;
+    if algorithms.is_empty() {
+        return "(not declared)".into();
+    }
+    algorithms
+        .iter()
+        .map(|a| match a {
+            Algorithm::HmacSha1 => "hmac-sha1",
+            Algorithm::HmacSha256 => "hmac-sha256",
+            Algorithm::HmacSha512 => "hmac-sha512",
+            Algorithm::Ed25519 => "ed25519",
+            Algorithm::EcdsaP256Sha256 => "ecdsa-p256-sha256",
+            Algorithm::Token => "token",
+            Algorithm::Sha256SecretPrefix => "sha256-secret-prefix",
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn origin(origin: &Origin) -> String {

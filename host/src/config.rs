@@ -51,6 +51,8 @@ pub struct EndpointConfig {
     pub secrets: Vec<Secret>,
     /// Override of the plugin's default timestamp window, seconds.
     pub tolerance: Option<u32>,
+    /// The token an unsigned handshake must present (Meta's `hub.verify_token`).
+    pub handshake_token: Option<Secret>,
     /// The plugin configuration table, as JSON.
     pub plugin_config: serde_json::Value,
     /// Where accepted events go; none keeps them pending in the inbox.
@@ -165,6 +167,7 @@ struct RawEndpoint {
     plugin: String,
     secrets: Vec<String>,
     tolerance: Option<u32>,
+    handshake_token: Option<String>,
     #[serde(default)]
     config: Option<toml::Table>,
     destination: Option<RawDestination>,
@@ -337,6 +340,10 @@ impl Config {
                 let skey = format!("{key}.secrets[{j}]");
                 secrets.push(resolve_secret(source, &skey)?);
             }
+            let handshake_token = match &e.handshake_token {
+                None => None,
+                Some(source) => Some(resolve_secret(source, &format!("{key}.handshake_token"))?),
+            };
             let destination = match e.destination {
                 None => None,
                 Some(d) => {
@@ -376,6 +383,7 @@ impl Config {
                 plugin: e.plugin,
                 secrets,
                 tolerance: e.tolerance,
+                handshake_token,
                 plugin_config,
                 destination,
                 retry_schedule: schedule.into_iter().map(Duration::from_secs).collect(),

@@ -21,6 +21,8 @@ pub struct Endpoint {
     pub keys: Vec<Key>,
     /// Timestamp window in seconds (endpoint override, else the plugin's default).
     pub tolerance_seconds: Option<u32>,
+    /// What an unsigned handshake must present, when the plugin asks for a token.
+    pub handshake_token: Option<crate::verify::Secret>,
     /// The plugin configuration, serialised once as JSON.
     pub plugin_config: String,
     /// Where accepted events go; none keeps them pending.
@@ -47,16 +49,38 @@ impl Endpoint {
     /// As [`Endpoint::build`], with the plugin already chosen.
     pub fn build_with(config: &EndpointConfig, plugin: Arc<Plugin>) -> Result<Endpoint, String> {
         let at = format!("endpoint {:?}", config.id);
+        let plugin_config = config.plugin_config.to_string();
+        // The plugin checks its configuration first; the facts it returns (key formats,
+        // default window) replace its static ones for this endpoint.
+        let facts = plugin
+            .check_config(&plugin_config)
+            .map_err(|e| format!("{at}: config: plugin {} failed: {e}", plugin.name()))?
+            .map_err(|e| {
+                let key = if e.key.is_empty() {
+                    "config".to_string()
+                } else {
+                    format!("config.{}", e.key)
+                };
+                format!("{at}: {key}: {} (plugin {})", e.message, plugin.name())
+            })?;
+        let key_formats = if facts.key_formats.is_empty() {
+            &plugin.info.key_formats
+        } else {
+            &facts.key_formats
+        };
+        let default_tolerance = facts
+            .default_tolerance_seconds
+            .or(plugin.info.default_tolerance_seconds);
         let keys = config
             .secrets
             .iter()
             .enumerate()
             .map(|(i, secret)| {
-                decode_key(secret, &plugin.info.key_formats)
+                decode_key(secret, key_formats)
                     .map_err(|e| format!("{at}: secrets[{i}]: {e} (plugin {})", plugin.name()))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let tolerance_seconds = match (config.tolerance, plugin.info.default_tolerance_seconds) {
+        let tolerance_seconds = match (config.tolerance, default_tolerance) {
             (Some(_), None) => {
                 return Err(format!(
                     "{at}: tolerance: plugin {} signs no timestamp, so a window cannot apply",
@@ -78,7 +102,8 @@ impl Endpoint {
             plugin,
             keys,
             tolerance_seconds,
-            plugin_config: config.plugin_config.to_string(),
+            handshake_token: config.handshake_token.clone(),
+            plugin_config,
             destination,
             retry_schedule: config.retry_schedule.clone(),
         })

@@ -8,7 +8,7 @@ use crate::config::EndpointConfig;
 use crate::endpoints::Endpoint;
 use crate::http::IngestError;
 use crate::plugins::{Catalog, Plugin, PluginLimits};
-use crate::verify::{self, MessageSource, Secret};
+use crate::verify::{self, Decision, MessageSource, Secret};
 use base64::Engine as _;
 use hookhost_plugin_sdk::{Disposition, Event};
 use serde::Deserialize;
@@ -30,6 +30,9 @@ struct Vector {
     tolerance_seconds: Option<u32>,
     #[serde(default)]
     plugin_config: Option<Value>,
+    /// The endpoint's `handshake_token` (Meta's `hub.verify_token`), for GET handshakes.
+    #[serde(default)]
+    handshake_token: Option<String>,
     expect: Expect,
 }
 
@@ -66,6 +69,8 @@ pub struct Judged {
     pub error: Option<String>,
     pub secret_index: Option<usize>,
     pub event: Option<Value>,
+    /// A handshake's answer: status, content type, headers, body text.
+    pub response: Option<Value>,
 }
 
 impl Judged {
@@ -78,6 +83,7 @@ impl Judged {
             "error": self.error,
             "secret_index": self.secret_index,
             "event": self.event,
+            "response": self.response,
             "differences": self.differences,
         })
     }
@@ -219,6 +225,7 @@ fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
         error: None,
         secret_index: None,
         event: None,
+        response: None,
     };
     let body = match (&vector.request.body, &vector.request.body_base64) {
         (Some(text), _) => text.as_bytes().to_vec(),
@@ -236,6 +243,7 @@ fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
         plugin: plugin.info.name.clone(),
         secrets: vector.secrets.iter().map(Secret::new).collect(),
         tolerance: vector.tolerance_seconds,
+        handshake_token: vector.handshake_token.as_ref().map(Secret::new),
         plugin_config: vector.plugin_config.clone().unwrap_or_else(|| json!({})),
         ..Default::default()
     };
@@ -261,8 +269,29 @@ fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
     };
     let expect = &vector.expect;
     let diffs = &mut judged.differences;
-    match verify::judge(&endpoint, &source, vector.now) {
-        Ok(verified) => {
+    match verify::decide(&endpoint, &source, vector.now) {
+        Ok(Decision::Answer(answer)) => {
+            judged.outcome = "accept";
+            judged.status = answer.status;
+            let body = String::from_utf8_lossy(&answer.body).into_owned();
+            judged.response = Some(json!({
+                "status": answer.status,
+                "content_type": answer.content_type,
+                "headers": answer.headers,
+                "body": body,
+            }));
+            match &expect.response {
+                None => diffs.push(format!("response: the endpoint answered a handshake ({body:?}) where an event was expected")),
+                Some(want) => compare_response(want, answer.status, &body, diffs),
+            }
+        }
+        Ok(Decision::Store(verified)) => {
+            if expect.response.is_some() {
+                diffs.push(
+                    "response: expected a handshake answer, the request was stored as an event"
+                        .into(),
+                );
+            }
             judged.outcome = "accept";
             judged.status = 200;
             judged.secret_index = Some(verified.secret_index);
@@ -313,11 +342,31 @@ fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
         let got = judged.error.as_deref().unwrap_or("none");
         diffs.push(format!("error: expected {want}, got {got}"));
     }
-    if expect.response.is_some() {
-        diffs.push("expect.response: handshakes are not supported by this hookhost".into());
-    }
     judged.pass = judged.differences.is_empty();
     judged
+}
+
+/// `expect.response`: `status`, and the exact `body` text or the `json` it parses to.
+fn compare_response(want: &Value, status: u16, body: &str, diffs: &mut Vec<String>) {
+    if let Some(s) = want.get("status").and_then(Value::as_u64)
+        && s != u64::from(status)
+    {
+        diffs.push(format!("response.status: expected {s}, got {status}"));
+    }
+    if let Some(text) = want.get("body").and_then(Value::as_str)
+        && text != body
+    {
+        diffs.push(format!("response.body: expected {text:?}, got {body:?}"));
+    }
+    if let Some(json) = want.get("json") {
+        match serde_json::from_str::<Value>(body) {
+            Ok(got) if &got == json => {}
+            Ok(got) => diffs.push(format!("response.json: expected {json}, got {got}")),
+            Err(_) => diffs.push(format!(
+                "response.json: expected {json}, got non-JSON {body:?}"
+            )),
+        }
+    }
 }
 
 /// The described event as vectors name its fields.
@@ -326,6 +375,7 @@ fn event_json(event_id: &str, event: &Event) -> Value {
         Disposition::Process => ("process", None),
         Disposition::Ignore(r) => ("ignore", Some(r)),
         Disposition::Reject(r) => ("reject", Some(r)),
+        Disposition::Answer(_) => ("answer", None),
     };
     json!({
         "id": event_id,

@@ -54,6 +54,22 @@ pub trait Provider {
     fn plan_verification(req: &Request) -> Result<Plan, Rejection>;
     /// Map the (already authenticated) body to the event it describes.
     fn describe_event(req: &Request) -> Result<Event, Rejection>;
+    /// The algorithms this plugin's plans use, shown to operators by `plugin list`.
+    fn algorithms() -> Vec<Algorithm> {
+        Vec::new()
+    }
+    /// Check one endpoint's plugin configuration when the host loads it; name the
+    /// offending key. The default accepts any configuration and changes nothing.
+    fn check_config(config: &serde_json::Value) -> Result<EndpointFacts, ConfigError> {
+        let _ = config;
+        Ok(EndpointFacts::default())
+    }
+    /// A GET reached the endpoint (the request's body is empty): the handshake to
+    /// answer, or `None` for 405. The default answers no GET.
+    fn handshake(req: &Request) -> Option<Handshake> {
+        let _ = req;
+        None
+    }
 }
 
 /// Export a [`Provider`] implementation as the plugin's component exports.

@@ -13,6 +13,8 @@ pub enum KeyFormat {
     Ed25519Hex,
     /// An Ed25519 public key: this prefix, then standard base64 of the 32 key bytes.
     Ed25519Base64AfterPrefix(String),
+    /// An ECDSA P-256 public key: standard base64 of its DER SubjectPublicKeyInfo.
+    EcdsaP256SpkiBase64,
 }
 
 /// Static facts about a plugin.
@@ -35,6 +37,13 @@ pub enum Algorithm {
     HmacSha256,
     HmacSha512,
     Ed25519,
+    /// ECDSA P-256 with SHA-256; the candidate is the DER-encoded signature.
+    EcdsaP256Sha256,
+    /// The candidate is the shared secret itself (a token in a header), compared by the
+    /// host in constant time with each key. Nothing else is authenticated.
+    Token,
+    /// SHA-256 of the key bytes followed by the message (not an HMAC).
+    Sha256SecretPrefix,
 }
 
 /// One piece of the signed message; the host concatenates them in order.
@@ -101,6 +110,95 @@ pub enum Disposition {
     Ignore(String),
     /// Refuse with HTTP 422.
     Reject(String),
+    /// A verified handshake or ping: answer this, store and deliver nothing.
+    Answer(Response),
+}
+
+/// A piece of a handshake answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResponsePart {
+    Text(String),
+    /// Lower-case hex of HMAC-SHA256 over this text keyed by the endpoint's current
+    /// secret, computed by the host.
+    HmacSha256Hex(String),
+}
+
+/// What the endpoint answers to a handshake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    pub content_type: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<ResponsePart>,
+}
+
+impl Response {
+    /// 200 with this JSON value as the body.
+    pub fn json(value: &serde_json::Value) -> Self {
+        Self::new(
+            200,
+            "application/json",
+            vec![ResponsePart::Text(value.to_string())],
+        )
+    }
+    /// 200 with this text as the body.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::new(200, "text/plain", vec![ResponsePart::Text(text.into())])
+    }
+    pub fn new(status: u16, content_type: impl Into<String>, body: Vec<ResponsePart>) -> Self {
+        Self {
+            status,
+            content_type: content_type.into(),
+            headers: Vec::new(),
+            body,
+        }
+    }
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+/// How the host authenticates an unsigned (GET) handshake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandshakeCheck {
+    /// Nothing to check: the answer reveals nothing.
+    None,
+    /// Compare this presented token with the endpoint's handshake token (403 if not).
+    Token(String),
+}
+
+/// An unsigned handshake and its answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handshake {
+    pub check: HandshakeCheck,
+    pub response: Response,
+}
+
+/// What one endpoint's plugin configuration changes about the plugin's static facts.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EndpointFacts {
+    /// Replaces [`PluginInfo::key_formats`] for this endpoint when not empty.
+    pub key_formats: Vec<KeyFormat>,
+    /// Replaces [`PluginInfo::default_tolerance_seconds`] for this endpoint.
+    pub default_tolerance_seconds: Option<u32>,
+}
+
+/// A plugin configuration the plugin cannot work with, naming the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Dotted path of the offending key (`signature.encoding`).
+    pub key: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
 }
 
 /// The event an authenticated body describes.
@@ -157,6 +255,11 @@ impl Event {
     }
     pub fn reject(mut self, reason: impl Into<String>) -> Self {
         self.disposition = Disposition::Reject(reason.into());
+        self
+    }
+    /// A verified handshake: answer `response` instead of storing the request.
+    pub fn answer(mut self, response: Response) -> Self {
+        self.disposition = Disposition::Answer(response);
         self
     }
 }

@@ -2,6 +2,7 @@
 //! from source by `host/build.rs`, and the real `hookhost` binary for the CLI.
 
 mod cli;
+mod contract;
 mod crash;
 mod delivery;
 mod ingest;

@@ -144,7 +144,7 @@ async fn drop_ins_that_do_not_fit_are_refused_with_the_file_named() {
         (
             "future.wasm",
             std::fs::read(guest("future_contract")).expect("guest"),
-            "exports hookhost:provider/plugin@9.0.0; this hookhost supports hookhost:provider/plugin@0.1.0",
+            "exports hookhost:provider/plugin@9.0.0; this hookhost supports hookhost:provider/plugin@0.2.0 or hookhost:provider/plugin@0.1.0",
         ),
         (
             "core.wasm",

@@ -155,6 +155,21 @@ pub async fn request(
     headers: &[(&str, String)],
     body: Bytes,
 ) -> (u16, Value) {
+    let (status, _, bytes) = request_raw(addr, method, path, headers, body).await;
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// One request; the answer's status, headers and body bytes as sent.
+pub async fn request_raw(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: Bytes,
+) -> (u16, hyper::HeaderMap, Bytes) {
     let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
@@ -173,14 +188,14 @@ pub async fn request(
         .await
         .expect("response");
     let status = response.status().as_u16();
+    let answer_headers = response.headers().clone();
     let bytes = response
         .into_body()
         .collect()
         .await
         .expect("body")
         .to_bytes();
-    let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    (status, json)
+    (status, answer_headers, bytes)
 }
 
 /// A connection of its own to a store file, beside whoever else has it open.

@@ -26,6 +26,8 @@ pub enum IngestError {
     Unsupported,
     #[error("the plugin rejected the event: {0}")]
     Rejected(String),
+    #[error("the handshake token does not match the endpoint's")]
+    HandshakeRefused,
     #[error("the plugin failed")]
     PluginFailed,
     #[error("the receipt could not be stored")]
@@ -48,6 +50,7 @@ impl IngestError {
             IngestError::MalformedBody => (StatusCode::BAD_REQUEST, "malformed_body"),
             IngestError::Unsupported => (StatusCode::BAD_REQUEST, "unsupported"),
             IngestError::Rejected(_) => (StatusCode::UNPROCESSABLE_ENTITY, "event_rejected"),
+            IngestError::HandshakeRefused => (StatusCode::FORBIDDEN, "handshake_refused"),
             IngestError::PluginFailed => (StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed"),
             IngestError::StoreUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
         }
@@ -87,6 +90,7 @@ mod tests {
             (IngestError::MalformedBody, 400, "malformed_body"),
             (IngestError::Unsupported, 400, "unsupported"),
             (IngestError::Rejected("no".into()), 422, "event_rejected"),
+            (IngestError::HandshakeRefused, 403, "handshake_refused"),
             (IngestError::PluginFailed, 500, "plugin_failed"),
             (IngestError::StoreUnavailable, 503, "store_unavailable"),
         ];

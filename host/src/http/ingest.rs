@@ -1,9 +1,10 @@
 //! `POST /webhooks/{endpoint}`: the request path of ARCHITECTURE.md, in its fixed order.
+//! (`GET` reaches the plugin only as a handshake.)
 
 use super::{App, IngestError};
 use crate::endpoints::Endpoint;
 use crate::store::{NewReceipt, Outcome, Resource};
-use crate::verify::{self, MessageSource, Verified};
+use crate::verify::{self, Answer, Decision, MessageSource, Verified};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -43,7 +44,7 @@ async fn handle(
         .endpoints
         .get(endpoint_id)
         .ok_or(IngestError::UnknownEndpoint)?;
-    if method != Method::POST {
+    if method != Method::POST && method != Method::GET {
         return Err(IngestError::MethodNotAllowed);
     }
 
@@ -64,14 +65,18 @@ async fn handle(
     };
 
     // 3–6. Plugin plans; host checks every candidate against every key in constant
-    // time; timestamp window; plugin describes the event.
+    // time; timestamp window; plugin describes the event. A handshake is answered here.
     let slot = app
         .plugin_slots
         .acquire()
         .await
         .map_err(|_| IngestError::PluginFailed)?;
-    let verified = off_the_reactor(|| verify::judge(&endpoint, &request, received_at_ms / 1000))?;
+    let decision = off_the_reactor(|| verify::decide(&endpoint, &request, received_at_ms / 1000))?;
     drop(slot);
+    let verified = match decision {
+        Decision::Store(verified) => verified,
+        Decision::Answer(answer) => return Ok(handshake(answer)),
+    };
     tracing::debug!(event_id = %verified.event_id, event_type = %verified.event.event_type, "verified");
 
     // 7–8. One transaction: receipt, dedupe, version gate, inbox. 2xx only after commit.
@@ -162,9 +167,30 @@ fn receipt(
         received_at_ms,
         ignore: match &event.disposition {
             Disposition::Ignore(reason) => Some(reason.clone()),
-            Disposition::Process | Disposition::Reject(_) => None,
+            Disposition::Process | Disposition::Reject(_) | Disposition::Answer(_) => None,
         },
     }
+}
+
+/// A handshake's answer, as the plugin shaped it and the host rendered it.
+fn handshake(answer: Answer) -> Response {
+    tracing::info!(status = answer.status, "handshake answered");
+    let mut response = Response::new(Body::from(answer.body));
+    *response.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
+    let headers = response.headers_mut();
+    if let Ok(value) = header::HeaderValue::from_str(&answer.content_type) {
+        headers.insert(header::CONTENT_TYPE, value);
+    }
+    for (name, value) in answer.headers {
+        // `verify::decide` checked every name and value.
+        if let (Ok(name), Ok(value)) = (
+            header::HeaderName::from_bytes(name.as_bytes()),
+            header::HeaderValue::from_str(&value),
+        ) {
+            headers.append(name, value);
+        }
+    }
+    response
 }
 
 /// The 200 answers: stored, duplicate, or deliberately ignored (with the reason).

@@ -1,19 +1,151 @@
-//! Generated bindings for `hookhost:provider@0.1.0`, converted to the SDK's plain types
-//! at this edge; nothing else in the host names a wit type.
+//! Generated bindings for every contract version this host speaks, converted to the
+//! SDK's plain types at this edge; nothing else in the host names a wit type.
+//!
+//! `v0_2` is the current contract (`wit/provider.wit`); `v0_1` is the first release,
+//! frozen in `wit/v0.1/`. Plugins built against either load and work: a 0.1 plugin
+//! simply has no configuration check and no GET handshake.
 
 use hookhost_plugin_sdk as sdk;
 
-wasmtime::component::bindgen!({
-    path: "../wit",
-    world: "provider",
-});
+/// The exports this host accepts, newest first.
+pub const PLUGIN_INTERFACES: [&str; 2] = [v0_2::PLUGIN_INTERFACE, v0_1::PLUGIN_INTERFACE];
 
-use self::hookhost::provider::types as wit;
+pub mod v0_1 {
+    use super::sdk;
 
-pub use wit::{Head, Header};
+    wasmtime::component::bindgen!({
+        path: "../wit/v0.1",
+        world: "provider",
+    });
 
-/// The contract version this host speaks; a component must export this interface.
-pub const PLUGIN_INTERFACE: &str = "hookhost:provider/plugin@0.1.0";
+    pub const PLUGIN_INTERFACE: &str = "hookhost:provider/plugin@0.1.0";
+
+    super::conversions!(
+        self::hookhost::provider::types,
+        key_format {}
+        algorithm {}
+        disposition {}
+    );
+
+    fn disposition_size(_: &wit::Disposition) -> usize {
+        0
+    }
+
+    pub fn algorithms(_: &wit::PluginInfo) -> Vec<sdk::Algorithm> {
+        Vec::new()
+    }
+}
+
+pub mod v0_2 {
+    use super::sdk;
+
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "provider",
+    });
+
+    pub const PLUGIN_INTERFACE: &str = "hookhost:provider/plugin@0.2.0";
+
+    super::conversions!(
+        self::hookhost::provider::types,
+        key_format {
+            wit::KeyFormat::EcdsaP256SpkiBase64 => sdk::KeyFormat::EcdsaP256SpkiBase64,
+        }
+        algorithm {
+            wit::Algorithm::EcdsaP256Sha256 => sdk::Algorithm::EcdsaP256Sha256,
+            wit::Algorithm::Token => sdk::Algorithm::Token,
+            wit::Algorithm::Sha256SecretPrefix => sdk::Algorithm::Sha256SecretPrefix,
+        }
+        disposition {
+            wit::Disposition::Answer(r) => sdk::Disposition::Answer(response(r)),
+        }
+    );
+
+    fn response(r: wit::Response) -> sdk::Response {
+        sdk::Response {
+            status: r.status,
+            content_type: r.content_type,
+            headers: r.headers,
+            body: r
+                .body
+                .into_iter()
+                .map(|part| match part {
+                    wit::ResponsePart::Text(t) => sdk::ResponsePart::Text(t),
+                    wit::ResponsePart::HmacSha256Hex(t) => sdk::ResponsePart::HmacSha256Hex(t),
+                })
+                .collect(),
+        }
+    }
+
+    fn response_size(r: &wit::Response) -> usize {
+        let headers: usize = r.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
+        let body: usize = r
+            .body
+            .iter()
+            .map(|p| match p {
+                wit::ResponsePart::Text(t) | wit::ResponsePart::HmacSha256Hex(t) => t.len(),
+            })
+            .sum();
+        r.content_type.len() + headers + body
+    }
+
+    fn disposition_size(d: &wit::Disposition) -> usize {
+        match d {
+            wit::Disposition::Answer(r) => response_size(r),
+            _ => 0,
+        }
+    }
+
+    pub fn handshake(h: wit::HandshakeReply) -> sdk::Handshake {
+        sdk::Handshake {
+            check: match h.check {
+                wit::HandshakeCheck::None => sdk::HandshakeCheck::None,
+                wit::HandshakeCheck::Token(t) => sdk::HandshakeCheck::Token(t),
+            },
+            response: response(h.response),
+        }
+    }
+
+    pub fn handshake_size(h: &wit::HandshakeReply) -> usize {
+        let token = match &h.check {
+            wit::HandshakeCheck::None => 0,
+            wit::HandshakeCheck::Token(t) => t.len(),
+        };
+        token + response_size(&h.response)
+    }
+
+    /// The algorithms a plugin declares (0.1 plugins declare none).
+    pub fn algorithms(info: &wit::PluginInfo) -> Vec<sdk::Algorithm> {
+        info.algorithms.iter().copied().map(algorithm).collect()
+    }
+
+    pub fn endpoint_facts(facts: wit::EndpointFacts) -> sdk::EndpointFacts {
+        sdk::EndpointFacts {
+            key_formats: facts.key_formats.into_iter().map(key_format).collect(),
+            default_tolerance_seconds: facts.default_tolerance_seconds,
+        }
+    }
+
+    pub fn config_error(error: wit::ConfigError) -> sdk::ConfigError {
+        sdk::ConfigError {
+            key: error.key,
+            message: error.message,
+        }
+    }
+}
+
+/// The conversions every contract version shares; each version adds the match arms of
+/// the cases it introduced.
+macro_rules! conversions {
+    (
+        $wit:path,
+        key_format { $($key_format:tt)* }
+        algorithm { $($algorithm:tt)* }
+        disposition { $($disposition:tt)* }
+    ) => {
+        use $wit as wit;
+
+        pub use wit::{Head, Header};
 
 pub fn info(info: wit::PluginInfo) -> sdk::PluginInfo {
     sdk::PluginInfo {
@@ -26,6 +158,16 @@ pub fn info(info: wit::PluginInfo) -> sdk::PluginInfo {
     }
 }
 
+fn algorithm(algorithm: wit::Algorithm) -> sdk::Algorithm {
+    match algorithm {
+        wit::Algorithm::HmacSha1 => sdk::Algorithm::HmacSha1,
+        wit::Algorithm::HmacSha256 => sdk::Algorithm::HmacSha256,
+        wit::Algorithm::HmacSha512 => sdk::Algorithm::HmacSha512,
+        wit::Algorithm::Ed25519 => sdk::Algorithm::Ed25519,
+        $($algorithm)*
+    }
+}
+
 fn key_format(format: wit::KeyFormat) -> sdk::KeyFormat {
     match format {
         wit::KeyFormat::Raw => sdk::KeyFormat::Raw,
@@ -33,6 +175,7 @@ fn key_format(format: wit::KeyFormat) -> sdk::KeyFormat {
         wit::KeyFormat::Hex => sdk::KeyFormat::Hex,
         wit::KeyFormat::Ed25519Hex => sdk::KeyFormat::Ed25519Hex,
         wit::KeyFormat::Ed25519Base64AfterPrefix(p) => sdk::KeyFormat::Ed25519Base64AfterPrefix(p),
+        $($key_format)*
     }
 }
 
@@ -54,12 +197,7 @@ pub fn plan(plan: wit::Plan) -> sdk::Plan {
             .candidates
             .into_iter()
             .map(|c| sdk::Candidate {
-                algorithm: match c.algorithm {
-                    wit::Algorithm::HmacSha1 => sdk::Algorithm::HmacSha1,
-                    wit::Algorithm::HmacSha256 => sdk::Algorithm::HmacSha256,
-                    wit::Algorithm::HmacSha512 => sdk::Algorithm::HmacSha512,
-                    wit::Algorithm::Ed25519 => sdk::Algorithm::Ed25519,
-                },
+                algorithm: algorithm(c.algorithm),
                 signature: c.signature,
             })
             .collect(),
@@ -81,6 +219,7 @@ pub fn event(event: wit::Event) -> sdk::Event {
             wit::Disposition::Process => sdk::Disposition::Process,
             wit::Disposition::Ignore(r) => sdk::Disposition::Ignore(r),
             wit::Disposition::Reject(r) => sdk::Disposition::Reject(r),
+            $($disposition)*
         },
     }
 }
@@ -112,8 +251,9 @@ pub fn plan_size(plan: &wit::Plan) -> usize {
 pub fn event_size(event: &wit::Event) -> usize {
     let opt = |s: &Option<String>| s.as_ref().map_or(0, String::len);
     let reason = match &event.disposition {
-        wit::Disposition::Process => 0,
         wit::Disposition::Ignore(r) | wit::Disposition::Reject(r) => r.len(),
+        // Process; `answer` (0.2) is sized with its response.
+        other => disposition_size(other),
     };
     event.event_type.len()
         + opt(&event.id)
@@ -130,3 +270,6 @@ pub fn rejection_size(rejection: &wit::Rejection) -> usize {
         | wit::Rejection::Unsupported(s) => s.len(),
     }
 }
+    };
+}
+use conversions;

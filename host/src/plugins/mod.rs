@@ -12,7 +12,7 @@ mod builtin;
 mod runtime;
 mod stderr;
 
-pub use bindings::PLUGIN_INTERFACE;
+pub use bindings::PLUGIN_INTERFACES;
 pub use builtin::BUILTIN_NAMES;
 pub use runtime::{
     Catalog, LoadError, MAX_PLUGIN_MEMORY, Origin, Plugin, PluginFailure, PluginLimits, Session,

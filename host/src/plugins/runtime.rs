@@ -1,9 +1,11 @@
 //! Engine, loading, and per-request sessions.
 
-use super::bindings::{self, Head, Header, Provider, ProviderPre};
+use super::bindings::{self, v0_1, v0_2};
 use super::stderr::CappedOutput;
 use crate::verify::MessageSource;
-use hookhost_plugin_sdk::{Event, Plan, PluginInfo, Rejection};
+use hookhost_plugin_sdk::{
+    Algorithm, ConfigError, EndpointFacts, Event, Handshake, Plan, PluginInfo, Rejection,
+};
 use sha2::{Digest as _, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -84,13 +86,27 @@ pub enum Origin {
 /// A loaded plugin: compiled once, pre-instantiated, ready for per-request stores.
 pub struct Plugin {
     pub info: PluginInfo,
+    /// The algorithms the plugin says its plans use (none from a 0.1 plugin).
+    pub algorithms: Vec<Algorithm>,
     /// SHA-256 of the component bytes, hex.
     pub digest: String,
     pub origin: Origin,
     /// Size of the component, bytes.
     pub size: usize,
-    pre: ProviderPre<State>,
+    pre: Pre,
     limits: PluginLimits,
+}
+
+/// A pre-instantiated component of one contract version.
+enum Pre {
+    V0_1(v0_1::ProviderPre<State>),
+    V0_2(v0_2::ProviderPre<State>),
+}
+
+/// One instance, with the request's head in that version's types.
+enum Instance {
+    V0_1(v0_1::Provider, v0_1::Head),
+    V0_2(v0_2::Provider, v0_2::Head),
 }
 
 impl std::fmt::Debug for Plugin {
@@ -240,16 +256,16 @@ impl Plugin {
         let digest: [u8; 32] = Sha256::digest(bytes).into();
         let component =
             compile(bytes, &digest).map_err(|e| refuse(format!("not a valid component: {e}")))?;
-        check_contract(&component).map_err(refuse)?;
+        let interface = check_contract(&component).map_err(refuse)?;
         let pre = linker()
             .instantiate_pre(&component)
             .map_err(|e| refuse(format!("imports what the sandbox does not provide: {e}")))?;
-        let pre = ProviderPre::new(pre).map_err(|e| {
-            refuse(format!(
-                "does not match {}: {e:#}",
-                bindings::PLUGIN_INTERFACE
-            ))
-        })?;
+        let mismatch = |e: wasmtime::Error| refuse(format!("does not match {interface}: {e:#}"));
+        let pre = if interface == v0_2::PLUGIN_INTERFACE {
+            Pre::V0_2(v0_2::ProviderPre::new(pre).map_err(mismatch)?)
+        } else {
+            Pre::V0_1(v0_1::ProviderPre::new(pre).map_err(mismatch)?)
+        };
         let mut plugin = Plugin {
             info: PluginInfo {
                 name: String::new(),
@@ -259,13 +275,14 @@ impl Plugin {
                 default_tolerance_seconds: None,
                 retry_behaviour: String::new(),
             },
+            algorithms: Vec::new(),
             digest: hex::encode(digest),
             origin,
             size: bytes.len(),
             pre,
             limits,
         };
-        let info = plugin
+        let (algorithms, info) = plugin
             .call_info()
             .map_err(|e| refuse(format!("info() failed: {e}")))?;
         if info.name.is_empty()
@@ -283,6 +300,7 @@ impl Plugin {
             return Err(refuse("info() declares no key format".into()));
         }
         plugin.info = info;
+        plugin.algorithms = algorithms;
         Ok(plugin)
     }
 
@@ -299,23 +317,63 @@ impl Plugin {
         &self.info.name
     }
 
+    /// The contract version the component speaks (`0.2.0`).
+    pub fn contract(&self) -> &'static str {
+        match self.pre {
+            Pre::V0_1(_) => "0.1.0",
+            Pre::V0_2(_) => "0.2.0",
+        }
+    }
+
+    /// Check one endpoint's plugin configuration (JSON). A 0.1 plugin has no check
+    /// and changes nothing.
+    pub fn check_config(
+        &self,
+        config_json: &str,
+    ) -> Result<Result<EndpointFacts, ConfigError>, PluginFailure> {
+        if let Pre::V0_1(_) = self.pre {
+            return Ok(Ok(EndpointFacts::default()));
+        }
+        let (mut store, instance) = self.instantiate(empty_head())?;
+        let Instance::V0_2(provider, _) = instance else {
+            return Ok(Ok(EndpointFacts::default()));
+        };
+        let answer = guarded(&mut store, self.limits, |s| {
+            provider
+                .hookhost_provider_plugin()
+                .call_check_config(s, config_json)
+        })?;
+        Ok(answer.map(v0_2::endpoint_facts).map_err(v0_2::config_error))
+    }
+
     /// What the component imports (all satisfied by the empty sandbox).
     pub fn imports(&self) -> Vec<String> {
-        let ty = self.pre.instance_pre().component().component_type();
+        let component = match &self.pre {
+            Pre::V0_1(pre) => pre.instance_pre().component(),
+            Pre::V0_2(pre) => pre.instance_pre().component(),
+        };
+        let ty = component.component_type();
         ty.imports(engine())
             .map(|(name, _)| name.to_string())
             .collect()
     }
 
-    fn call_info(&self) -> Result<PluginInfo, PluginFailure> {
-        let (mut store, provider) = self.instantiate()?;
-        let info = guarded(&mut store, self.limits, |s| {
-            provider.hookhost_provider_plugin().call_info(s)
-        })?;
-        Ok(bindings::info(info))
+    fn call_info(&self) -> Result<(Vec<Algorithm>, PluginInfo), PluginFailure> {
+        let (mut store, instance) = self.instantiate(empty_head())?;
+        let limits = self.limits;
+        match instance {
+            Instance::V0_1(p, _) => guarded(&mut store, limits, |s| {
+                p.hookhost_provider_plugin().call_info(s)
+            })
+            .map(|info| (v0_1::algorithms(&info), v0_1::info(info))),
+            Instance::V0_2(p, _) => guarded(&mut store, limits, |s| {
+                p.hookhost_provider_plugin().call_info(s)
+            })
+            .map(|info| (v0_2::algorithms(&info), v0_2::info(info))),
+        }
     }
 
-    fn instantiate(&self) -> Result<(Store<State>, Provider), PluginFailure> {
+    fn instantiate(&self, head: HeadData) -> Result<(Store<State>, Instance), PluginFailure> {
         let stderr = CappedOutput::new(STDERR_LOGGED);
         let wasi = WasiCtxBuilder::new()
             .stderr(stderr.clone())
@@ -340,11 +398,36 @@ impl Plugin {
         );
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(deadline_ticks(self.limits.time));
-        let provider = self
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| classify(e, "instantiate"))?;
-        Ok((store, provider))
+        let instance = match &self.pre {
+            Pre::V0_1(pre) => pre.instantiate(&mut store).map(|p| {
+                let head = v0_1::Head {
+                    method: head.method,
+                    url: head.url,
+                    headers: head
+                        .headers
+                        .into_iter()
+                        .map(|(name, value)| v0_1::Header { name, value })
+                        .collect(),
+                    config: head.config,
+                };
+                Instance::V0_1(p, head)
+            }),
+            Pre::V0_2(pre) => pre.instantiate(&mut store).map(|p| {
+                let head = v0_2::Head {
+                    method: head.method,
+                    url: head.url,
+                    headers: head
+                        .headers
+                        .into_iter()
+                        .map(|(name, value)| v0_2::Header { name, value })
+                        .collect(),
+                    config: head.config,
+                };
+                Instance::V0_2(p, head)
+            }),
+        }
+        .map_err(|e| classify(e, "instantiate"))?;
+        Ok((store, instance))
     }
 
     /// A fresh, isolated instance for one request.
@@ -353,29 +436,38 @@ impl Plugin {
         config_json: &str,
         request: &MessageSource<'a>,
     ) -> Result<Session<'a>, PluginFailure> {
-        let (store, provider) = self.instantiate().inspect_err(|failure| {
-            tracing::error!(plugin = self.name(), %failure, "plugin instance could not start");
-        })?;
-        let head = Head {
+        let head = HeadData {
             method: request.method.to_owned(),
             url: request.url.to_owned(),
-            headers: request
-                .headers
-                .iter()
-                .map(|(name, value)| Header {
-                    name: name.clone(),
-                    value: value.clone(),
-                })
-                .collect(),
+            headers: request.headers.to_vec(),
             config: config_json.to_owned(),
         };
+        let (store, instance) = self.instantiate(head).inspect_err(|failure| {
+            tracing::error!(plugin = self.name(), %failure, "plugin instance could not start");
+        })?;
         Ok(Session {
             plugin: self,
             store,
-            provider,
-            head,
+            instance,
             body: request.body,
         })
+    }
+}
+
+/// A request's head before it takes one contract version's types.
+struct HeadData {
+    method: String,
+    url: String,
+    headers: Vec<(String, Vec<u8>)>,
+    config: String,
+}
+
+fn empty_head() -> HeadData {
+    HeadData {
+        method: String::new(),
+        url: String::new(),
+        headers: Vec::new(),
+        config: String::new(),
     }
 }
 
@@ -418,40 +510,65 @@ fn classify(error: wasmtime::Error, during: &str) -> PluginFailure {
 pub struct Session<'a> {
     plugin: &'a Plugin,
     store: Store<State>,
-    provider: Provider,
-    head: Head,
+    instance: Instance,
     body: &'a [u8],
 }
 
 impl Session<'_> {
     pub fn plan_verification(&mut self) -> Result<Result<Plan, Rejection>, PluginFailure> {
-        let limits = self.plugin.limits;
-        let (provider, head, body) = (&self.provider, &self.head, self.body);
-        let answer = guarded(&mut self.store, limits, |s| {
-            provider
-                .hookhost_provider_plugin()
-                .call_plan_verification(s, head, body)
-        });
-        let answer = self.checked(answer, |r| match r {
-            Ok(plan) => bindings::plan_size(plan),
-            Err(rejection) => bindings::rejection_size(rejection),
-        })?;
-        Ok(answer.map(bindings::plan).map_err(bindings::rejection))
+        let (limits, body) = (self.plugin.limits, self.body);
+        macro_rules! call {
+            ($v:ident, $p:expr, $head:expr) => {{
+                let answer = guarded(&mut self.store, limits, |s| {
+                    $p.hookhost_provider_plugin()
+                        .call_plan_verification(s, $head, body)
+                });
+                let answer = self.checked(answer, |r| match r {
+                    Ok(plan) => $v::plan_size(plan),
+                    Err(rejection) => $v::rejection_size(rejection),
+                })?;
+                Ok(answer.map($v::plan).map_err($v::rejection))
+            }};
+        }
+        match &self.instance {
+            Instance::V0_1(p, head) => call!(v0_1, p, head),
+            Instance::V0_2(p, head) => call!(v0_2, p, head),
+        }
     }
 
     pub fn describe_event(&mut self) -> Result<Result<Event, Rejection>, PluginFailure> {
+        let (limits, body) = (self.plugin.limits, self.body);
+        macro_rules! call {
+            ($v:ident, $p:expr, $head:expr) => {{
+                let answer = guarded(&mut self.store, limits, |s| {
+                    $p.hookhost_provider_plugin()
+                        .call_describe_event(s, $head, body)
+                });
+                let answer = self.checked(answer, |r| match r {
+                    Ok(event) => $v::event_size(event),
+                    Err(rejection) => $v::rejection_size(rejection),
+                })?;
+                Ok(answer.map($v::event).map_err($v::rejection))
+            }};
+        }
+        match &self.instance {
+            Instance::V0_1(p, head) => call!(v0_1, p, head),
+            Instance::V0_2(p, head) => call!(v0_2, p, head),
+        }
+    }
+
+    /// A GET reached the endpoint: the plugin's handshake, if it answers GETs
+    /// (a 0.1 plugin never does).
+    pub fn handshake(&mut self) -> Result<Option<Handshake>, PluginFailure> {
         let limits = self.plugin.limits;
-        let (provider, head, body) = (&self.provider, &self.head, self.body);
+        let Instance::V0_2(p, head) = &self.instance else {
+            return Ok(None);
+        };
         let answer = guarded(&mut self.store, limits, |s| {
-            provider
-                .hookhost_provider_plugin()
-                .call_describe_event(s, head, body)
+            p.hookhost_provider_plugin().call_handshake(s, head)
         });
-        let answer = self.checked(answer, |r| match r {
-            Ok(event) => bindings::event_size(event),
-            Err(rejection) => bindings::rejection_size(rejection),
-        })?;
-        Ok(answer.map(bindings::event).map_err(bindings::rejection))
+        let answer = self.checked(answer, |r| r.as_ref().map_or(0, v0_2::handshake_size))?;
+        Ok(answer.map(v0_2::handshake))
     }
 
     /// Log the plugin's stderr and failures; enforce the output cap.
@@ -552,27 +669,30 @@ impl Catalog {
     }
 }
 
-/// Refuse components that speak another version of the contract, with a clear message.
-fn check_contract(component: &Component) -> Result<(), String> {
+/// Which supported contract the component exports (newest first); refuse components
+/// that speak another version, with a clear message.
+fn check_contract(component: &Component) -> Result<&'static str, String> {
     let ty = component.component_type();
     let exports: Vec<String> = ty
         .exports(engine())
         .map(|(name, _)| name.to_string())
         .collect();
-    if exports.iter().any(|n| n == bindings::PLUGIN_INTERFACE) {
-        return Ok(());
+    if let Some(interface) = bindings::PLUGIN_INTERFACES
+        .into_iter()
+        .find(|i| exports.iter().any(|n| n == i))
+    {
+        return Ok(interface);
     }
+    let supported = bindings::PLUGIN_INTERFACES.join(" or ");
     match exports
         .iter()
         .find(|n| n.starts_with("hookhost:provider/plugin@"))
     {
         Some(other) => Err(format!(
-            "exports {other}; this hookhost supports {}",
-            bindings::PLUGIN_INTERFACE
+            "exports {other}; this hookhost supports {supported}"
         )),
         None => Err(format!(
-            "does not export {} (exports: {})",
-            bindings::PLUGIN_INTERFACE,
+            "does not export {supported} (exports: {})",
             if exports.is_empty() {
                 "nothing".to_string()
             } else {

@@ -27,10 +27,13 @@ impl fmt::Debug for Secret {
 /// A key ready for verification.
 #[derive(Clone)]
 pub enum Key {
-    /// HMAC key bytes.
+    /// Shared secret bytes: an HMAC key, a token compared as is, or the prefix of a
+    /// hashed message.
     Hmac(Vec<u8>),
     /// An Ed25519 public key.
     Ed25519(ed25519_dalek::VerifyingKey),
+    /// An ECDSA P-256 public key.
+    EcdsaP256(p256::ecdsa::VerifyingKey),
 }
 
 impl fmt::Debug for Key {
@@ -38,6 +41,7 @@ impl fmt::Debug for Key {
         match self {
             Key::Hmac(_) => f.write_str("Key::Hmac([redacted])"),
             Key::Ed25519(_) => f.write_str("Key::Ed25519([redacted])"),
+            Key::EcdsaP256(_) => f.write_str("Key::EcdsaP256([redacted])"),
         }
     }
 }
@@ -54,6 +58,8 @@ pub enum KeyError {
     Hex,
     #[error("the secret is not a 32-byte Ed25519 public key")]
     Ed25519,
+    #[error("the secret is not an ECDSA P-256 public key (base64 of DER SubjectPublicKeyInfo)")]
+    EcdsaP256,
 }
 
 /// Decode a secret with the plugin's key formats: the first format whose prefix the
@@ -82,13 +88,23 @@ pub fn decode_key(secret: &Secret, formats: &[KeyFormat]) -> Result<Key, KeyErro
             &b64.decode(text.strip_prefix(p.as_str()).unwrap_or(text))
                 .map_err(|_| KeyError::Base64(p.clone()))?,
         ),
+        KeyFormat::EcdsaP256SpkiBase64 => {
+            use p256::pkcs8::DecodePublicKey as _;
+            let der = b64.decode(text).map_err(|_| KeyError::EcdsaP256)?;
+            p256::ecdsa::VerifyingKey::from_public_key_der(&der)
+                .map(Key::EcdsaP256)
+                .map_err(|_| KeyError::EcdsaP256)
+        }
     }
 }
 
 fn prefix(format: &KeyFormat) -> Option<&str> {
     match format {
         KeyFormat::Base64AfterPrefix(p) | KeyFormat::Ed25519Base64AfterPrefix(p) => Some(p),
-        KeyFormat::Raw | KeyFormat::Hex | KeyFormat::Ed25519Hex => None,
+        KeyFormat::Raw
+        | KeyFormat::Hex
+        | KeyFormat::Ed25519Hex
+        | KeyFormat::EcdsaP256SpkiBase64 => None,
     }
 }
 

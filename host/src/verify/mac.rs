@@ -69,7 +69,7 @@ pub fn matching_key(
     let parts = parts(plan, source)?;
     let mut found = Choice::from(0);
     let mut index = 0u64;
-    let mut joined: Option<Vec<u8>> = None; // Ed25519 needs the message in one piece
+    let mut joined: Option<Vec<u8>> = None; // signatures need the message in one piece
     for (i, key) in keys.iter().enumerate() {
         let mut matched = Choice::from(0);
         for candidate in &plan.candidates {
@@ -83,12 +83,26 @@ pub fn matching_key(
                 (Key::Hmac(k), Algorithm::HmacSha512) => {
                     hmac_eq::<Hmac<sha2::Sha512>>(k, &parts, &candidate.signature)
                 }
+                (Key::Hmac(k), Algorithm::Token) => k.as_slice().ct_eq(&candidate.signature),
+                (Key::Hmac(k), Algorithm::Sha256SecretPrefix) => {
+                    let mut hash = sha2::Sha256::new_with_prefix(k);
+                    for part in &parts {
+                        hash.update(part);
+                    }
+                    hash.finalize().as_slice().ct_eq(&candidate.signature)
+                }
                 (Key::Ed25519(k), Algorithm::Ed25519) => {
                     let message = joined.get_or_insert_with(|| parts.concat());
                     ed25519_ok(k, message, &candidate.signature)
                 }
-                // A key of one kind never verifies a signature of the other.
-                (Key::Hmac(_), Algorithm::Ed25519) | (Key::Ed25519(_), _) => Choice::from(0),
+                (Key::EcdsaP256(k), Algorithm::EcdsaP256Sha256) => {
+                    let message = joined.get_or_insert_with(|| parts.concat());
+                    ecdsa_p256_ok(k, message, &candidate.signature)
+                }
+                // A key of one kind never verifies a signature of another.
+                (Key::Hmac(_), Algorithm::Ed25519 | Algorithm::EcdsaP256Sha256)
+                | (Key::Ed25519(_), _)
+                | (Key::EcdsaP256(_), _) => Choice::from(0),
             };
         }
         let first = matched & !found;
@@ -119,6 +133,16 @@ fn ed25519_ok(key: &ed25519_dalek::VerifyingKey, message: &[u8], signature: &[u8
         return Choice::from(0);
     };
     Choice::from(u8::from(key.verify_strict(message, &signature).is_ok()))
+}
+
+/// ECDSA P-256 over SHA-256 of the message; the signature is DER-encoded. High-S
+/// signatures are accepted, as the senders' own verifiers accept them.
+fn ecdsa_p256_ok(key: &p256::ecdsa::VerifyingKey, message: &[u8], signature: &[u8]) -> Choice {
+    use p256::ecdsa::signature::Verifier as _;
+    let Ok(signature) = p256::ecdsa::Signature::from_der(signature) else {
+        return Choice::from(0);
+    };
+    Choice::from(u8::from(key.verify(message, &signature).is_ok()))
 }
 
 #[cfg(test)]

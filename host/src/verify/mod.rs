@@ -14,7 +14,11 @@ pub use mac::{MessageSource, matching_key, message_digest};
 use crate::endpoints::Endpoint;
 use crate::http::IngestError;
 use crate::plugins::PluginFailure;
-use hookhost_plugin_sdk::{Disposition, Event, Plan, Rejection};
+use hmac::{Hmac, Mac as _};
+use hookhost_plugin_sdk::{
+    Disposition, Event, HandshakeCheck, Plan, Rejection, Response, ResponsePart,
+};
+use subtle::ConstantTimeEq as _;
 
 /// A request after steps 3–6 of the request path: authentic, fresh and described.
 #[derive(Debug)]
@@ -25,6 +29,110 @@ pub struct Verified {
     pub event: Event,
     /// The event id: the plugin's, or `sha256:<hex>` of the signed message.
     pub event_id: String,
+}
+
+/// What the endpoint does with a request that passed its checks.
+#[derive(Debug)]
+pub enum Decision {
+    /// Store a receipt and answer after the commit.
+    Store(Verified),
+    /// A handshake: answer this now; nothing is stored.
+    Answer(Answer),
+}
+
+/// A handshake answer, rendered by the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    pub content_type: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// Headers a plugin's answer may not set: the HTTP layer owns them.
+const RESERVED_HEADERS: &[&str] = &[
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+    "connection",
+    "set-cookie",
+];
+
+/// Steps 3–6, or a handshake: a GET goes to the plugin's `handshake` (unsigned; a
+/// token the sender presents is compared in constant time with the endpoint's
+/// handshake token); a verified request the plugin says is a handshake (`answer`) is
+/// answered instead of stored. Shared by the HTTP ingest and `hookhost plugin test`.
+pub fn decide(
+    endpoint: &Endpoint,
+    request: &MessageSource<'_>,
+    now: i64,
+) -> Result<Decision, IngestError> {
+    if request.method == "GET" {
+        let mut call = endpoint.plugin.session(&endpoint.plugin_config, request)?;
+        let reply = call.handshake()?.ok_or(IngestError::MethodNotAllowed)?;
+        if let HandshakeCheck::Token(presented) = &reply.check {
+            let expected = endpoint
+                .handshake_token
+                .as_ref()
+                .ok_or(IngestError::HandshakeRefused)?;
+            if !bool::from(expected.expose().as_bytes().ct_eq(presented.as_bytes())) {
+                return Err(IngestError::HandshakeRefused);
+            }
+        }
+        return render(endpoint, &reply.response).map(Decision::Answer);
+    }
+    let verified = judge(endpoint, request, now)?;
+    match &verified.event.disposition {
+        Disposition::Answer(response) => render(endpoint, response).map(Decision::Answer),
+        _ => Ok(Decision::Store(verified)),
+    }
+}
+
+/// Render a plugin's answer: HMAC parts are computed with the endpoint's current key.
+/// An answer the host will not send (not 2xx, a reserved or invalid header) is a
+/// plugin failure.
+fn render(endpoint: &Endpoint, response: &Response) -> Result<Answer, IngestError> {
+    if !(200..300).contains(&response.status) {
+        tracing::error!(
+            status = response.status,
+            "plugin answered a handshake with a non-2xx status"
+        );
+        return Err(IngestError::PluginFailed);
+    }
+    for (name, value) in &response.headers {
+        let lower = name.to_ascii_lowercase();
+        if RESERVED_HEADERS.contains(&lower.as_str())
+            || axum::http::HeaderName::from_bytes(name.as_bytes()).is_err()
+            || axum::http::HeaderValue::from_str(value).is_err()
+        {
+            tracing::error!(header = %name, "plugin answered a handshake with a header the host does not send");
+            return Err(IngestError::PluginFailed);
+        }
+    }
+    if axum::http::HeaderValue::from_str(&response.content_type).is_err() {
+        return Err(IngestError::PluginFailed);
+    }
+    let mut body = Vec::new();
+    for part in &response.body {
+        match part {
+            ResponsePart::Text(text) => body.extend_from_slice(text.as_bytes()),
+            ResponsePart::HmacSha256Hex(text) => {
+                let Some(Key::Hmac(key)) = endpoint.keys.first() else {
+                    return Err(IngestError::Unsupported);
+                };
+                let mut mac = <Hmac<sha2::Sha256> as hmac::digest::KeyInit>::new_from_slice(key)
+                    .map_err(|_| IngestError::Unsupported)?;
+                mac.update(text.as_bytes());
+                body.extend_from_slice(hex::encode(mac.finalize().into_bytes()).as_bytes());
+            }
+        }
+    }
+    Ok(Answer {
+        status: response.status,
+        content_type: response.content_type.clone(),
+        headers: response.headers.clone(),
+        body,
+    })
 }
 
 /// Steps 3–6 of the request path, shared by the HTTP ingest and `hookhost plugin test`:

@@ -86,7 +86,9 @@ impl HttpDestination {
             &[KeyFormat::Base64AfterPrefix("whsec_".into())],
         ) {
             Ok(Key::Hmac(key)) => key,
-            Ok(Key::Ed25519(_)) => return Err("destination secret: not an HMAC key".into()),
+            Ok(Key::Ed25519(_) | Key::EcdsaP256(_)) => {
+                return Err("destination secret: not an HMAC key".into());
+            }
             Err(e) => {
                 return Err(format!(
                     "destination secret: {e} (expected whsec_ + base64)"

@@ -53,6 +53,10 @@ impl Provider for GitHub {
         }
     }
 
+    fn algorithms() -> Vec<Algorithm> {
+        vec![Algorithm::HmacSha256, Algorithm::HmacSha1]
+    }
+
     fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
         let candidate =
             if let Some(header) = req.optional_signature_header("x-hub-signature-256")? {

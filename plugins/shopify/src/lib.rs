@@ -36,6 +36,10 @@ impl Provider for Shopify {
         }
     }
 
+    fn algorithms() -> Vec<Algorithm> {
+        vec![Algorithm::HmacSha256]
+    }
+
     fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
         let header = req.signature_header("x-shopify-hmac-sha256")?;
         Ok(Plan {

@@ -50,6 +50,10 @@ impl Provider for StandardWebhooks {
         }
     }
 
+    fn algorithms() -> Vec<Algorithm> {
+        vec![Algorithm::HmacSha256, Algorithm::Ed25519]
+    }
+
     fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
         let prefix = header_prefix(req);
         let [id_name, ts_name, sig_name] =

@@ -26,6 +26,10 @@ impl Provider for Stripe {
         }
     }
 
+    fn algorithms() -> Vec<Algorithm> {
+        vec![Algorithm::HmacSha256]
+    }
+
     fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
         let header = req.signature_header("stripe-signature")?;
         let mut timestamp = None;

@@ -1,0 +1,76 @@
+//! The contract is versioned: a plugin built against 0.1.0 keeps loading and working
+//! beside 0.2.0 plugins, and only 0.2.0 plugins answer handshakes.
+
+use crate::support::*;
+use hookhost::plugins::{Origin, Plugin, PluginLimits};
+
+/// A temp dir whose `plugins/` holds the 0.1.0 guest as a drop-in.
+fn with_legacy_plugin() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir(dir.path().join("plugins")).expect("plugins dir");
+    std::fs::copy(
+        guest("contract_v0_1"),
+        dir.path().join("plugins/contract-v0-1.wasm"),
+    )
+    .expect("copy guest");
+    dir
+}
+
+#[test]
+fn a_plugin_built_against_0_1_loads_and_says_so() {
+    let bytes = std::fs::read(guest("contract_v0_1")).expect("guest");
+    let plugin = Plugin::load(&bytes, Origin::Builtin, PluginLimits::default()).expect("loads");
+    assert_eq!(plugin.contract(), "0.1.0");
+    assert_eq!(plugin.info.name, "contract-v0-1");
+    // 0.1.0 has no configuration check: any configuration is taken as is.
+    let facts = plugin
+        .check_config(r#"{"anything":1}"#)
+        .expect("no plugin failure")
+        .expect("accepted");
+    assert!(facts.key_formats.is_empty());
+    let stripe = std::fs::read(guest("stripe")).expect("guest");
+    let current = Plugin::load(&stripe, Origin::Builtin, PluginLimits::default()).expect("loads");
+    assert_eq!(current.contract(), "0.2.0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_1_plugin_verifies_and_stores_events_beside_0_2_plugins() {
+    let config = stripe_config(
+        "plugins_dir = \"plugins\"\n[[endpoint]]\nid = \"legacy\"\nplugin = \"contract-v0-1\"\nsecrets = [\"new-secret\", \"old-secret\"]\n",
+    );
+    // `stripe_config` puts `top` first, so the legacy endpoint comes before Stripe's.
+    let server = Server::start_in(with_legacy_plugin(), &config)
+        .await
+        .expect("starts");
+    let body = br#"{"legacy":true}"#;
+    let mut headers = guest_headers("old-secret", "evt-legacy-1", body);
+    headers.push(("x-test-type", "legacy.created".into()));
+    let (status, answer) = server.post("legacy", &headers, &body[..]).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["status"], "accepted");
+    assert_eq!(answer["event_id"], "evt-legacy-1");
+
+    let forged = guest_headers("not-a-secret", "evt-legacy-2", body);
+    let (status, answer) = server.post("legacy", &forged, &body[..]).await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (400, Some("invalid_signature"))
+    );
+
+    // A 0.1.0 plugin has no handshake: GET is 405, as for any plugin without one.
+    let (status, _, _) = request_raw(
+        server.addr,
+        "GET",
+        "/webhooks/legacy",
+        &[],
+        Default::default(),
+    )
+    .await;
+    assert_eq!(status, 405);
+
+    // The 0.2.0 built-in beside it works as before.
+    let t = now();
+    let event = stripe_event("evt_beside", "customer.updated", "cus_1", t);
+    let (status, answer) = server.post_stripe(&[STRIPE_SECRET], t, &event).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")));
+}
