@@ -1,0 +1,224 @@
+//! Mailgun: no signature header; the JSON body carries
+//! `"signature": {"timestamp": "<unix>", "token": "<50 random chars>", "signature": "<hex>"}`.
+//!
+//! The signed message is `{timestamp}{token}` (no separator), HMAC-SHA256 keyed by the
+//! account's HTTP webhook signing key used verbatim (UTF-8), lowercase hex digest (docs:
+//! <https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks>).
+//! Events of a subaccount's domain also carry `parent-signature`, the same message signed
+//! with the primary account's key (same page); both are candidates, so an endpoint may be
+//! configured with either key.
+//!
+//! **The event data is not signed.** The signature proves that Mailgun issued this
+//! timestamp and token, not that `event-data` is what Mailgun sent: whoever has seen one
+//! signed delivery can attach any event data to its signature object. The docs suggest
+//! refusing a token seen before and checking the timestamp, "not too aggressive" because of
+//! delays outside Mailgun's control, and publish no window. The default window here is 24
+//! hours, both directions: longer than Mailgun's retry schedule (about 7.5 hours after the
+//! first attempt), because retries seem to keep the original signature: in the docs'
+//! payload example the signature timestamp is the event's own second (whether retries are
+//! signed anew is **[unconfirmed]**). Endpoints that want a tighter window set their own.
+//!
+//! Only JSON webhooks are handled: legacy form-encoded / multipart webhooks (signature as
+//! top-level form fields) are `Unsupported`. A JSON body without the `signature` object is
+//! `MissingSignature`.
+//!
+//! Event (docs: <https://documentation.mailgun.com/docs/mailgun/user-manual/events/>):
+//! id = `event-data.id`, type = `event-data.event` (`delivered`, `failed`, `opened`...),
+//! occurred_at = `event-data.timestamp` (fractional unix seconds). The resource is the
+//! message: id = `event-data.message.headers.message-id`, version = the event time in unix
+//! millis (a message's events are ordered by when they happened).
+
+use hookhost_plugin_sdk::{
+    Algorithm, Candidate, Event, Json, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection,
+    Request, decode,
+};
+
+/// Covers Mailgun's whole retry schedule (5 min ... 4 h, about 7.5 h in all) with margin, in
+/// case retries carry the first attempt's signature.
+const DEFAULT_WINDOW_SECONDS: u32 = 24 * 60 * 60;
+
+pub struct Mailgun;
+
+impl Provider for Mailgun {
+    fn info() -> PluginInfo {
+        PluginInfo {
+            name: "mailgun".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            provider: "Mailgun".into(),
+            key_formats: vec![KeyFormat::Raw],
+            default_tolerance_seconds: Some(DEFAULT_WINDOW_SECONDS),
+            retry_behaviour: "a 406 answer stops retries; other failures are retried over 8 \
+                              hours at 5 min, 10 min, 15 min, 1 h, 2 h and 4 h"
+                .into(),
+        }
+    }
+
+    fn algorithms() -> Vec<Algorithm> {
+        vec![Algorithm::HmacSha256]
+    }
+
+    fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
+        let body = json_body(req)?;
+        if !body.raw("/signature").is_some_and(|s| s.starts_with('{')) {
+            return Err(Rejection::MissingSignature("signature".into()));
+        }
+        let signature = body
+            .str("/signature/signature")
+            .ok_or_else(|| Rejection::MissingSignature("signature.signature".into()))?;
+        let token = body
+            .str("/signature/token")
+            .ok_or_else(|| Rejection::MalformedSignature("signature has no token".into()))?;
+        // Mailgun writes the timestamp as a string of digits; signed exactly as written.
+        let signed_timestamp = body
+            .id("/signature/timestamp")
+            .ok_or_else(|| Rejection::MalformedSignature("signature has no timestamp".into()))?;
+        let timestamp = decode::unix_seconds(&signed_timestamp)?;
+        let mut candidates = vec![Candidate::new(
+            Algorithm::HmacSha256,
+            decode::hex(&signature)?,
+        )];
+        if let Some(parent) = body.str("/signature/parent-signature") {
+            candidates.push(Candidate::new(Algorithm::HmacSha256, decode::hex(&parent)?));
+        }
+        Ok(Plan {
+            message: vec![Part::Text(format!("{signed_timestamp}{token}"))],
+            candidates,
+            timestamp: Some(timestamp),
+            message_id: None,
+        })
+    }
+
+    fn describe_event(req: &Request) -> Result<Event, Rejection> {
+        let body = json_body(req)?;
+        let id = body.required_str("/event-data/id")?;
+        let event_type = body.required_str("/event-data/event")?;
+        let time = body
+            .raw("/event-data/timestamp")
+            .and_then(|t| t.parse::<f64>().ok())
+            .filter(|t| t.is_finite());
+        let mut event = Event::new(event_type.as_ref())
+            .id(id)
+            .occurred_at(time.map(|t| t.floor() as i64));
+        if let Some(message_id) = body.str("/event-data/message/headers/message-id") {
+            let millis = time
+                .filter(|t| *t >= 0.0)
+                .map(|t| (t * 1000.0).floor() as u64);
+            event = event.resource("message", message_id).version(millis);
+        }
+        Ok(event)
+    }
+}
+
+fn json_body(req: &Request) -> Result<Json, Rejection> {
+    let form = req.header_str("content-type").is_some_and(|t| {
+        let t = t.to_ascii_lowercase();
+        t.contains("x-www-form-urlencoded") || t.contains("multipart/form-data")
+    });
+    if form {
+        return Err(Rejection::Unsupported(
+            "legacy form-encoded webhook: use Mailgun's JSON webhooks".into(),
+        ));
+    }
+    req.json()
+}
+
+hookhost_plugin_sdk::export_provider!(Mailgun);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hookhost_plugin_sdk::testing::RequestBuilder;
+
+    const URL: &str = "https://hooks.example.com/webhooks/mailgun";
+
+    fn req(body: &str) -> Request {
+        RequestBuilder::post(URL)
+            .header("Content-Type", "application/json")
+            .body(body)
+            .build()
+    }
+
+    #[test]
+    fn plan_signs_timestamp_then_token() {
+        let plan = Mailgun::plan_verification(&req(
+            r#"{"signature":{"timestamp":"1529006854","token":"abc","signature":"00ff",
+                "parent-signature":"0102"},"event-data":{}}"#,
+        ))
+        .expect("plan");
+        assert_eq!(plan.message, vec![Part::Text("1529006854abc".into())]);
+        assert_eq!(plan.timestamp, Some(1_529_006_854));
+        assert_eq!(
+            plan.candidates,
+            vec![
+                Candidate::new(Algorithm::HmacSha256, vec![0x00, 0xff]),
+                Candidate::new(Algorithm::HmacSha256, vec![0x01, 0x02]),
+            ]
+        );
+        let numeric = Mailgun::plan_verification(&req(
+            r#"{"signature":{"timestamp":1529006854,"token":"abc","signature":"00ff"}}"#,
+        ))
+        .expect("numeric timestamp");
+        assert_eq!(numeric.message, vec![Part::Text("1529006854abc".into())]);
+    }
+
+    #[test]
+    fn missing_and_malformed_signatures_are_rejections() {
+        let plan = |body| Mailgun::plan_verification(&req(body));
+        for missing in [
+            r#"{"event-data":{}}"#,
+            r#"{"signature":"00ff"}"#,
+            r#"{"signature":{"timestamp":"1","token":"t"}}"#,
+        ] {
+            assert!(
+                matches!(plan(missing), Err(Rejection::MissingSignature(_))),
+                "{missing}"
+            );
+        }
+        for malformed in [
+            r#"{"signature":{"timestamp":"1","signature":"00"}}"#,
+            r#"{"signature":{"token":"t","signature":"00"}}"#,
+            r#"{"signature":{"timestamp":"soon","token":"t","signature":"00"}}"#,
+            r#"{"signature":{"timestamp":"1","token":"t","signature":"zz"}}"#,
+        ] {
+            assert!(
+                matches!(plan(malformed), Err(Rejection::MalformedSignature(_))),
+                "{malformed}"
+            );
+        }
+        assert!(matches!(plan("nope"), Err(Rejection::MalformedBody(_))));
+        let form = RequestBuilder::post(URL)
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body("timestamp=1&token=t&signature=00")
+            .build();
+        assert!(matches!(
+            Mailgun::plan_verification(&form),
+            Err(Rejection::Unsupported(_))
+        ));
+    }
+
+    #[test]
+    fn event_maps_event_data_and_message() {
+        let event = Mailgun::describe_event(&req(
+            r#"{"event-data":{"id":"DACSsAdVSeGpLid7TN03WA","event":"delivered",
+                "timestamp":1529006854.329574,
+                "message":{"headers":{"message-id":"20180614.1@example.com"}}}}"#,
+        ))
+        .expect("event");
+        assert_eq!(event.id.as_deref(), Some("DACSsAdVSeGpLid7TN03WA"));
+        assert_eq!(event.event_type, "delivered");
+        assert_eq!(event.occurred_at, Some(1_529_006_854));
+        assert_eq!(event.resource_kind.as_deref(), Some("message"));
+        assert_eq!(event.resource_id.as_deref(), Some("20180614.1@example.com"));
+        assert_eq!(event.resource_version, Some(1_529_006_854_329));
+        assert!(!event.deleted);
+
+        let bare = Mailgun::describe_event(&req(r#"{"event-data":{"id":"x","event":"opened"}}"#))
+            .expect("bare");
+        assert_eq!(bare.occurred_at, None);
+        assert_eq!(bare.resource_id, None);
+        assert!(matches!(
+            Mailgun::describe_event(&req(r#"{"event-data":{"event":"opened"}}"#)),
+            Err(Rejection::MalformedBody(_))
+        ));
+    }
+}
