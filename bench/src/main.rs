@@ -54,8 +54,7 @@ const DELIVERED_RATIO_TARGET: f64 = 0.9;
 const DELIVERY_P99_TARGET_MS: f64 = 250.0;
 /// The destination's signing key; the server gets it as `whsec_` + base64.
 const DESTINATION_KEY: [u8; 32] = *b"hookhost-bench-destination-key!!";
-/// The delivering server's `[delivery]` settings.
-const DELIVERY_WORKERS: u32 = 16;
+/// The delivering server's `[delivery]` poll interval.
 const DELIVERY_POLL_MS: u32 = 20;
 /// The first event must reach the downstream within this, or delivery is broken.
 const FIRST_DELIVERY_WAIT: Duration = Duration::from_secs(10);
@@ -96,6 +95,9 @@ struct Args {
     /// Leave out the delivery phases (the second server and the downstream).
     #[arg(long)]
     skip_delivery: bool,
+    /// The delivering server's `[delivery] workers`: deliveries in flight at once.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    delivery_workers: u32,
     /// Connections for the delivery phase's maximum rate.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=512))]
     delivery_concurrency: u16,
@@ -321,9 +323,10 @@ fn run(args: &Args) -> anyhow::Result<()> {
     );
     if let Some(delivery) = &delivery {
         println!(
-            "delivering server ready after {:.2} s; [delivery] workers = {DELIVERY_WORKERS}, poll_ms = {DELIVERY_POLL_MS}; \
+            "delivering server ready after {:.2} s; [delivery] workers = {}, poll_ms = {DELIVERY_POLL_MS}; \
              wait for deliveries up to {} s per phase",
             delivery.startup.as_secs_f64(),
+            args.delivery_workers,
             args.delivery_wait_secs
         );
     }
@@ -519,9 +522,10 @@ async fn delivery_phases(
     std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let extra = format!(
         "\n[endpoint.destination]\nurl = \"{}\"\nsecret = \"{}\"\n\n\
-         [delivery]\nworkers = {DELIVERY_WORKERS}\npoll_ms = {DELIVERY_POLL_MS}\n",
+         [delivery]\nworkers = {}\npoll_ms = {DELIVERY_POLL_MS}\n",
         downstream.url(),
-        destination_secret()
+        destination_secret(),
+        args.delivery_workers
     );
     eprintln!(
         "starting a delivering server ({} → {})…",

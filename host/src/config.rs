@@ -91,7 +91,7 @@ pub struct DeliveryConfig {
 impl Default for DeliveryConfig {
     fn default() -> Self {
         Self {
-            workers: 8,
+            workers: 32,
             lease: Duration::from_secs(60),
             poll: Duration::from_millis(200),
             grace: Duration::from_secs(10),

@@ -37,18 +37,37 @@ pub fn spawn(
 
 async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bool>) {
     let owner = format!("{}-{}", std::process::id(), crate::clock::now_ms());
-    let mut in_flight = JoinSet::new();
+    // A worker is busy while its request is out; recording the answer goes on in
+    // `recording` (its lease still holds the event and the event's resource), so the
+    // next delivery does not wait for the store's commit. Both together stay within
+    // twice the pool size, so a slow store holds back leasing instead of piling up.
+    let mut in_flight: JoinSet<Option<Attempted>> = JoinSet::new();
+    let mut recording: JoinSet<()> = JoinSet::new();
+    let record = |recording: &mut JoinSet<()>, attempted: Option<Attempted>| {
+        if let Some(attempted) = attempted {
+            recording.spawn(attempted.record(app.clone(), owner.clone()));
+        }
+    };
     loop {
-        while in_flight.try_join_next().is_some() {}
+        while let Some(done) = in_flight.try_join_next() {
+            record(&mut recording, done.ok().flatten());
+        }
+        while recording.try_join_next().is_some() {}
         if *stop.borrow() {
             break;
         }
-        let free = config.workers.saturating_sub(in_flight.len());
+        let free = config
+            .workers
+            .saturating_sub(in_flight.len())
+            .min((2 * config.workers).saturating_sub(in_flight.len() + recording.len()));
         let mut leased = 0;
         let paused = app.store.paused().await.unwrap_or_default();
         let mut endpoints = app.endpoints.with_destinations();
         endpoints.retain(|e| !paused.contains(e));
-        if free > 0 && !endpoints.is_empty() {
+        // Lease in batches: one lease query per few finished deliveries, not per
+        // delivery, unless the pool has nothing at all to do.
+        let batch = (config.workers / 8).max(1);
+        if (free >= batch || (free > 0 && in_flight.is_empty())) && !endpoints.is_empty() {
             let limit = u32::try_from(free).unwrap_or(u32::MAX);
             match app
                 .store
@@ -67,7 +86,7 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
                         let Some(endpoint) = app.endpoints.get(&event.endpoint) else {
                             continue;
                         };
-                        in_flight.spawn(deliver(app.clone(), endpoint, event, owner.clone()));
+                        in_flight.spawn(deliver(endpoint, event));
                     }
                 }
                 Err(error) => tracing::warn!(%error, "cannot lease events; retrying"),
@@ -78,12 +97,17 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
                 _ = tokio::time::sleep(config.poll) => {}
                 _ = app.store.due_events() => {}
                 _ = stop.changed() => {}
-                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
+                    record(&mut recording, done.ok().flatten());
+                }
+                Some(_) = recording.join_next(), if !recording.is_empty() => {}
             }
         }
     }
     let drained = tokio::time::timeout(config.grace, async {
-        while in_flight.join_next().await.is_some() {}
+        while let Some(done) = in_flight.join_next().await {
+            record(&mut recording, done.ok().flatten());
+        }
     })
     .await;
     if drained.is_err() {
@@ -93,6 +117,8 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
         );
         in_flight.abort_all();
     }
+    // Answers already in are recorded before the remaining leases are given back.
+    while recording.join_next().await.is_some() {}
     match app.store.release_leases(&owner).await {
         Ok(0) => {}
         Ok(released) => tracing::info!(released, "leases given back"),
@@ -100,10 +126,33 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
     }
 }
 
-async fn deliver(app: Arc<App>, endpoint: Arc<Endpoint>, event: Leased, owner: String) {
-    let Some(destination) = &endpoint.destination else {
-        return;
-    };
+/// One attempt whose answer is in, to be recorded.
+struct Attempted {
+    event: Leased,
+    record: AttemptRecord,
+    next: Next,
+}
+
+impl Attempted {
+    async fn record(self, app: Arc<App>, owner: String) {
+        let Attempted {
+            event,
+            record,
+            next,
+        } = self;
+        if let Err(error) = app
+            .store
+            .finish_attempt(&event, &owner, &record, &next)
+            .await
+        {
+            // The lease expires and the event is delivered again: at least once, never lost.
+            tracing::error!(%error, event_id = %event.event_id, "attempt not recorded");
+        }
+    }
+}
+
+async fn deliver(endpoint: Arc<Endpoint>, event: Leased) -> Option<Attempted> {
+    let destination = endpoint.destination.as_ref()?;
     let started_at_ms = crate::clock::now_ms();
     let answer = destination
         .deliver(&endpoint.id, endpoint.plugin.name(), &event)
@@ -134,14 +183,11 @@ async fn deliver(app: Arc<App>, endpoint: Arc<Endpoint>, event: Leased, owner: S
         status,
         error,
     };
-    if let Err(error) = app
-        .store
-        .finish_attempt(&event, &owner, &record, &next)
-        .await
-    {
-        // The lease expires and the event is delivered again: at least once, never lost.
-        tracing::error!(%error, event_id = %event.event_id, "attempt not recorded");
-    }
+    Some(Attempted {
+        event,
+        record,
+        next,
+    })
 }
 
 /// After attempt number `attempt` (1-based) came back as `answer`: delivered, retry at
