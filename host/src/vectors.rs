@@ -250,7 +250,8 @@ fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
     let endpoint = match Endpoint::build_with(&config, plugin.clone()) {
         Ok(e) => e,
         Err(e) => {
-            judged.differences.push(format!("secrets: {e}"));
+            // The message names the key: `secrets[i]` or `config.<key>`.
+            judged.differences.push(format!("endpoint: {e}"));
             return judged;
         }
     };

@@ -180,7 +180,7 @@ pub struct Handshake {
 pub struct EndpointFacts {
     /// Replaces [`PluginInfo::key_formats`] for this endpoint when not empty.
     pub key_formats: Vec<KeyFormat>,
-    /// Replaces [`PluginInfo::default_tolerance_seconds`] for this endpoint.
+    /// When some, replaces [`PluginInfo::default_tolerance_seconds`] for this endpoint.
     pub default_tolerance_seconds: Option<u32>,
 }
 

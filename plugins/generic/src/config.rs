@@ -1,0 +1,831 @@
+//! The endpoint's mapping: its plugin configuration, checked and parsed. Every mistake
+//! is a [`ConfigError`] naming the dotted key (`signature.encoding`).
+
+use crate::signature::{Encoding, Labels, Layout, SignatureSpec};
+use crate::template::{self, Context, Piece, Template};
+use hookhost_plugin_sdk::serde_json::{Map, Value};
+use hookhost_plugin_sdk::{Algorithm, ConfigError, KeyFormat};
+
+/// The window when `timestamp` names a source but no `tolerance_seconds`.
+pub const DEFAULT_TOLERANCE_SECONDS: u32 = 300;
+
+/// One endpoint's description of its sender.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub algorithm: Algorithm,
+    pub key_format: KeyFormat,
+    pub signature: SignatureSpec,
+    /// The signed message; for `token` (nothing is signed) the body, which only feeds
+    /// the event id the host derives when the mapping has none.
+    pub signed: Template,
+    pub timestamp: Option<TimestampSpec>,
+    /// Alternatives for the delivery id, first that resolves.
+    pub message_id: Vec<Template>,
+    /// The body must be JSON (`body = "json"`, the default).
+    pub json_body: bool,
+    pub event: EventSpec,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimestampSpec {
+    pub source: TimestampSource,
+    pub unit: TimeUnit,
+    pub tolerance_seconds: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimestampSource {
+    /// A header (lower-case name).
+    Header(String),
+    /// A key of the key-values signature header.
+    Key(String),
+    /// A JSON Pointer into the body.
+    Pointer(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeUnit {
+    Seconds,
+    Milliseconds,
+    Rfc3339,
+}
+
+impl TimeUnit {
+    pub fn name(self) -> &'static str {
+        match self {
+            TimeUnit::Seconds => "unix seconds",
+            TimeUnit::Milliseconds => "unix milliseconds",
+            TimeUnit::Rfc3339 => "an RFC 3339 time",
+        }
+    }
+
+    fn parse(name: &str) -> Option<TimeUnit> {
+        Some(match name {
+            "seconds" => TimeUnit::Seconds,
+            "milliseconds" => TimeUnit::Milliseconds,
+            "rfc3339" => TimeUnit::Rfc3339,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VersionFormat {
+    /// A non-negative integer, as is.
+    Integer,
+    /// An RFC 3339 time, as unix milliseconds.
+    Rfc3339,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EventSpec {
+    pub id: Vec<Template>,
+    pub event_type: Vec<Template>,
+    pub occurred_at: Option<(Vec<Template>, TimeUnit)>,
+    /// Candidates, first whose kind and id resolve.
+    pub resources: Vec<ResourceSpec>,
+    pub deleted: Option<Matcher>,
+    pub ignore: Option<Matcher>,
+    pub required: Required,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceSpec {
+    pub kind: Vec<Template>,
+    pub id: Vec<Template>,
+    pub version: Option<(Vec<Template>, VersionFormat)>,
+}
+
+/// A condition on one value: equal to one of, starting or ending with one of; with none
+/// of these, the value must be `true`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Matcher {
+    pub value: Vec<Template>,
+    pub equals: Vec<String>,
+    pub starts_with: Vec<String>,
+    pub ends_with: Vec<String>,
+}
+
+impl Matcher {
+    pub fn matches(&self, value: &str) -> bool {
+        if self.equals.is_empty() && self.starts_with.is_empty() && self.ends_with.is_empty() {
+            return value == "true";
+        }
+        self.equals.iter().any(|e| value == e)
+            || self
+                .starts_with
+                .iter()
+                .any(|p| value.starts_with(p.as_str()))
+            || self.ends_with.iter().any(|s| value.ends_with(s.as_str()))
+    }
+}
+
+/// Event fields that must resolve, else the body is `malformed_body`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Required {
+    pub id: bool,
+    pub event_type: bool,
+    pub occurred_at: bool,
+    pub resource: bool,
+}
+
+const ALGORITHMS: &[(&str, Algorithm)] = &[
+    ("hmac-sha1", Algorithm::HmacSha1),
+    ("hmac-sha256", Algorithm::HmacSha256),
+    ("hmac-sha512", Algorithm::HmacSha512),
+    ("ed25519", Algorithm::Ed25519),
+    ("ecdsa-p256-sha256", Algorithm::EcdsaP256Sha256),
+    ("token", Algorithm::Token),
+    ("sha256-secret-prefix", Algorithm::Sha256SecretPrefix),
+];
+
+/// Every algorithm a mapping can name.
+pub fn algorithms() -> Vec<Algorithm> {
+    ALGORITHMS.iter().map(|(_, a)| *a).collect()
+}
+
+impl Mapping {
+    /// Check and parse a plugin configuration.
+    pub fn parse(config: &Value) -> Result<Mapping, ConfigError> {
+        let root = Table::new(
+            "",
+            config,
+            &[
+                "algorithm",
+                "secret",
+                "signature",
+                "signed",
+                "timestamp",
+                "message_id",
+                "body",
+                "event",
+            ],
+        )?;
+        let algorithm = algorithm(&root)?;
+        let key_format = key_format(&root, algorithm)?;
+        let signature = signature(&root, algorithm)?;
+        let timestamp = timestamp(&root, &signature)?;
+        let signed = signed(&root, algorithm, timestamp.as_ref())?;
+        let message_id = root.templates("message_id", Context::Value)?;
+        if let Some(constant) = message_id.iter().find(|t| t.is_constant()) {
+            return Err(root.error(
+                "message_id",
+                format!("{:?} is the same for every delivery", constant.text),
+            ));
+        }
+        let json_body = match root.string("body")? {
+            None | Some("json") => true,
+            Some("any") => false,
+            Some(other) => {
+                return Err(root.error("body", format!("{other:?}: expected \"json\" or \"any\"")));
+            }
+        };
+        let event = match root.table("event", EVENT_KEYS)? {
+            Some(table) => event(&table)?,
+            None => EventSpec::default(),
+        };
+        Ok(Mapping {
+            algorithm,
+            key_format,
+            signature,
+            signed,
+            timestamp,
+            message_id,
+            json_body,
+            event,
+        })
+    }
+}
+
+fn algorithm(root: &Table) -> Result<Algorithm, ConfigError> {
+    let names = ALGORITHMS
+        .iter()
+        .map(|(n, _)| *n)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let name = root.required_string("algorithm", &format!("one of {names}"))?;
+    ALGORITHMS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, a)| *a)
+        .ok_or_else(|| {
+            root.error(
+                "algorithm",
+                format!("unknown algorithm {name:?}: expected one of {names}"),
+            )
+        })
+}
+
+fn key_format(root: &Table, algorithm: Algorithm) -> Result<KeyFormat, ConfigError> {
+    let table = root.table("secret", &["format", "prefix"])?;
+    let format = table
+        .as_ref()
+        .map(|t| t.string("format"))
+        .transpose()?
+        .flatten();
+    let prefix = table
+        .as_ref()
+        .map(|t| t.string("prefix"))
+        .transpose()?
+        .flatten();
+    let fits: &[&str] = match algorithm {
+        Algorithm::Ed25519 => &["ed25519-hex", "ed25519-base64"],
+        Algorithm::EcdsaP256Sha256 => &["ecdsa-p256-spki-base64"],
+        _ => &["raw", "hex", "base64"],
+    };
+    let expected = fits.join(", ");
+    let format = match format {
+        Some(format) => format,
+        // Shared secrets are most often used as the sender hands them out.
+        None if fits.contains(&"raw") => "raw",
+        None => {
+            return Err(ConfigError::new(
+                "secret.format",
+                format!("required with this algorithm: {expected}"),
+            ));
+        }
+    };
+    if !SECRET_FORMATS.contains(&format) {
+        return Err(ConfigError::new(
+            "secret.format",
+            format!("unknown secret format {format:?}: expected {expected}"),
+        ));
+    }
+    if !fits.contains(&format) {
+        return Err(ConfigError::new(
+            "secret.format",
+            format!("{format:?} is not a key for this algorithm: expected {expected}"),
+        ));
+    }
+    let prefixed = matches!(format, "base64" | "ed25519-base64");
+    match prefix {
+        Some(_) if !prefixed => {
+            return Err(ConfigError::new(
+                "secret.prefix",
+                format!("only a base64 secret has a prefix, not {format:?}"),
+            ));
+        }
+        Some("") => return Err(ConfigError::new("secret.prefix", "must not be empty")),
+        _ => {}
+    }
+    let prefix = prefix.unwrap_or("").to_owned();
+    Ok(match format {
+        "raw" => KeyFormat::Raw,
+        "hex" => KeyFormat::Hex,
+        "base64" => KeyFormat::Base64AfterPrefix(prefix),
+        "ed25519-hex" => KeyFormat::Ed25519Hex,
+        "ed25519-base64" => KeyFormat::Ed25519Base64AfterPrefix(prefix),
+        _ => KeyFormat::EcdsaP256SpkiBase64,
+    })
+}
+
+const SECRET_FORMATS: &[&str] = &[
+    "raw",
+    "hex",
+    "base64",
+    "ed25519-hex",
+    "ed25519-base64",
+    "ecdsa-p256-spki-base64",
+];
+
+fn signature(root: &Table, algorithm: Algorithm) -> Result<SignatureSpec, ConfigError> {
+    let table = root
+        .table(
+            "signature",
+            &[
+                "header",
+                "format",
+                "prefix",
+                "separator",
+                "labels",
+                "label_separator",
+                "key",
+                "encoding",
+            ],
+        )?
+        .ok_or_else(|| {
+            ConfigError::new(
+                "signature.header",
+                "required: the header that carries the signature",
+            )
+        })?;
+    let header = table.required_string("header", "the header that carries the signature")?;
+    let header = template::header_name(header).map_err(|m| table.error("header", m))?;
+    let prefix = table.non_empty_string("prefix")?.map(str::to_owned);
+    let separator = table.non_empty_string("separator")?;
+    let layout = match table.string("format")?.unwrap_or("list") {
+        "list" => {
+            if table.get("key").is_some() {
+                return Err(table.error("key", "only with format = \"key-values\""));
+            }
+            let labels = match (
+                table.strings("labels")?,
+                table.non_empty_string("label_separator")?,
+            ) {
+                (None, None) => None,
+                (Some(_), None) => {
+                    return Err(table.error(
+                        "label_separator",
+                        "required with labels: what follows a label (\",\" in \"v1,<sig>\")",
+                    ));
+                }
+                (None, Some(_)) => {
+                    return Err(table.error(
+                        "labels",
+                        "required with label_separator: the labels that mark a signature (\"v1\")",
+                    ));
+                }
+                (Some(labels), Some(label_separator)) => {
+                    if labels.is_empty() || labels.iter().any(|l| l.is_empty()) {
+                        return Err(table.error("labels", "list at least one non-empty label"));
+                    }
+                    if separator
+                        .is_some_and(|s| label_separator.contains(s) || s.contains(label_separator))
+                    {
+                        return Err(table.error(
+                            "label_separator",
+                            "must differ from separator (one splits signatures, the other a label from its signature)",
+                        ));
+                    }
+                    Some(Labels {
+                        accepted: labels.into_iter().map(str::to_owned).collect(),
+                        separator: label_separator.to_owned(),
+                    })
+                }
+            };
+            Layout::List {
+                separator: separator.map(str::to_owned),
+                labels,
+            }
+        }
+        "key-values" => {
+            for key in ["labels", "label_separator"] {
+                if table.get(key).is_some() {
+                    return Err(table.error(key, "only with format = \"list\""));
+                }
+            }
+            let key =
+                table.required_string("key", "the key whose values are signatures (\"v1\")")?;
+            if key.is_empty() || key.contains('=') {
+                return Err(table.error("key", "must be non-empty, without ="));
+            }
+            if separator.is_some_and(|s| s.contains('=')) {
+                return Err(table.error(
+                    "separator",
+                    "splits the key=value pairs, so it cannot contain =",
+                ));
+            }
+            Layout::KeyValues {
+                separator: separator.unwrap_or(",").to_owned(),
+                key: key.to_owned(),
+            }
+        }
+        other => {
+            return Err(table.error(
+                "format",
+                format!("{other:?}: expected \"list\" or \"key-values\""),
+            ));
+        }
+    };
+    let encoding = match table.string("encoding")? {
+        None if algorithm == Algorithm::Token => Encoding::Text,
+        None => {
+            return Err(table.error(
+                "encoding",
+                format!("required: how a signature is written ({})", Encoding::NAMES),
+            ));
+        }
+        Some(name) => match Encoding::parse(name) {
+            Some(Encoding::Text) if algorithm != Algorithm::Token => {
+                return Err(table.error(
+                    "encoding",
+                    "\"text\" is for algorithm = \"token\"; a signature is hex, base64 or base64url",
+                ));
+            }
+            Some(encoding) => encoding,
+            None => {
+                return Err(table.error(
+                    "encoding",
+                    format!("unknown encoding {name:?}: expected {}", Encoding::NAMES),
+                ));
+            }
+        },
+    };
+    Ok(SignatureSpec {
+        header,
+        prefix,
+        layout,
+        encoding,
+    })
+}
+
+fn timestamp(
+    root: &Table,
+    signature: &SignatureSpec,
+) -> Result<Option<TimestampSpec>, ConfigError> {
+    let Some(table) = root.table(
+        "timestamp",
+        &["header", "key", "pointer", "unit", "tolerance_seconds"],
+    )?
+    else {
+        return Ok(None);
+    };
+    let mut sources = Vec::new();
+    if let Some(header) = table.string("header")? {
+        let name = template::header_name(header).map_err(|m| table.error("header", m))?;
+        sources.push(("header", TimestampSource::Header(name)));
+    }
+    if let Some(key) = table.string("key")? {
+        if !matches!(signature.layout, Layout::KeyValues { .. }) {
+            return Err(table.error(
+                "key",
+                "a key of the signature header needs signature.format = \"key-values\"",
+            ));
+        }
+        if key.is_empty() || key.contains('=') {
+            return Err(table.error("key", "must be non-empty, without ="));
+        }
+        sources.push(("key", TimestampSource::Key(key.to_owned())));
+    }
+    if let Some(pointer) = table.string("pointer")? {
+        template::json_pointer(pointer).map_err(|m| table.error("pointer", m))?;
+        sources.push(("pointer", TimestampSource::Pointer(pointer.to_owned())));
+    }
+    let source = match sources.len() {
+        0 if table.get("tolerance_seconds").is_some() => {
+            return Err(table.error(
+                "tolerance_seconds",
+                "a window needs a signed timestamp: set timestamp.header, timestamp.key or timestamp.pointer",
+            ));
+        }
+        0 => {
+            return Err(ConfigError::new(
+                "timestamp",
+                "names no source: set header, key or pointer (or remove the table)",
+            ));
+        }
+        1 => sources.remove(0).1,
+        _ => {
+            return Err(table.error(
+                sources[1].0,
+                format!(
+                    "the timestamp has one source; {} is already set",
+                    sources[0].0
+                ),
+            ));
+        }
+    };
+    let unit = table.required_string("unit", "seconds, milliseconds or rfc3339")?;
+    let unit = TimeUnit::parse(unit).ok_or_else(|| {
+        table.error(
+            "unit",
+            format!("unknown unit {unit:?}: expected seconds, milliseconds or rfc3339"),
+        )
+    })?;
+    let tolerance_seconds = table
+        .u32("tolerance_seconds")?
+        .unwrap_or(DEFAULT_TOLERANCE_SECONDS);
+    Ok(Some(TimestampSpec {
+        source,
+        unit,
+        tolerance_seconds,
+    }))
+}
+
+fn signed(
+    root: &Table,
+    algorithm: Algorithm,
+    timestamp: Option<&TimestampSpec>,
+) -> Result<Template, ConfigError> {
+    let text = root.string("signed")?;
+    if algorithm == Algorithm::Token {
+        if text.is_some() {
+            return Err(root.error(
+                "signed",
+                "algorithm = \"token\" compares the header with the secret; nothing is signed",
+            ));
+        }
+        // Nothing is signed, but the host derives an event id without one from the
+        // message's SHA-256: the body keeps those ids apart.
+        return template::parse("{body}", Context::Signed).map_err(|m| root.error("signed", m));
+    }
+    let text = text.unwrap_or("{body}");
+    let signed = template::parse(text, Context::Signed).map_err(|m| root.error("signed", m))?;
+    if !signed.pieces.contains(&Piece::Body) {
+        return Err(root.error(
+            "signed",
+            format!("{text:?} does not include {{body}}: the body would not be authenticated"),
+        ));
+    }
+    if signed.pieces.contains(&Piece::Timestamp) {
+        match timestamp.map(|t| &t.source) {
+            Some(TimestampSource::Header(_) | TimestampSource::Key(_)) => {}
+            Some(TimestampSource::Pointer(_)) => {
+                return Err(root.error(
+                    "signed",
+                    "{timestamp} is signed as sent, so it comes from timestamp.header or \
+                     timestamp.key, not from the body (the body is signed already)",
+                ));
+            }
+            None => {
+                return Err(root.error(
+                    "signed",
+                    "{timestamp} needs a [timestamp] table with header or key",
+                ));
+            }
+        }
+    }
+    Ok(signed)
+}
+
+const EVENT_KEYS: &[&str] = &[
+    "id",
+    "type",
+    "occurred_at",
+    "occurred_at_unit",
+    "resource",
+    "deleted",
+    "ignore",
+    "required",
+];
+
+fn event(table: &Table) -> Result<EventSpec, ConfigError> {
+    let id = table.templates("id", Context::Value)?;
+    if let Some(constant) = id.iter().find(|t| t.is_constant()) {
+        return Err(table.error(
+            "id",
+            format!(
+                "{:?} is the same for every event (all would be duplicates)",
+                constant.text
+            ),
+        ));
+    }
+    let event_type = table.templates("type", Context::Value)?;
+    let occurred_at = table.templates("occurred_at", Context::Value)?;
+    let occurred_at = match (occurred_at.is_empty(), table.string("occurred_at_unit")?) {
+        (true, None) => None,
+        (true, Some(_)) => {
+            return Err(table.error("occurred_at_unit", "only with occurred_at"));
+        }
+        (false, None) => {
+            return Err(table.error(
+                "occurred_at_unit",
+                "required with occurred_at: seconds, milliseconds or rfc3339",
+            ));
+        }
+        (false, Some(unit)) => {
+            let unit = TimeUnit::parse(unit).ok_or_else(|| {
+                table.error(
+                    "occurred_at_unit",
+                    format!("unknown unit {unit:?}: expected seconds, milliseconds or rfc3339"),
+                )
+            })?;
+            Some((occurred_at, unit))
+        }
+    };
+    let resources = match table.get("resource") {
+        None => Vec::new(),
+        Some(Value::Array(items)) => {
+            if items.is_empty() {
+                return Err(table.error("resource", "list at least one resource"));
+            }
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| resource(&table.key(&format!("resource[{i}]")), item))
+                .collect::<Result<_, _>>()?
+        }
+        Some(item) => vec![resource(&table.key("resource"), item)?],
+    };
+    let deleted = matcher(table, "deleted")?;
+    let ignore = matcher(table, "ignore")?;
+    let mut required = Required::default();
+    for name in table.strings("required")?.unwrap_or_default() {
+        let (flag, configured) = match name {
+            "id" => (&mut required.id, !id.is_empty()),
+            "type" => (&mut required.event_type, !event_type.is_empty()),
+            "occurred_at" => (&mut required.occurred_at, occurred_at.is_some()),
+            "resource" => (&mut required.resource, !resources.is_empty()),
+            other => {
+                return Err(table.error(
+                    "required",
+                    format!("{other:?}: expected id, type, occurred_at or resource"),
+                ));
+            }
+        };
+        if !configured {
+            return Err(table.error(
+                "required",
+                format!("{name:?} is required but event.{name} is not set"),
+            ));
+        }
+        *flag = true;
+    }
+    Ok(EventSpec {
+        id,
+        event_type,
+        occurred_at,
+        resources,
+        deleted,
+        ignore,
+        required,
+    })
+}
+
+fn resource(path: &str, value: &Value) -> Result<ResourceSpec, ConfigError> {
+    let table = Table::new(path, value, &["kind", "id", "version", "version_format"])?;
+    let kind = table.templates("kind", Context::Value)?;
+    if kind.is_empty() {
+        return Err(table.error(
+            "kind",
+            "required: the resource kind (\"order\" or \"{/object}\")",
+        ));
+    }
+    let id = table.templates("id", Context::Value)?;
+    if id.is_empty() {
+        return Err(table.error("id", "required: where the resource id is (\"{/data/id}\")"));
+    }
+    if let Some(constant) = id.iter().find(|t| t.is_constant()) {
+        return Err(table.error("id", format!("{:?} names no field", constant.text)));
+    }
+    let version = table.templates("version", Context::Value)?;
+    let version = match (version.is_empty(), table.string("version_format")?) {
+        (true, None) => None,
+        (true, Some(_)) => return Err(table.error("version_format", "only with version")),
+        (false, None) => {
+            return Err(table.error(
+                "version_format",
+                "required with version: integer or rfc3339",
+            ));
+        }
+        (false, Some("integer")) => Some((version, VersionFormat::Integer)),
+        (false, Some("rfc3339")) => Some((version, VersionFormat::Rfc3339)),
+        (false, Some(other)) => {
+            return Err(table.error(
+                "version_format",
+                format!("unknown format {other:?}: expected integer or rfc3339"),
+            ));
+        }
+    };
+    Ok(ResourceSpec { kind, id, version })
+}
+
+fn matcher(parent: &Table, key: &str) -> Result<Option<Matcher>, ConfigError> {
+    let path = parent.key(key);
+    let table = match parent.get(key) {
+        None => return Ok(None),
+        Some(Value::String(_)) => {
+            return Ok(Some(Matcher {
+                value: parent.templates(key, Context::Value)?,
+                equals: Vec::new(),
+                starts_with: Vec::new(),
+                ends_with: Vec::new(),
+            }));
+        }
+        Some(value) => Table::new(
+            &path,
+            value,
+            &["value", "equals", "starts_with", "ends_with"],
+        )?,
+    };
+    let value = table.templates("value", Context::Value)?;
+    if value.is_empty() {
+        return Err(table.error("value", "required: the value to test (\"{/action}\")"));
+    }
+    let list = |k: &str| -> Result<Vec<String>, ConfigError> {
+        Ok(table
+            .strings(k)?
+            .unwrap_or_default()
+            .into_iter()
+            .map(str::to_owned)
+            .collect())
+    };
+    Ok(Some(Matcher {
+        value,
+        equals: list("equals")?,
+        starts_with: list("starts_with")?,
+        ends_with: list("ends_with")?,
+    }))
+}
+
+/// One JSON object of the configuration, at a dotted path, with only known keys.
+struct Table<'a> {
+    path: String,
+    map: &'a Map<String, Value>,
+}
+
+impl<'a> Table<'a> {
+    fn new(path: &str, value: &'a Value, allowed: &[&str]) -> Result<Table<'a>, ConfigError> {
+        let map = value
+            .as_object()
+            .ok_or_else(|| ConfigError::new(path, "must be a table"))?;
+        let table = Table {
+            path: path.to_owned(),
+            map,
+        };
+        if let Some(unknown) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+            return Err(table.error(
+                unknown,
+                format!("unknown key; expected one of {}", allowed.join(", ")),
+            ));
+        }
+        Ok(table)
+    }
+
+    fn key(&self, key: &str) -> String {
+        if self.path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{}.{key}", self.path)
+        }
+    }
+
+    fn error(&self, key: &str, message: impl Into<String>) -> ConfigError {
+        ConfigError::new(self.key(key), message)
+    }
+
+    fn get(&self, key: &str) -> Option<&'a Value> {
+        self.map.get(key)
+    }
+
+    fn table(&self, key: &str, allowed: &[&str]) -> Result<Option<Table<'a>>, ConfigError> {
+        self.get(key)
+            .map(|v| Table::new(&self.key(key), v, allowed))
+            .transpose()
+    }
+
+    fn string(&self, key: &str) -> Result<Option<&'a str>, ConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(_) => Err(self.error(key, "must be a string")),
+        }
+    }
+
+    fn non_empty_string(&self, key: &str) -> Result<Option<&'a str>, ConfigError> {
+        match self.string(key)? {
+            Some("") => Err(self.error(key, "must not be empty")),
+            other => Ok(other),
+        }
+    }
+
+    fn required_string(&self, key: &str, what: &str) -> Result<&'a str, ConfigError> {
+        self.string(key)?
+            .ok_or_else(|| self.error(key, format!("required: {what}")))
+    }
+
+    /// A string or a list of strings.
+    fn strings(&self, key: &str) -> Result<Option<Vec<&'a str>>, ConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(vec![s])),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|item| {
+                    item.as_str()
+                        .ok_or_else(|| self.error(key, "must be a string or a list of strings"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(_) => Err(self.error(key, "must be a string or a list of strings")),
+        }
+    }
+
+    /// A template or a list of alternatives (empty when absent).
+    fn templates(&self, key: &str, context: Context) -> Result<Vec<Template>, ConfigError> {
+        let Some(texts) = self.strings(key)? else {
+            return Ok(Vec::new());
+        };
+        if texts.is_empty() {
+            return Err(self.error(key, "list at least one template"));
+        }
+        let list = matches!(self.get(key), Some(Value::Array(_)));
+        texts
+            .into_iter()
+            .enumerate()
+            .map(|(i, text)| {
+                template::parse(text, context).map_err(|m| {
+                    let key = if list {
+                        format!("{key}[{i}]")
+                    } else {
+                        key.to_owned()
+                    };
+                    self.error(&key, m)
+                })
+            })
+            .collect()
+    }
+
+    fn u32(&self, key: &str) -> Result<Option<u32>, ConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| {
+                    self.error(key, "must be a whole number of seconds (0 … 4294967295)")
+                }),
+        }
+    }
+}
