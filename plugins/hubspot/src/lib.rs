@@ -1,0 +1,459 @@
+//! HubSpot: `X-HubSpot-Signature-v3` with `X-HubSpot-Request-Timestamp`; legacy
+//! `X-HubSpot-Signature` with `X-HubSpot-Signature-Version: v1 | v2`.
+//!
+//! v3 (used whenever the request carries it): base64 HMAC-SHA256, keyed by the app's
+//! client secret (raw UTF-8), over `{METHOD}{URI}{raw body}{timestamp}`, the timestamp
+//! being the header's raw value in unix **milliseconds**. URI is the full URL HubSpot
+//! addressed; hookhost signs its public URL as received (`Part::Url`: the endpoint's
+//! `public_url` plus path and query), so `public_url` must be the URL configured in
+//! HubSpot. HubSpot's docs ask receivers to decode some percent-escapes in the URI before
+//! signing; this plugin signs the URL as received, so a webhook URL with such escapes
+//! may not verify **[unconfirmed which characters]**. Window: ±300 s (HubSpot: "reject
+//! the request if the timestamp is older than 5 minutes"; checked in whole seconds).
+//!
+//! Legacy (HubSpot still sends them beside v3 for backwards compatibility): hex SHA-256
+//! — not an HMAC — of the client secret followed by the request body (`v1`) or by
+//! `{METHOD}{URI}{raw body}` (`v2`) ([`Algorithm::Sha256SecretPrefix`]); a missing
+//! version header means `v1`, as in HubSpot's SDK; another version is `Unsupported`.
+//! Legacy signatures sign no time, so they can be replayed forever: they are used only
+//! when an endpoint opts in with the plugin configuration `{"legacy_signatures": true}`
+//! and the request has no v3 signature. Such an endpoint has no replay window at all
+//! (the host cannot apply one to a scheme that signs no time), also for v3 requests;
+//! every other endpoint gets the 300 s window from [`check_config`](HubSpot::check_config).
+//!
+//! Event: the webhooks API posts a JSON array of events (a batch, each with `eventId`,
+//! `subscriptionId`, `portalId`, `occurredAt` in ms, `subscriptionType`, `objectId`,
+//! `attemptNumber`…). The hookhost event describes the whole request:
+//! - id: `{portalId}:{subscriptionId}:{eventId}` for a single event (`eventId` alone is
+//!   said not to be unique); for several, `batch-sha256:` + hex
+//!   SHA-256 of those keys joined by `\n`. Both are stable across retries, whose bodies
+//!   differ in `attemptNumber`. Otherwise (a key field missing, or a JSON object body
+//!   such as a workflow webhook) `body-sha256:` + hex SHA-256 of the raw body.
+//! - type: the events' common `subscriptionType` (`contact.creation`…), else `batch`; a
+//!   JSON object body: its `subscriptionType`, else `unknown`.
+//! - occurred_at: the earliest `occurredAt`.
+//! - resource: when every event names the same object: kind = the `subscriptionType`
+//!   before its `.` (`contact`; `object.*` types use `objectTypeId`), id = `objectId`,
+//!   version = the latest `occurredAt` (ms), deleted when that latest event is a
+//!   `deletion` or `privacyDeletion`.
+//!
+//! Sources: v3 string, HMAC-SHA256, base64, 5-minute rule
+//! https://developers.hubspot.com/changelog/introducing-version-3-of-webhook-signatures
+//! and https://developers.hubspot.com/docs/apps/legacy-apps/authentication/validating-requests
+//! **[docs]** (legacy signatures still included "for backwards compatibility"); v1/v2
+//! formulas and worked examples https://developers.hubspot.com/docs/faq/v1-request-validation,
+//! https://developers.hubspot.com/docs/faq/v2-request-validation **[docs]**;
+//! `Signature.getSignature` / `isValid` (default version `v1`, `MAX_ALLOWED_TIMESTAMP =
+//! 300000` ms, old timestamps only) in @hubspot/api-client 13.5.0
+//! `lib/src/utils/signature.js` **[sdk]**; payload fields `eventId`, `subscriptionId`,
+//! `portalId`, `occurredAt`, `subscriptionType`, `attemptNumber`, `objectId` from the v1
+//! example body **[docs]**; `objectTypeId` on `object.*` events and "`eventId` is not
+//! guaranteed unique" **[unconfirmed]**; retries: up to 10 times with exponential backoff,
+//! none after 400/401/403/404/405 **[2nd]** (an earlier version of the webhooks docs, as
+//! quoted on HubSpot's community forum).
+
+use hookhost_plugin_sdk::serde_json::{Map, Value};
+use hookhost_plugin_sdk::{
+    Algorithm, Candidate, ConfigError, EndpointFacts, Event, KeyFormat, Part, Plan, PluginInfo,
+    Provider, Rejection, Request, decode,
+};
+use sha2::{Digest as _, Sha256};
+use std::fmt::Write as _;
+
+const V3: &str = "x-hubspot-signature-v3";
+const TIMESTAMP: &str = "x-hubspot-request-timestamp";
+const LEGACY: &str = "x-hubspot-signature";
+const LEGACY_VERSION: &str = "x-hubspot-signature-version";
+/// The plugin configuration key that lets an endpoint accept v1/v2 signatures.
+const LEGACY_KEY: &str = "legacy_signatures";
+/// HubSpot: reject a v3 request whose timestamp is older than 5 minutes.
+const TOLERANCE_SECONDS: u32 = 300;
+
+pub struct HubSpot;
+
+impl Provider for HubSpot {
+    fn info() -> PluginInfo {
+        PluginInfo {
+            name: "hubspot".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            provider: "HubSpot".into(),
+            key_formats: vec![KeyFormat::Raw],
+            // Per endpoint, from check_config: 300 s unless legacy signatures are on.
+            default_tolerance_seconds: None,
+            retry_behaviour: "webhooks API: up to 10 retries with exponential backoff on \
+                              connection failures, timeouts and error statuses other than \
+                              400/401/403/404/405 (from an earlier version of HubSpot's \
+                              docs; unconfirmed); attemptNumber counts the attempts"
+                .into(),
+        }
+    }
+
+    fn algorithms() -> Vec<Algorithm> {
+        vec![Algorithm::HmacSha256, Algorithm::Sha256SecretPrefix]
+    }
+
+    fn check_config(config: &Value) -> Result<EndpointFacts, ConfigError> {
+        let legacy = legacy_enabled(config)?;
+        Ok(EndpointFacts {
+            key_formats: Vec::new(),
+            default_tolerance_seconds: (!legacy).then_some(TOLERANCE_SECONDS),
+        })
+    }
+
+    fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
+        if let Some(signature) = req.optional_signature_header(V3)? {
+            let millis = decode::unix_seconds(req.signature_header(TIMESTAMP)?)?;
+            return Ok(Plan {
+                message: vec![
+                    Part::Method,
+                    Part::Url,
+                    Part::Body,
+                    Part::Header(TIMESTAMP.into()),
+                ],
+                candidates: vec![Candidate::new(
+                    Algorithm::HmacSha256,
+                    decode::base64(signature)?,
+                )],
+                timestamp: Some(millis.div_euclid(1000)),
+                message_id: None,
+            });
+        }
+        let legacy = legacy_enabled(req.config())
+            .map_err(|e| Rejection::Unsupported(format!("plugin configuration: {}", e.message)))?;
+        let signature = match req.optional_signature_header(LEGACY)? {
+            Some(signature) if legacy => signature,
+            _ => return Err(Rejection::MissingSignature(V3.into())),
+        };
+        let message = match req.optional_signature_header(LEGACY_VERSION)? {
+            None | Some("v1") => vec![Part::Body],
+            Some("v2") => vec![Part::Method, Part::Url, Part::Body],
+            Some(other) => {
+                return Err(Rejection::Unsupported(format!(
+                    "x-hubspot-signature-version {other:?}"
+                )));
+            }
+        };
+        Ok(Plan {
+            message,
+            candidates: vec![Candidate::new(
+                Algorithm::Sha256SecretPrefix,
+                decode::hex(signature)?,
+            )],
+            timestamp: None,
+            message_id: None,
+        })
+    }
+
+    fn describe_event(req: &Request) -> Result<Event, Rejection> {
+        let body = req.json()?.value();
+        let fallback_id = || hex_digest("body-sha256:", &req.body);
+        let events: Vec<&Map<String, Value>> = match &body {
+            Value::Array(items) if !items.is_empty() => items
+                .iter()
+                .map(|item| {
+                    item.as_object().ok_or_else(|| {
+                        Rejection::MalformedBody("an event in the batch is not an object".into())
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+            Value::Object(object) => {
+                let event_type = text(object, "subscriptionType").unwrap_or("unknown");
+                return Ok(Event::new(event_type).id(fallback_id()));
+            }
+            _ => {
+                return Err(Rejection::MalformedBody(
+                    "body is neither a JSON array of events nor a JSON object".into(),
+                ));
+            }
+        };
+        let keys: Option<Vec<String>> = events
+            .iter()
+            .map(|e| {
+                Some(format!(
+                    "{}:{}:{}",
+                    id(e, "portalId")?,
+                    id(e, "subscriptionId")?,
+                    id(e, "eventId")?
+                ))
+            })
+            .collect();
+        let event_id = match keys {
+            Some(keys) if keys.len() == 1 => keys.into_iter().next().unwrap_or_default(),
+            Some(keys) => hex_digest("batch-sha256:", keys.join("\n").as_bytes()),
+            None => fallback_id(),
+        };
+        let types: Vec<&str> = events
+            .iter()
+            .map(|e| text(e, "subscriptionType").unwrap_or("unknown"))
+            .collect();
+        let event_type = if types.iter().all(|t| *t == types[0]) {
+            types[0]
+        } else {
+            "batch"
+        };
+        let occurred = |e: &&Map<String, Value>| e.get("occurredAt").and_then(Value::as_u64);
+        let earliest = events.iter().filter_map(occurred).min();
+        let mut event = Event::new(event_type)
+            .id(event_id)
+            .occurred_at(earliest.and_then(|ms| i64::try_from(ms / 1000).ok()));
+        let objects: Option<Vec<(String, String)>> = events
+            .iter()
+            .map(|e| Some((object_kind(e)?, id(e, "objectId")?)))
+            .collect();
+        if let Some(objects) = objects.filter(|o| o.iter().all(|x| *x == o[0])) {
+            let latest = events.iter().max_by_key(|e| occurred(e));
+            let deleted = latest
+                .and_then(|e| text(e, "subscriptionType"))
+                .and_then(|t| t.split_once('.'))
+                .is_some_and(|(_, action)| action == "deletion" || action == "privacyDeletion");
+            let (kind, object_id) = objects[0].clone();
+            event = event
+                .resource(kind, object_id)
+                .version(events.iter().filter_map(occurred).max())
+                .deleted(deleted);
+        }
+        Ok(event)
+    }
+}
+
+/// `legacy_signatures` from an endpoint's plugin configuration (false when absent).
+fn legacy_enabled(config: &Value) -> Result<bool, ConfigError> {
+    let Some(object) = config.as_object() else {
+        return Err(ConfigError::new("", "must be a JSON object"));
+    };
+    let mut legacy = false;
+    for (key, value) in object {
+        if key != LEGACY_KEY {
+            return Err(ConfigError::new(key.as_str(), "unknown key"));
+        }
+        legacy = value
+            .as_bool()
+            .ok_or_else(|| ConfigError::new(LEGACY_KEY, "must be true or false"))?;
+    }
+    Ok(legacy)
+}
+
+fn text<'a>(event: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    event.get(key).and_then(Value::as_str)
+}
+
+/// A field as an id: integers in decimal, strings as they are.
+fn id(event: &Map<String, Value>, key: &str) -> Option<String> {
+    match event.get(key)? {
+        Value::Number(n) if n.is_u64() || n.is_i64() => Some(n.to_string()),
+        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// `contact` for `contact.propertyChange`; generic `object.*` types name their object
+/// type in `objectTypeId`.
+fn object_kind(event: &Map<String, Value>) -> Option<String> {
+    let (kind, _) = text(event, "subscriptionType")?.split_once('.')?;
+    if kind == "object" {
+        return id(event, "objectTypeId");
+    }
+    Some(kind.to_owned())
+}
+
+/// `prefix` and the lower-case hex SHA-256 of `bytes`.
+fn hex_digest(prefix: &str, bytes: &[u8]) -> String {
+    let mut out = String::from(prefix);
+    for byte in Sha256::digest(bytes) {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
+}
+
+hookhost_plugin_sdk::export_provider!(HubSpot);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hookhost_plugin_sdk::serde_json::json;
+    use hookhost_plugin_sdk::testing::RequestBuilder;
+
+    const URL: &str = "https://hooks.example.com/webhooks/hubspot?portal=62515";
+    // The v1 example in HubSpot's docs and @hubspot/api-client's unit test.
+    const V1_BODY: &str = r#"[{"eventId":1,"subscriptionId":12345,"portalId":62515,"occurredAt":1564113600000,"subscriptionType":"contact.creation","attemptNumber":0,"objectId":123,"changeSource":"CRM","changeFlag":"NEW","appId":54321}]"#;
+    const V1_SIG: &str = "232db2615f3d666fe21a8ec971ac7b5402d33b9a925784df3ca654d05f4817de";
+
+    fn legacy() -> Value {
+        json!({"legacy_signatures": true})
+    }
+
+    #[test]
+    fn v3_signs_method_url_body_and_the_millisecond_timestamp() {
+        let req = RequestBuilder::post(URL)
+            .header("X-HubSpot-Signature-v3", "AP8=")
+            .header("X-HubSpot-Request-Timestamp", "1718217605123")
+            .header("X-HubSpot-Signature", V1_SIG)
+            .config(legacy())
+            .build();
+        let plan = HubSpot::plan_verification(&req).expect("plan");
+        assert_eq!(
+            plan.message,
+            vec![
+                Part::Method,
+                Part::Url,
+                Part::Body,
+                Part::Header(TIMESTAMP.into())
+            ]
+        );
+        assert_eq!(
+            plan.candidates,
+            vec![Candidate::new(Algorithm::HmacSha256, vec![0x00, 0xff])]
+        );
+        assert_eq!(plan.timestamp, Some(1_718_217_605));
+    }
+
+    #[test]
+    fn legacy_signatures_only_when_the_endpoint_opts_in() {
+        let v1 = |config: Value, version: Option<&str>| {
+            let b = RequestBuilder::post(URL).header("X-HubSpot-Signature", V1_SIG);
+            let b = match version {
+                Some(v) => b.header("X-HubSpot-Signature-Version", v),
+                None => b,
+            };
+            b.config(config).body(V1_BODY).build()
+        };
+        assert!(matches!(
+            HubSpot::plan_verification(&v1(json!({}), Some("v1"))),
+            Err(Rejection::MissingSignature(_))
+        ));
+        for version in [Some("v1"), None] {
+            let plan = HubSpot::plan_verification(&v1(legacy(), version)).expect("v1");
+            assert_eq!(plan.message, vec![Part::Body]);
+            assert_eq!(plan.candidates[0].algorithm, Algorithm::Sha256SecretPrefix);
+            assert_eq!(plan.timestamp, None);
+        }
+        let v2 = HubSpot::plan_verification(&v1(legacy(), Some("v2"))).expect("v2");
+        assert_eq!(v2.message, vec![Part::Method, Part::Url, Part::Body]);
+        assert!(matches!(
+            HubSpot::plan_verification(&v1(legacy(), Some("v9"))),
+            Err(Rejection::Unsupported(_))
+        ));
+    }
+
+    #[test]
+    fn missing_and_malformed_headers_are_rejections() {
+        let none = RequestBuilder::post(URL).body("[]").build();
+        let no_time = RequestBuilder::post(URL)
+            .header("X-HubSpot-Signature-v3", "AP8=")
+            .build();
+        for req in [none, no_time] {
+            assert!(matches!(
+                HubSpot::plan_verification(&req),
+                Err(Rejection::MissingSignature(_))
+            ));
+        }
+        let bad = |sig: &str, ts: &str| {
+            RequestBuilder::post(URL)
+                .header("X-HubSpot-Signature-v3", sig)
+                .header("X-HubSpot-Request-Timestamp", ts)
+                .build()
+        };
+        for req in [bad("***", "1"), bad("AP8=", "soon")] {
+            assert!(matches!(
+                HubSpot::plan_verification(&req),
+                Err(Rejection::MalformedSignature(_))
+            ));
+        }
+        let not_hex = RequestBuilder::post(URL)
+            .header("X-HubSpot-Signature", "zz")
+            .config(legacy())
+            .build();
+        assert!(matches!(
+            HubSpot::plan_verification(&not_hex),
+            Err(Rejection::MalformedSignature(_))
+        ));
+    }
+
+    #[test]
+    fn a_single_event_maps_its_key_type_and_object() {
+        let req = RequestBuilder::post(URL).body(V1_BODY).build();
+        let event = HubSpot::describe_event(&req).expect("event");
+        assert_eq!(event.id.as_deref(), Some("62515:12345:1"));
+        assert_eq!(event.event_type, "contact.creation");
+        assert_eq!(event.occurred_at, Some(1_564_113_600));
+        assert_eq!(event.resource_kind.as_deref(), Some("contact"));
+        assert_eq!(event.resource_id.as_deref(), Some("123"));
+        assert_eq!(event.resource_version, Some(1_564_113_600_000));
+        assert!(!event.deleted);
+    }
+
+    #[test]
+    fn a_batch_is_described_as_a_whole() {
+        let body = r#"[
+            {"eventId":7,"subscriptionId":9,"portalId":1,"occurredAt":2000,"subscriptionType":"deal.propertyChange","objectId":5,"attemptNumber":2},
+            {"eventId":8,"subscriptionId":9,"portalId":1,"occurredAt":3000,"subscriptionType":"deal.deletion","objectId":5,"attemptNumber":2}]"#;
+        let event =
+            HubSpot::describe_event(&RequestBuilder::post(URL).body(body).build()).expect("event");
+        assert_eq!(event.event_type, "batch");
+        assert_eq!(event.id, Some(hex_digest("batch-sha256:", b"1:9:7\n1:9:8")));
+        assert_eq!(event.occurred_at, Some(2));
+        assert_eq!(event.resource_kind.as_deref(), Some("deal"));
+        assert_eq!(event.resource_version, Some(3000));
+        assert!(event.deleted);
+
+        let generic = r#"[{"eventId":1,"subscriptionId":2,"portalId":3,"occurredAt":1,"subscriptionType":"object.creation","objectTypeId":"0-3","objectId":11},
+                          {"eventId":2,"subscriptionId":2,"portalId":3,"occurredAt":1,"subscriptionType":"object.creation","objectTypeId":"0-3","objectId":12}]"#;
+        let event = HubSpot::describe_event(&RequestBuilder::post(URL).body(generic).build())
+            .expect("event");
+        assert_eq!(event.event_type, "object.creation");
+        assert_eq!(event.resource_id, None, "two objects: no single resource");
+
+        let one_generic = r#"[{"eventId":1,"subscriptionId":2,"portalId":3,"occurredAt":1,"subscriptionType":"object.creation","objectTypeId":"0-3","objectId":11}]"#;
+        let event = HubSpot::describe_event(&RequestBuilder::post(URL).body(one_generic).build())
+            .expect("event");
+        assert_eq!(event.resource_kind.as_deref(), Some("0-3"));
+    }
+
+    #[test]
+    fn objects_fall_back_to_the_body_digest_and_bad_bodies_are_rejections() {
+        let object = r#"{"example_field":"example_value"}"#;
+        let event = HubSpot::describe_event(&RequestBuilder::post(URL).body(object).build())
+            .expect("event");
+        assert_eq!(event.event_type, "unknown");
+        assert_eq!(
+            event.id,
+            Some(hex_digest("body-sha256:", object.as_bytes()))
+        );
+        for bad in ["[]", "[1]", "7", "nope"] {
+            assert!(
+                matches!(
+                    HubSpot::describe_event(&RequestBuilder::post(URL).body(bad).build()),
+                    Err(Rejection::MalformedBody(_))
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn config_sets_the_window_unless_legacy_signatures_are_on() {
+        assert_eq!(
+            HubSpot::check_config(&json!({}))
+                .expect("ok")
+                .default_tolerance_seconds,
+            Some(300)
+        );
+        assert_eq!(
+            HubSpot::check_config(&legacy())
+                .expect("ok")
+                .default_tolerance_seconds,
+            None
+        );
+        for bad in [
+            json!({"legacy_signatures": "yes"}),
+            json!({"legacy": true}),
+            json!(1),
+        ] {
+            assert!(HubSpot::check_config(&bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            HubSpot::algorithms(),
+            vec![Algorithm::HmacSha256, Algorithm::Sha256SecretPrefix]
+        );
+    }
+}

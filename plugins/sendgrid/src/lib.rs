@@ -1,0 +1,307 @@
+//! SendGrid (Twilio SendGrid Event Webhook, signed):
+//! `X-Twilio-Email-Event-Webhook-Signature: <base64 DER>`,
+//! `X-Twilio-Email-Event-Webhook-Timestamp: <unix seconds>`.
+//!
+//! The signed message is the timestamp header's raw value followed by the raw body (the
+//! body SendGrid posts ends in CRLF, which is signed too). The signature is ECDSA over
+//! P-256 with SHA-256, DER-encoded, standard base64 in the header; the endpoint's secret
+//! is the webhook's verification key: base64 of its DER SubjectPublicKeyInfo, as the
+//! SendGrid console and API show it ([`KeyFormat::EcdsaP256SpkiBase64`]). Several keys
+//! may be configured (a webhook whose key was regenerated); SendGrid sends one signature.
+//!
+//! Window: SendGrid's SDKs check no time and SendGrid retries a failed POST for up to
+//! 24 hours (whether a retry carries a fresh timestamp is not documented), so by default
+//! no window applies: a replayed request verifies. The timestamp is still part of the
+//! plan, and an endpoint can opt in with the plugin configuration
+//! `{"replay_window_seconds": N}`, after which the host rejects requests signed more
+//! than N seconds away from its clock (and the endpoint's `tolerance` may override N).
+//!
+//! Event: one request carries a JSON array of events (a batch). The hookhost event
+//! describes the whole request:
+//! - id: the event's `sg_event_id` when the batch holds one event; for several,
+//!   `batch-sha256:` + hex SHA-256 of their `sg_event_id`s joined by `\n` (stable when
+//!   SendGrid re-posts the same batch, whatever its timestamp); when an event lacks
+//!   `sg_event_id`, `body-sha256:` + hex SHA-256 of the raw body.
+//! - type: the events' common `event` (`delivered`, `open`…), else `batch`.
+//! - occurred_at: the earliest event `timestamp`.
+//! - resource: (`message`, `sg_message_id`) when every event names the same message,
+//!   versioned by the latest event `timestamp`; none for a batch spanning messages.
+//!
+//! A body that is not a non-empty JSON array of objects is `MalformedBody`.
+//!
+//! Sources: headers, ECDSA key pair, verification with the public key
+//! https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/getting-started-event-webhook-security-features
+//! **[docs]**; signed bytes = timestamp + payload, base64 DER signature, key as base64
+//! SPKI without PEM armour, no time check — sendgrid-python 6.12.5 (PyPI)
+//! `sendgrid/helpers/eventwebhook/__init__.py`; trailing CRLF signed — the repository's
+//! `test/unit/test_eventwebhook.py` **[sdk]**; event fields (`sg_event_id` unique per event, up to 100 characters) and
+//! retries "at increasing intervals for up to 24 hours"
+//! https://docs.sendgrid.com/for-developers/tracking-events/troubleshooting **[docs]**.
+
+use hookhost_plugin_sdk::serde_json::{Map, Value};
+use hookhost_plugin_sdk::{
+    Algorithm, Candidate, ConfigError, EndpointFacts, Event, KeyFormat, Part, Plan, PluginInfo,
+    Provider, Rejection, Request, decode,
+};
+use sha2::{Digest as _, Sha256};
+use std::fmt::Write as _;
+
+const SIGNATURE: &str = "x-twilio-email-event-webhook-signature";
+const TIMESTAMP: &str = "x-twilio-email-event-webhook-timestamp";
+/// The plugin configuration key that turns on a replay window.
+const WINDOW_KEY: &str = "replay_window_seconds";
+
+pub struct SendGrid;
+
+impl Provider for SendGrid {
+    fn info() -> PluginInfo {
+        PluginInfo {
+            name: "sendgrid".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            provider: "Twilio SendGrid".into(),
+            key_formats: vec![KeyFormat::EcdsaP256SpkiBase64],
+            // No window unless the endpoint configures one: see the crate docs.
+            default_tolerance_seconds: None,
+            retry_behaviour: "a POST answered with anything but 2xx is retried at \
+                              increasing intervals for up to 24 hours after the event"
+                .into(),
+        }
+    }
+
+    fn algorithms() -> Vec<Algorithm> {
+        vec![Algorithm::EcdsaP256Sha256]
+    }
+
+    fn check_config(config: &Value) -> Result<EndpointFacts, ConfigError> {
+        let Some(object) = config.as_object() else {
+            return Err(ConfigError::new("", "must be a JSON object"));
+        };
+        let mut facts = EndpointFacts::default();
+        for (key, value) in object {
+            if key != WINDOW_KEY {
+                return Err(ConfigError::new(key.as_str(), "unknown key"));
+            }
+            let seconds = value
+                .as_u64()
+                .and_then(|s| u32::try_from(s).ok())
+                .filter(|s| *s > 0)
+                .ok_or_else(|| {
+                    ConfigError::new(WINDOW_KEY, "must be a positive number of seconds")
+                })?;
+            facts.default_tolerance_seconds = Some(seconds);
+        }
+        Ok(facts)
+    }
+
+    fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
+        let signature = decode::base64(req.signature_header(SIGNATURE)?)?;
+        let timestamp = decode::unix_seconds(req.signature_header(TIMESTAMP)?)?;
+        Ok(Plan {
+            // The header's raw value, exactly as SendGrid signed it.
+            message: vec![Part::Header(TIMESTAMP.into()), Part::Body],
+            candidates: vec![Candidate::new(Algorithm::EcdsaP256Sha256, signature)],
+            timestamp: Some(timestamp),
+            message_id: None,
+        })
+    }
+
+    fn describe_event(req: &Request) -> Result<Event, Rejection> {
+        let batch = req.json()?.value();
+        let events: Vec<&Map<String, Value>> = match batch.as_array() {
+            Some(items) if !items.is_empty() => items
+                .iter()
+                .map(|item| {
+                    item.as_object().ok_or_else(|| {
+                        Rejection::MalformedBody("an event in the batch is not an object".into())
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+            _ => {
+                return Err(Rejection::MalformedBody(
+                    "body is not a non-empty JSON array of events".into(),
+                ));
+            }
+        };
+        let text = |event: &Map<String, Value>, key: &str| {
+            event.get(key).and_then(Value::as_str).map(str::to_owned)
+        };
+        let ids: Option<Vec<String>> = events.iter().map(|e| text(e, "sg_event_id")).collect();
+        let id = match ids {
+            Some(ids) if ids.len() == 1 => ids.into_iter().next().unwrap_or_default(),
+            Some(ids) => hex_digest("batch-sha256:", ids.join("\n").as_bytes()),
+            None => hex_digest("body-sha256:", &req.body),
+        };
+        let types: Vec<String> = events
+            .iter()
+            .map(|e| text(e, "event").unwrap_or_else(|| "unknown".into()))
+            .collect();
+        let event_type = if types.iter().all(|t| *t == types[0]) {
+            types[0].clone()
+        } else {
+            "batch".to_owned()
+        };
+        let times: Vec<i64> = events
+            .iter()
+            .filter_map(|e| e.get("timestamp").and_then(Value::as_i64))
+            .collect();
+        let mut event = Event::new(event_type)
+            .id(id)
+            .occurred_at(times.iter().min().copied());
+        let messages: Option<Vec<String>> =
+            events.iter().map(|e| text(e, "sg_message_id")).collect();
+        if let Some(messages) = messages.filter(|m| m.iter().all(|id| *id == m[0])) {
+            let latest = times.iter().max().and_then(|t| u64::try_from(*t).ok());
+            event = event
+                .resource("message", messages[0].clone())
+                .version(latest);
+        }
+        Ok(event)
+    }
+}
+
+/// `prefix` and the lower-case hex SHA-256 of `bytes`.
+fn hex_digest(prefix: &str, bytes: &[u8]) -> String {
+    let mut id = String::from(prefix);
+    for byte in Sha256::digest(bytes) {
+        let _ = write!(id, "{byte:02x}");
+    }
+    id
+}
+
+hookhost_plugin_sdk::export_provider!(SendGrid);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hookhost_plugin_sdk::serde_json::json;
+    use hookhost_plugin_sdk::testing::RequestBuilder;
+
+    const URL: &str = "https://hooks.example.com/webhooks/sendgrid";
+    // sendgrid-python test/unit/test_eventwebhook.py: SIGNATURE, TIMESTAMP, PAYLOAD.
+    const SIG: &str = "MEUCIGHQVtGj+Y3LkG9fLcxf3qfI10QysgDWmMOVmxG0u6ZUAiEAyBiXDWzM+uOe5W0JuG+luQAbPIqHh89M15TluLtEZtM=";
+    const PAYLOAD: &str = "[{\"email\":\"hello@world.com\",\"event\":\"dropped\",\"reason\":\"Bounced Address\",\"sg_event_id\":\"ZHJvcC0xMDk5NDkxOS1MUnpYbF9OSFN0T0doUTRrb2ZTbV9BLTA\",\"sg_message_id\":\"LRzXl_NHStOGhQ4kofSm_A.filterdrecv-p3mdw1-756b745b58-kmzbl-18-5F5FC76C-9.0\",\"smtp-id\":\"<LRzXl_NHStOGhQ4kofSm_A@ismtpd0039p1iad1.sendgrid.net>\",\"timestamp\":1600112492}]\r\n";
+
+    fn request(body: &str) -> Request {
+        RequestBuilder::post(URL)
+            .header("X-Twilio-Email-Event-Webhook-Signature", SIG)
+            .header("X-Twilio-Email-Event-Webhook-Timestamp", "1600112502")
+            .body(body)
+            .build()
+    }
+
+    #[test]
+    fn plan_signs_timestamp_then_body_with_the_der_signature() {
+        let plan = SendGrid::plan_verification(&request(PAYLOAD)).expect("plan");
+        assert_eq!(
+            plan.message,
+            vec![Part::Header(TIMESTAMP.into()), Part::Body]
+        );
+        assert_eq!(plan.timestamp, Some(1_600_112_502));
+        assert_eq!(plan.candidates.len(), 1);
+        assert_eq!(plan.candidates[0].algorithm, Algorithm::EcdsaP256Sha256);
+        assert_eq!(plan.candidates[0].signature[0], 0x30, "DER SEQUENCE");
+    }
+
+    #[test]
+    fn missing_and_malformed_headers_are_rejections() {
+        let no_sig = RequestBuilder::post(URL)
+            .header("X-Twilio-Email-Event-Webhook-Timestamp", "1600112502")
+            .build();
+        let no_time = RequestBuilder::post(URL)
+            .header("X-Twilio-Email-Event-Webhook-Signature", SIG)
+            .build();
+        for req in [no_sig, no_time] {
+            assert!(matches!(
+                SendGrid::plan_verification(&req),
+                Err(Rejection::MissingSignature(_))
+            ));
+        }
+        let bad_time = RequestBuilder::post(URL)
+            .header("X-Twilio-Email-Event-Webhook-Signature", SIG)
+            .header("X-Twilio-Email-Event-Webhook-Timestamp", "timestamp")
+            .build();
+        let bad_sig = RequestBuilder::post(URL)
+            .header("X-Twilio-Email-Event-Webhook-Signature", "not base64!")
+            .header("X-Twilio-Email-Event-Webhook-Timestamp", "1600112502")
+            .build();
+        for req in [bad_time, bad_sig] {
+            assert!(matches!(
+                SendGrid::plan_verification(&req),
+                Err(Rejection::MalformedSignature(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn a_single_event_keeps_its_own_id_type_and_message() {
+        let event = SendGrid::describe_event(&request(PAYLOAD)).expect("event");
+        assert_eq!(
+            event.id.as_deref(),
+            Some("ZHJvcC0xMDk5NDkxOS1MUnpYbF9OSFN0T0doUTRrb2ZTbV9BLTA")
+        );
+        assert_eq!(event.event_type, "dropped");
+        assert_eq!(event.occurred_at, Some(1_600_112_492));
+        assert_eq!(event.resource_kind.as_deref(), Some("message"));
+        assert_eq!(
+            event.resource_id.as_deref(),
+            Some("LRzXl_NHStOGhQ4kofSm_A.filterdrecv-p3mdw1-756b745b58-kmzbl-18-5F5FC76C-9.0")
+        );
+        assert_eq!(event.resource_version, Some(1_600_112_492));
+    }
+
+    #[test]
+    fn a_batch_is_described_as_a_whole() {
+        let same = r#"[{"event":"delivered","sg_event_id":"a","sg_message_id":"m","timestamp":20},
+                       {"event":"open","sg_event_id":"b","sg_message_id":"m","timestamp":30}]"#;
+        let event = SendGrid::describe_event(&request(same)).expect("event");
+        assert_eq!(event.event_type, "batch");
+        assert_eq!(event.id, Some(hex_digest("batch-sha256:", b"a\nb")));
+        assert_eq!(event.occurred_at, Some(20));
+        assert_eq!(event.resource_id.as_deref(), Some("m"));
+        assert_eq!(event.resource_version, Some(30));
+
+        let spread = r#"[{"event":"delivered","sg_event_id":"a","sg_message_id":"m1","timestamp":20},
+                         {"event":"delivered","sg_message_id":"m2","timestamp":10}]"#;
+        let event = SendGrid::describe_event(&request(spread)).expect("event");
+        assert_eq!(event.event_type, "delivered");
+        assert_eq!(
+            event.id,
+            Some(hex_digest("body-sha256:", spread.as_bytes()))
+        );
+        assert_eq!(event.occurred_at, Some(10));
+        assert_eq!(event.resource_id, None);
+    }
+
+    #[test]
+    fn bodies_that_are_not_event_arrays_are_malformed() {
+        for bad in ["[]", "{\"event\":\"open\"}", "[1]", "payload", "[{}"] {
+            assert!(
+                matches!(
+                    SendGrid::describe_event(&request(bad)),
+                    Err(Rejection::MalformedBody(_))
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn config_opts_in_to_a_window() {
+        assert_eq!(SendGrid::info().default_tolerance_seconds, None);
+        assert_eq!(
+            SendGrid::check_config(&json!({})).expect("empty"),
+            EndpointFacts::default()
+        );
+        let facts = SendGrid::check_config(&json!({"replay_window_seconds": 600})).expect("ok");
+        assert_eq!(facts.default_tolerance_seconds, Some(600));
+        for bad in [
+            json!({"replay_window_seconds": 0}),
+            json!({"replay_window_seconds": "300"}),
+            json!({"window": 300}),
+            json!([]),
+        ] {
+            assert!(SendGrid::check_config(&bad).is_err(), "{bad}");
+        }
+        assert_eq!(SendGrid::algorithms(), vec![Algorithm::EcdsaP256Sha256]);
+    }
+}
