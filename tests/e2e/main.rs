@@ -7,4 +7,5 @@ mod crash;
 mod delivery;
 mod ingest;
 mod sandbox;
+mod schemes;
 mod support;
