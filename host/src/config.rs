@@ -4,6 +4,7 @@
 
 use crate::plugins::PluginLimits;
 use crate::verify::Secret;
+use crate::worker::CaFile;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -67,8 +68,10 @@ pub const DEFAULT_RETRY_SCHEDULE_SECONDS: [u64; 7] = [0, 30, 120, 600, 3600, 21_
 /// An HTTP destination: the user's own service.
 #[derive(Debug, Clone)]
 pub struct DestinationConfig {
-    /// `http://host:port/path`.
+    /// `http://host:port/path` or `https://host:port/path`.
     pub url: String,
+    /// For `https://`: certificates trusted beside the built-in roots (an internal CA).
+    pub ca: Option<CaFile>,
     /// Signs deliveries (Standard Webhooks, `whsec_` + base64 key).
     pub secret: Secret,
     pub connect_timeout: Duration,
@@ -147,6 +150,7 @@ struct RawDelivery {
 struct RawDestination {
     url: String,
     secret: String,
+    ca_file: Option<PathBuf>,
     connect_timeout_ms: Option<u64>,
     timeout_ms: Option<u64>,
 }
@@ -348,17 +352,29 @@ impl Config {
                 None => None,
                 Some(d) => {
                     let dkey = format!("{key}.destination");
-                    if !d.url.starts_with("http://") {
+                    let https = d.url.starts_with("https://");
+                    if !(https || d.url.starts_with("http://")) {
                         return Err(invalid(
                             &format!("{dkey}.url"),
-                            format!(
-                                "{:?}: only http:// destinations are supported by this build",
-                                d.url
-                            ),
+                            format!("{:?} must start with http:// or https://", d.url),
                         ));
                     }
+                    let ca = match d.ca_file {
+                        None => None,
+                        Some(_) if !https => {
+                            return Err(invalid(
+                                &format!("{dkey}.ca_file"),
+                                "applies only to an https:// url".into(),
+                            ));
+                        }
+                        Some(file) => Some(
+                            CaFile::read(&beside(&file))
+                                .map_err(|reason| invalid(&format!("{dkey}.ca_file"), reason))?,
+                        ),
+                    };
                     Some(DestinationConfig {
                         url: d.url,
+                        ca,
                         secret: resolve_secret(&d.secret, &format!("{dkey}.secret"))?,
                         connect_timeout: Duration::from_millis(
                             d.connect_timeout_ms.unwrap_or(2_000),
@@ -527,6 +543,67 @@ mod tests {
         assert!(
             error("[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"file:/nonexistent/s\"]")
                 .contains("cannot read /nonexistent/s")
+        );
+    }
+
+    fn with_destination(destination: &str) -> String {
+        format!(
+            "[[endpoint]]\nid = \"x\"\nplugin = \"p\"\nsecrets = [\"s\"]\n\
+             [endpoint.destination]\nsecret = \"whsec_a2V5\"\n{destination}"
+        )
+    }
+
+    #[test]
+    fn destinations_may_be_https_with_a_ca_file_beside_the_config() {
+        let config =
+            parse(&with_destination("url = \"https://hooks.internal/in\"")).expect("https");
+        let destination = config.endpoints[0]
+            .destination
+            .as_ref()
+            .expect("destination");
+        assert_eq!(destination.url, "https://hooks.internal/in");
+        assert!(destination.ca.is_none());
+        let config = parse(&with_destination("url = \"http://127.0.0.1:9000/in\"")).expect("http");
+        assert!(config.endpoints[0].destination.is_some());
+
+        // A relative ca_file is read beside the configuration file.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let key = rcgen::KeyPair::generate().expect("key");
+        let ca = rcgen::CertificateParams::new(Vec::<String>::new())
+            .expect("params")
+            .self_signed(&key)
+            .expect("certificate");
+        std::fs::create_dir(dir.path().join("tls")).expect("dir");
+        std::fs::write(dir.path().join("tls/ca.pem"), ca.pem()).expect("write");
+        let text =
+            with_destination("url = \"https://hooks.internal/in\"\nca_file = \"tls/ca.pem\"");
+        let config = Config::parse(&dir.path().join("hookhost.toml"), &text, &|_| None)
+            .expect("a PEM CA file");
+        let destination = config.endpoints[0]
+            .destination
+            .as_ref()
+            .expect("destination");
+        let read = destination.ca.as_ref().expect("ca_file read");
+        assert_eq!(read.path, dir.path().join("tls/ca.pem"));
+        assert_eq!(read.certificates, vec![ca.der().clone()]);
+        assert!(!format!("{config:?}").contains("whsec_a2V5"));
+
+        let refused = |destination: &str| error(&with_destination(destination));
+        let key = "/etc/hookhost/hookhost.toml: endpoint[0] (id \"x\").destination";
+        assert_eq!(
+            refused("url = \"ftp://hooks.internal/in\""),
+            format!("{key}.url: \"ftp://hooks.internal/in\" must start with http:// or https://")
+        );
+        assert_eq!(
+            refused("url = \"http://hooks.internal/in\"\nca_file = \"ca.pem\""),
+            format!("{key}.ca_file: applies only to an https:// url")
+        );
+        let missing = refused("url = \"https://hooks.internal/in\"\nca_file = \"tls/ca.pem\"");
+        assert!(
+            missing.starts_with(&format!(
+                "{key}.ca_file: cannot read /etc/hookhost/tls/ca.pem: "
+            )),
+            "{missing}"
         );
     }
 }

@@ -1,5 +1,8 @@
 //! Delivery to a real downstream server on loopback: retries, quarantine, dead
 //! letters, Retry-After, the destination's signature, and leases that expire.
+//! `https` repeats the essentials over TLS.
+
+mod https;
 
 use crate::support::*;
 use axum::extract::State;
@@ -32,15 +35,20 @@ struct Downstream {
 impl Downstream {
     async fn start() -> (Downstream, u16) {
         let downstream = Downstream::default();
-        let app = axum::Router::new()
-            .route("/hook", axum::routing::post(answer))
-            .with_state(downstream.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let port = listener.local_addr().expect("addr").port();
+        let app = downstream.router();
         tokio::spawn(async move { axum::serve(listener, app).await });
         (downstream, port)
+    }
+
+    /// `POST /hook`, answered by [`answer`].
+    fn router(&self) -> axum::Router {
+        axum::Router::new()
+            .route("/hook", axum::routing::post(answer))
+            .with_state(self.clone())
     }
 
     fn script(&self, event_id: &str, answers: &[(u16, Option<u64>)]) {
@@ -88,14 +96,23 @@ async fn answer(
 }
 
 async fn start(port: u16, schedule: &str) -> Server {
-    Server::start(&format!(
+    Server::start(&config(
+        &format!("http://127.0.0.1:{port}/hook"),
+        schedule,
+        "",
+    ))
+    .await
+}
+
+/// A Stripe endpoint delivering to `url`; `extra` adds keys to its destination.
+fn config(url: &str, schedule: &str, extra: &str) -> String {
+    format!(
         "[delivery]\nworkers = 4\npoll_ms = 20\nlease_seconds = 30\n\
          [[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\"]\n\
          retry_schedule_seconds = {schedule}\n\
-         [endpoint.destination]\nurl = \"http://127.0.0.1:{port}/hook\"\nsecret = \"whsec_{}\"\n",
+         [endpoint.destination]\nurl = \"{url}\"\nsecret = \"whsec_{}\"\n{extra}",
         b64(DESTINATION_KEY)
-    ))
-    .await
+    )
 }
 
 async fn accept(server: &Server, id: &str) -> String {

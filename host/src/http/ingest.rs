@@ -74,7 +74,7 @@ async fn handle(
     let decision = off_the_reactor(|| verify::decide(&endpoint, &request, received_at_ms / 1000))?;
     drop(slot);
     let verified = match decision {
-        Decision::Store(verified) => verified,
+        Decision::Store(verified) => *verified,
         Decision::Answer(answer) => return Ok(handshake(answer)),
     };
     tracing::debug!(event_id = %verified.event_id, event_type = %verified.event.event_type, "verified");

@@ -35,7 +35,7 @@ pub struct Verified {
 #[derive(Debug)]
 pub enum Decision {
     /// Store a receipt and answer after the commit.
-    Store(Verified),
+    Store(Box<Verified>),
     /// A handshake: answer this now; nothing is stored.
     Answer(Answer),
 }
@@ -84,7 +84,7 @@ pub fn decide(
     let verified = judge(endpoint, request, now)?;
     match &verified.event.disposition {
         Disposition::Answer(response) => render(endpoint, response).map(Decision::Answer),
-        _ => Ok(Decision::Store(verified)),
+        _ => Ok(Decision::Store(Box::new(verified))),
     }
 }
 

@@ -3,7 +3,11 @@
 //! The HTTP destination POSTs the original raw body with its original content type,
 //! signed by hookhost per the Standard Webhooks scheme with the destination's own
 //! secret, so the user's service verifies one scheme whatever the provider.
+//!
+//! `http://` and `https://` share one path: only how a connection is opened differs
+//! (TLS in `super::tls`); the keep-alive pool holds hyper senders, whatever is under them.
 
+use super::tls::Tls;
 use crate::config::DestinationConfig;
 use crate::store::Leased;
 use crate::verify::{Key, decode_key};
@@ -18,6 +22,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 /// What one attempt came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +58,10 @@ const RESPONSE_DRAIN_CAP: usize = 64 * 1024;
 
 pub struct HttpDestination {
     uri: hyper::Uri,
+    /// `host:port` to connect to.
     address: String,
+    /// Set for `https://`.
+    tls: Option<Tls>,
     key: Vec<u8>,
     connect_timeout: Duration,
     timeout: Duration,
@@ -80,7 +88,12 @@ impl HttpDestination {
             .parse()
             .map_err(|e| format!("destination url: {e}"))?;
         let host = uri.host().ok_or("destination url: no host")?.to_string();
-        let port = uri.port_u16().unwrap_or(80);
+        let (tls, default_port) = match uri.scheme_str() {
+            Some("http") => (None, 80),
+            Some("https") => (Some(Tls::new(&host, config.ca.as_ref())?), 443),
+            _ => return Err("destination url: must start with http:// or https://".into()),
+        };
+        let port = uri.port_u16().unwrap_or(default_port);
         let key = match decode_key(
             &config.secret,
             &[KeyFormat::Base64AfterPrefix("whsec_".into())],
@@ -98,6 +111,7 @@ impl HttpDestination {
         Ok(HttpDestination {
             uri,
             address: format!("{host}:{port}"),
+            tls,
             key,
             connect_timeout: config.connect_timeout,
             timeout: config.timeout,
@@ -163,22 +177,31 @@ impl HttpDestination {
                 }
             }
         }
-        let stream = match tokio::time::timeout(
-            self.connect_timeout,
-            tokio::net::TcpStream::connect(&self.address),
-        )
-        .await
-        {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => return Err(format!("connect {}: {e}", self.address)),
-            Err(_) => return Err(format!("connect {}: timed out", self.address)),
-        };
-        let (sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .map_err(|e| format!("handshake: {e}"))?;
-        tokio::spawn(connection);
-        Ok((sender, false))
+        // The connect timeout covers the TLS handshake too: both are setting up.
+        match tokio::time::timeout(self.connect_timeout, self.open()).await {
+            Ok(sender) => Ok((sender?, false)),
+            Err(_) => Err(format!("connect {}: timed out", self.address)),
+        }
+    }
+
+    /// A new connection, through TLS for `https://`.
+    async fn open(&self) -> Result<SendRequest<Full<Bytes>>, String> {
+        let stream = tokio::net::TcpStream::connect(&self.address)
+            .await
+            .map_err(|e| format!("connect {}: {e}", self.address))?;
+        match &self.tls {
+            None => handshake(stream).await,
+            Some(tls) => {
+                // An untrusted certificate or a failed handshake is a connection error
+                // like any other: retried on the schedule, its reason in the attempt.
+                let stream = tls
+                    .connector
+                    .connect(tls.name.clone(), stream)
+                    .await
+                    .map_err(|e| format!("tls {}: {e}", self.address))?;
+                handshake(stream).await
+            }
+        }
     }
 
     async fn send(&self, request: hyper::Request<Full<Bytes>>, reuse: bool) -> Sent {
@@ -212,6 +235,19 @@ impl HttpDestination {
         }
         Sent::Answered(classify(status, retry_after))
     }
+}
+
+/// HTTP/1.1 over any stream; the connection task runs until either side closes it.
+async fn handshake<S>(stream: S) -> Result<SendRequest<Full<Bytes>>, String>
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(connection);
+    Ok(sender)
 }
 
 enum Sent {

@@ -6,8 +6,10 @@
 //! provider secret (only the destination's own signing key).
 
 mod destination;
+mod tls;
 
 pub use destination::{Answer, Destination, HttpDestination, classify, idempotency_key};
+pub use tls::CaFile;
 
 use crate::config::DeliveryConfig;
 use crate::endpoints::Endpoint;
