@@ -7,8 +7,11 @@
 //!
 //! Event, by body shape:
 //! - JSON (Events API): id = `event_id`, type = `event.type` for `event_callback`
-//!   (else the top-level `type`), occurred_at = `event_time`. `url_verification` is
-//!   stored but ignored (the challenge handshake is not answered yet).
+//!   (else the top-level `type`), occurred_at = `event_time`.
+//! - `url_verification` (sent, signed, when an app's Request URL is set): answered
+//!   `200` with JSON `{"challenge":C}` after the signature is verified; nothing stored
+//!   (api.slack.com/events/url_verification: plain text, form or this JSON
+//!   object are all accepted).
 //! - Form-encoded: `command=` → `slash_command`, `payload=` (interactivity: block
 //!   actions, shortcuts, view submissions, options) → `interactive`, `ssl_check=` →
 //!   `ssl_check` (ignored). No id: the host derives one from the signed message.
@@ -17,7 +20,7 @@
 
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
-    decode,
+    Response, decode, serde_json,
 };
 
 pub struct Slack;
@@ -35,6 +38,10 @@ impl Provider for Slack {
                               to answer; slash commands and interactions are not retried"
                 .into(),
         }
+    }
+
+    fn algorithms() -> Vec<Algorithm> {
+        vec![Algorithm::HmacSha256]
     }
 
     fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
@@ -75,7 +82,12 @@ fn events_api(req: &Request) -> Result<Event, Rejection> {
         .maybe_id(body.str("/event_id"))
         .occurred_at(body.i64("/event_time"));
     Ok(match outer.as_ref() {
-        "url_verification" => event.ignore("url_verification"),
+        "url_verification" => {
+            let challenge = body.required_str("/challenge")?;
+            event.answer(Response::json(
+                &serde_json::json!({ "challenge": challenge.as_ref() }),
+            ))
+        }
         _ => event,
     })
 }
@@ -101,8 +113,8 @@ hookhost_plugin_sdk::export_provider!(Slack);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hookhost_plugin_sdk::Disposition;
     use hookhost_plugin_sdk::testing::RequestBuilder;
+    use hookhost_plugin_sdk::{Disposition, ResponsePart};
 
     const URL: &str = "https://hooks.example.com/webhooks/slack";
 
@@ -174,13 +186,24 @@ mod tests {
         assert_eq!(event.id.as_deref(), Some("Ev1"));
         assert_eq!(event.event_type, "app_mention");
         assert_eq!(event.occurred_at, Some(1_700_000_000));
-        let challenge = describe(r#"{"type":"url_verification","challenge":"c","token":"t"}"#);
+        let challenge = describe(r#"{"type":"url_verification","challenge":"c\"1","token":"t"}"#);
         let challenge = challenge.expect("challenge");
         assert_eq!(challenge.event_type, "url_verification");
+        let Disposition::Answer(response) = challenge.disposition else {
+            panic!("not answered: {:?}", challenge.disposition);
+        };
         assert_eq!(
-            challenge.disposition,
-            Disposition::Ignore("url_verification".into())
+            (response.status, response.content_type.as_str()),
+            (200, "application/json")
         );
+        assert_eq!(
+            response.body,
+            vec![ResponsePart::Text(r#"{"challenge":"c\"1"}"#.into())]
+        );
+        assert!(matches!(
+            describe(r#"{"type":"url_verification","token":"t"}"#),
+            Err(Rejection::MalformedBody(_))
+        ));
         assert!(matches!(
             describe(r#"{"event_id":"Ev1"}"#),
             Err(Rejection::MalformedBody(_))
