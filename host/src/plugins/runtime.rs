@@ -18,6 +18,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 /// How often the engine's epoch advances; a call's deadline is counted in ticks.
 /// 5 ms keeps the ticker thread idle while bounding a runaway call to deadline + 5 ms.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
+/// CPU time of a call made once at load (`info`, `check-config`), at least.
+const LOAD_TIME: Duration = Duration::from_secs(2);
 /// How much of a plugin's stderr per request reaches the log; the rest is dropped.
 const STDERR_LOGGED: usize = 2 * 1024;
 /// Largest memory a configuration may grant one plugin call.
@@ -325,6 +327,16 @@ impl Plugin {
         }
     }
 
+    /// Calls made once when loading (`info`, `check-config`) may take longer than a
+    /// request's: at start-up every plugin loads at once and competes for the cores,
+    /// and a slow start must not be mistaken for a runaway plugin.
+    fn load_limits(&self) -> PluginLimits {
+        PluginLimits {
+            time: self.limits.time.max(LOAD_TIME),
+            ..self.limits
+        }
+    }
+
     /// Check one endpoint's plugin configuration (JSON). A 0.1 plugin has no check
     /// and changes nothing.
     pub fn check_config(
@@ -334,11 +346,11 @@ impl Plugin {
         if let Pre::V0_1(_) = self.pre {
             return Ok(Ok(EndpointFacts::default()));
         }
-        let (mut store, instance) = self.instantiate(empty_head())?;
+        let (mut store, instance) = self.instantiate(empty_head(), self.load_limits())?;
         let Instance::V0_2(provider, _) = instance else {
             return Ok(Ok(EndpointFacts::default()));
         };
-        let answer = guarded(&mut store, self.limits, |s| {
+        let answer = guarded(&mut store, self.load_limits(), |s| {
             provider
                 .hookhost_provider_plugin()
                 .call_check_config(s, config_json)
@@ -359,8 +371,8 @@ impl Plugin {
     }
 
     fn call_info(&self) -> Result<(Vec<Algorithm>, PluginInfo), PluginFailure> {
-        let (mut store, instance) = self.instantiate(empty_head())?;
-        let limits = self.limits;
+        let (mut store, instance) = self.instantiate(empty_head(), self.load_limits())?;
+        let limits = self.load_limits();
         match instance {
             Instance::V0_1(p, _) => guarded(&mut store, limits, |s| {
                 p.hookhost_provider_plugin().call_info(s)
@@ -373,7 +385,11 @@ impl Plugin {
         }
     }
 
-    fn instantiate(&self, head: HeadData) -> Result<(Store<State>, Instance), PluginFailure> {
+    fn instantiate(
+        &self,
+        head: HeadData,
+        call_limits: PluginLimits,
+    ) -> Result<(Store<State>, Instance), PluginFailure> {
         let stderr = CappedOutput::new(STDERR_LOGGED);
         let wasi = WasiCtxBuilder::new()
             .stderr(stderr.clone())
@@ -397,7 +413,7 @@ impl Plugin {
             },
         );
         store.limiter(|s| &mut s.limits);
-        store.set_epoch_deadline(deadline_ticks(self.limits.time));
+        store.set_epoch_deadline(deadline_ticks(call_limits.time));
         let instance = match &self.pre {
             Pre::V0_1(pre) => pre.instantiate(&mut store).map(|p| {
                 let head = v0_1::Head {
@@ -442,7 +458,7 @@ impl Plugin {
             headers: request.headers.to_vec(),
             config: config_json.to_owned(),
         };
-        let (store, instance) = self.instantiate(head).inspect_err(|failure| {
+        let (store, instance) = self.instantiate(head, self.limits).inspect_err(|failure| {
             tracing::error!(plugin = self.name(), %failure, "plugin instance could not start");
         })?;
         Ok(Session {
