@@ -189,45 +189,66 @@ pub(super) async fn lease_in(
         .collect())
 }
 
-pub(super) async fn finish_in(
+/// Record every attempt of a write batch in two statements, whatever their number:
+/// each statement is a round trip to SQLite's thread, and attempts are independent of
+/// each other (each is under its own lease) and of the batch's other work.
+pub(super) async fn finish_all(
     tx: &mut Transaction<'_, Sqlite>,
-    r: &FinishRequest,
+    requests: &[&FinishRequest],
 ) -> Result<(), StoreError> {
-    let (leased, attempt) = (&r.leased, &r.attempt);
-    let error = attempt.error.as_deref().map(cap);
-    let number = i64::from(leased.attempts) + 1;
-    let (state, next_at, delivered_at) = match r.next {
-        Next::Delivered => ("delivered", 0, Some(attempt.ended_at_ms)),
-        Next::RetryAt(at) => ("pending", at, None),
-        Next::Dead => ("dead", 0, None),
-        Next::Quarantined => ("quarantined", 0, None),
-    };
+    if requests.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<serde_json::Value> = requests
+        .iter()
+        .map(|r| {
+            let (leased, attempt) = (&r.leased, &r.attempt);
+            let (state, next_at, delivered_at) = match r.next {
+                Next::Delivered => ("delivered", 0, Some(attempt.ended_at_ms)),
+                Next::RetryAt(at) => ("pending", at, None),
+                Next::Dead => ("dead", 0, None),
+                Next::Quarantined => ("quarantined", 0, None),
+            };
+            serde_json::json!({
+                "endpoint": leased.endpoint,
+                "event_id": leased.event_id,
+                "owner": r.owner,
+                "attempt": i64::from(leased.attempts) + 1,
+                "started": attempt.started_at_ms,
+                "ended": attempt.ended_at_ms,
+                "status": attempt.status,
+                "error": attempt.error.as_deref().map(cap),
+                "state": state,
+                "next_at": next_at,
+                "delivered_at": delivered_at,
+            })
+        })
+        .collect();
+    let rows = serde_json::Value::Array(rows).to_string();
+    // Every attempt is recorded, even one whose lease has expired meanwhile.
     sqlx::query(
         "INSERT INTO attempts (endpoint, event_id, attempt, started_at_ms, ended_at_ms, status, error)
-         VALUES (?, ?, ?, ?, ?, ?, ?)",
+         SELECT value->>'endpoint', value->>'event_id', value->>'attempt', value->>'started',
+                value->>'ended', value->>'status', value->>'error'
+         FROM json_each(?1)",
     )
-    .bind(&leased.endpoint)
-    .bind(&leased.event_id)
-    .bind(number)
-    .bind(attempt.started_at_ms)
-    .bind(attempt.ended_at_ms)
-    .bind(attempt.status.map(i64::from))
-    .bind(&error)
+    .bind(&rows)
     .execute(&mut **tx)
     .await?;
+    // The receipt moves on only while the attempt's worker still holds its lease.
     sqlx::query(
-        "UPDATE receipts SET attempts = ?, state = ?, next_attempt_at_ms = ?, last_error = ?,
-            delivered_at_ms = ?, lease_owner = NULL, lease_expires_at_ms = NULL
-         WHERE endpoint = ? AND event_id = ? AND lease_owner = ?",
+        "UPDATE receipts SET attempts = f.attempt, state = f.state, next_attempt_at_ms = f.next_at,
+            last_error = f.error, delivered_at_ms = f.delivered_at,
+            lease_owner = NULL, lease_expires_at_ms = NULL
+         FROM (SELECT value->>'endpoint' AS endpoint, value->>'event_id' AS event_id,
+                      value->>'owner' AS owner, value->>'attempt' AS attempt,
+                      value->>'state' AS state, value->>'next_at' AS next_at,
+                      value->>'error' AS error, value->>'delivered_at' AS delivered_at
+               FROM json_each(?1)) AS f
+         WHERE receipts.endpoint = f.endpoint AND receipts.event_id = f.event_id
+           AND receipts.lease_owner = f.owner",
     )
-    .bind(number)
-    .bind(state)
-    .bind(next_at)
-    .bind(&error)
-    .bind(delivered_at)
-    .bind(&leased.endpoint)
-    .bind(&leased.event_id)
-    .bind(&r.owner)
+    .bind(&rows)
     .execute(&mut **tx)
     .await?;
     Ok(())

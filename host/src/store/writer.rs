@@ -6,7 +6,7 @@
 //! then answers every request of the batch. While a commit is on its way to disk, the
 //! next batch gathers, so concurrency turns into larger batches, not more fsyncs.
 
-use super::delivery::{FinishRequest, LeaseRequest, finish_in, lease_in};
+use super::delivery::{FinishRequest, LeaseRequest, finish_all, lease_in};
 use super::{Leased, NewReceipt, Outcome, Resource, StoreError};
 use sqlx::{Connection, Sqlite, SqliteConnection, Transaction};
 use std::sync::Arc;
@@ -170,15 +170,22 @@ async fn commit(conn: &mut SqliteConnection, batch: &[Work]) -> Result<Vec<Done>
     // and writes later fails at once (no busy wait) if another connection (an
     // operator's) committed in between.
     let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+    // Attempts first, all at once: a resource whose delivery just finished can have its
+    // next event leased in this same transaction.
+    let finished: Vec<&FinishRequest> = batch
+        .iter()
+        .filter_map(|work| match work {
+            Work::Finish(request, _) => Some(&**request),
+            _ => None,
+        })
+        .collect();
+    finish_all(&mut tx, &finished).await?;
     let mut done = Vec::with_capacity(batch.len());
     for work in batch {
         done.push(match work {
             Work::Record(receipt, _) => Done::Record(record_one(&mut tx, receipt).await?),
             Work::Lease(request, _) => Done::Lease(lease_in(&mut tx, request).await?),
-            Work::Finish(request, _) => {
-                finish_in(&mut tx, request).await?;
-                Done::Finish
-            }
+            Work::Finish(..) => Done::Finish,
         });
     }
     tx.commit().await?;
@@ -199,12 +206,23 @@ async fn record_one(
     tx: &mut Transaction<'_, Sqlite>,
     r: &NewReceipt,
 ) -> Result<Outcome, StoreError> {
-    let existing: Option<Vec<u8>> =
-        sqlx::query_scalar("SELECT body_sha256 FROM receipts WHERE endpoint = ? AND event_id = ?")
-            .bind(&r.endpoint)
-            .bind(&r.event_id)
-            .fetch_optional(&mut **tx)
-            .await?;
+    // One statement reads both what the dedupe and what the version gate need: each
+    // statement is a round trip to SQLite's thread, and the writer is one task.
+    let resource = r.resource.as_ref();
+    let (existing, version, deleted): (Option<Vec<u8>>, Option<i64>, Option<bool>) =
+        sqlx::query_as(
+            "SELECT r.body_sha256, v.version, v.deleted FROM (SELECT 1)
+             LEFT JOIN receipts AS r ON r.endpoint = ?1 AND r.event_id = ?2
+             LEFT JOIN resource_versions AS v
+                ON v.endpoint = ?1 AND v.resource_kind = ?3 AND v.resource_id = ?4",
+        )
+        .bind(&r.endpoint)
+        .bind(&r.event_id)
+        .bind(resource.map(|x| &x.kind))
+        .bind(resource.map(|x| &x.id))
+        .fetch_one(&mut **tx)
+        .await?;
+    let current = version.zip(deleted);
     let headers = serde_json::to_string(&r.headers).unwrap_or_else(|_| "[]".into());
     if let Some(digest) = existing {
         if digest == r.body_sha256 {
@@ -228,11 +246,10 @@ async fn record_one(
 
     let verdict = match (&r.ignore, &r.resource) {
         (Some(reason), _) => Verdict::Ignored(reason.clone()),
-        (None, Some(resource)) => gate(tx, r, resource).await?,
+        (None, Some(resource)) => gate(tx, r, resource, current).await?,
         (None, None) => Verdict::Pending,
     };
     let (state, reason) = verdict.state();
-    let resource = r.resource.as_ref();
     sqlx::query(
         "INSERT INTO receipts (endpoint, event_id, body_sha256, body, headers, secret_index,
             plugin, plugin_version, plugin_digest, message_id, event_type,
@@ -299,22 +316,15 @@ impl From<Verdict> for Outcome {
     }
 }
 
-/// The version gate for one resource: older → stale, equal under another event id →
-/// ignored, newer → accepted and recorded; a delete leaves a tombstone at its version.
+/// The version gate for one resource, given its `current` (version, tombstone): older →
+/// stale, equal under another event id → ignored, newer → accepted and recorded; a
+/// delete leaves a tombstone at its version.
 async fn gate(
     tx: &mut Transaction<'_, Sqlite>,
     r: &NewReceipt,
     resource: &Resource,
+    current: Option<(i64, bool)>,
 ) -> Result<Verdict, StoreError> {
-    let current: Option<(i64, bool)> = sqlx::query_as(
-        "SELECT version, deleted FROM resource_versions
-         WHERE endpoint = ? AND resource_kind = ? AND resource_id = ?",
-    )
-    .bind(&r.endpoint)
-    .bind(&resource.kind)
-    .bind(&resource.id)
-    .fetch_optional(&mut **tx)
-    .await?;
     let Some(version) = resource.version.map(version_i64) else {
         // No version to order it by: only a tombstone can refuse it.
         return Ok(match current {
