@@ -352,6 +352,20 @@ async fn the_readme_demo_config_serves_a_signed_event() {
     let text =
         std::fs::read_to_string(workspace().join("fixtures/demo.toml")).expect("demo config");
     let text = text.replace("listen = \"127.0.0.1:8080\"", "listen = \"127.0.0.1:0\"");
+    // Every built-in has its demo endpoint, so the README's run command shows them all.
+    let config: toml::Table = toml::from_str(&text).expect("toml");
+    let plugins: Vec<&str> = config["endpoint"]
+        .as_array()
+        .expect("endpoints")
+        .iter()
+        .filter_map(|e| e["plugin"].as_str())
+        .collect();
+    for name in hookhost::plugins::BUILTIN_NAMES {
+        assert!(
+            plugins.contains(name),
+            "fixtures/demo.toml has no {name} endpoint"
+        );
+    }
     let dir = tempfile::tempdir().expect("dir");
     let server = Server::start_in(dir, &text)
         .await
