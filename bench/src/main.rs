@@ -96,7 +96,7 @@ struct Args {
     #[arg(long)]
     skip_delivery: bool,
     /// The delivering server's `[delivery] workers`: deliveries in flight at once.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=1024))]
     delivery_workers: u32,
     /// Connections for the delivery phase's maximum rate.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=512))]
