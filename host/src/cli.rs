@@ -46,48 +46,6 @@ enum Command {
     },
 }
 
-/// Which events: every flag narrows.
-#[derive(clap::Args, Debug, Clone, Default)]
-struct FilterArgs {
-    #[arg(long)]
-    endpoint: Option<String>,
-    #[arg(long)]
-    event_id: Option<String>,
-    /// States, comma-separated (pending, delivered, dead, quarantined, …).
-    #[arg(long, value_delimiter = ',')]
-    state: Vec<String>,
-    #[arg(long = "type")]
-    event_type: Option<String>,
-    #[arg(long)]
-    resource_kind: Option<String>,
-    #[arg(long)]
-    resource_id: Option<String>,
-    /// Received at or after this unix time, milliseconds.
-    #[arg(long)]
-    since_ms: Option<i64>,
-    /// Received before this unix time, milliseconds.
-    #[arg(long)]
-    until_ms: Option<i64>,
-    #[arg(long)]
-    limit: Option<u32>,
-}
-
-impl FilterArgs {
-    fn filter(self) -> crate::store::Filter {
-        crate::store::Filter {
-            endpoint: self.endpoint,
-            event_id: self.event_id,
-            states: self.state,
-            event_type: self.event_type,
-            resource_kind: self.resource_kind,
-            resource_id: self.resource_id,
-            since_ms: self.since_ms,
-            until_ms: self.until_ms,
-            limit: self.limit,
-        }
-    }
-}
-
 #[derive(Subcommand, Debug)]
 enum EventsCommand {
     /// One line per event (or JSON lines).
@@ -95,7 +53,7 @@ enum EventsCommand {
         #[arg(long, short)]
         config: PathBuf,
         #[command(flatten)]
-        filter: FilterArgs,
+        filter: crate::store::Filter,
         #[arg(long)]
         json: bool,
     },
@@ -112,7 +70,7 @@ enum EventsCommand {
         #[arg(long, short)]
         config: PathBuf,
         #[command(flatten)]
-        filter: FilterArgs,
+        filter: crate::store::Filter,
         /// Map each event again with the endpoint's current plugin first.
         #[arg(long)]
         remap: bool,
@@ -373,6 +331,14 @@ fn operate(operation: Operation) -> anyhow::Result<()> {
             EndpointCommand::Pause { config, .. } | EndpointCommand::Resume { config, .. },
         ) => config.clone(),
     };
+    if let Operation::Events(
+        EventsCommand::List { filter, .. } | EventsCommand::Replay { filter, .. },
+    ) = &operation
+    {
+        filter
+            .check()
+            .map_err(|reason| anyhow::anyhow!("--{reason}"))?;
+    }
     let config = Config::load(&config_path)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -387,7 +353,7 @@ fn operate(operation: Operation) -> anyhow::Result<()> {
             // Remapping runs plugins: build the whole receiver (without serving).
             let app = crate::build(&config).await?;
             let filter = match operation {
-                Operation::Events(EventsCommand::Replay { filter, .. }) => filter.filter(),
+                Operation::Events(EventsCommand::Replay { filter, .. }) => filter,
                 Operation::Dlq(DlqCommand::Replay { endpoint, .. }) => crate::store::Filter {
                     endpoint,
                     states: vec!["dead".into(), "quarantined".into()],
@@ -412,7 +378,7 @@ async fn run_operation(store: &crate::store::Store, operation: Operation) -> any
     let dead = || vec!["dead".to_string(), "quarantined".to_string()];
     match operation {
         Operation::Events(EventsCommand::List { filter, json, .. }) => {
-            print_list(store, filter.filter(), json).await
+            print_list(store, filter, json).await
         }
         Operation::Dlq(DlqCommand::List { endpoint, json, .. }) => {
             let filter = crate::store::Filter {
@@ -433,7 +399,7 @@ async fn run_operation(store: &crate::store::Store, operation: Operation) -> any
             Ok(())
         }
         Operation::Events(EventsCommand::Replay { filter, .. }) => {
-            let replayed = store.replay(&filter.filter()).await?;
+            let replayed = store.replay(&filter).await?;
             println!("{replayed} replayed");
             Ok(())
         }

@@ -535,6 +535,47 @@ async fn the_admin_api_refuses_every_call_without_the_token_and_replays_with_it(
     let filtered = request(admin, "POST", "/admin/replay", &token, body.into()).await;
     assert_eq!(filtered, (200, serde_json::json!({"replayed": 1})));
     settled(&server, "evt_admin", "delivered").await;
+    // The API and the CLI read one filter: a state that does not exist is refused by
+    // name in both, never silently matched against nothing.
+    let (status, refused) = request(
+        admin,
+        "GET",
+        "/admin/events?state=delivred",
+        &token,
+        "".into(),
+    )
+    .await;
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (400, Some("invalid_filter"))
+    );
+    assert!(
+        refused["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("\"delivred\"")
+    );
+    let body = r#"{"state": "dead,bogus"}"#;
+    let (status, _) = request(admin, "POST", "/admin/replay", &token, body.into()).await;
+    assert_eq!(status, 400);
+    let config = server.config_path();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
+        .args([
+            "events",
+            "list",
+            "--config",
+            &config,
+            "--state",
+            "pending,delivred",
+        ])
+        .output()
+        .expect("run hookhost");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--state: \"delivred\" is not one of"),
+        "{stderr}"
+    );
     let unknown = request(
         admin,
         "POST",

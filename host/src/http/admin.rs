@@ -65,61 +65,32 @@ fn error(status: StatusCode, code: &str) -> Response {
     (status, Json(serde_json::json!({ "error": code }))).into_response()
 }
 
+/// 400 `{"error":"invalid_filter","reason":…}`: the filter names what does not exist.
+fn invalid_filter(reason: &str) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(serde_json::json!({ "error": "invalid_filter", "reason": reason })),
+    )
+        .into_response()
+}
+
 fn store_error(e: crate::store::StoreError) -> Response {
     tracing::error!(error = %e, "admin API: store error");
     error(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
 }
 
-/// Query-string filter: `?endpoint=&state=dead,quarantined&type=&resource_kind=&…`.
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct FilterQuery {
-    endpoint: Option<String>,
-    event_id: Option<String>,
-    state: Option<String>,
-    #[serde(rename = "type")]
-    event_type: Option<String>,
-    resource_kind: Option<String>,
-    resource_id: Option<String>,
-    since_ms: Option<i64>,
-    until_ms: Option<i64>,
-    limit: Option<u32>,
-}
-
-impl FilterQuery {
-    fn filter(self) -> Filter {
-        Filter {
-            endpoint: self.endpoint,
-            event_id: self.event_id,
-            states: self
-                .state
-                .map(|s| {
-                    s.split(',')
-                        .map(str::trim)
-                        .filter(|s| !s.is_empty())
-                        .map(String::from)
-                        .collect()
-                })
-                .unwrap_or_default(),
-            event_type: self.event_type,
-            resource_kind: self.resource_kind,
-            resource_id: self.resource_id,
-            since_ms: self.since_ms,
-            until_ms: self.until_ms,
-            limit: self.limit,
-        }
+async fn list(State(admin): State<Admin>, Query(query): Query<Filter>) -> Response {
+    if let Err(reason) = query.check() {
+        return invalid_filter(&reason);
     }
-}
-
-async fn list(State(admin): State<Admin>, Query(query): Query<FilterQuery>) -> Response {
-    match admin.app.store.list(&query.filter()).await {
+    match admin.app.store.list(&query).await {
         Ok(events) => Json(events).into_response(),
         Err(e) => store_error(e),
     }
 }
 
-async fn dead_letters(State(admin): State<Admin>, Query(query): Query<FilterQuery>) -> Response {
-    let mut filter = query.filter();
+async fn dead_letters(State(admin): State<Admin>, Query(query): Query<Filter>) -> Response {
+    let mut filter = query;
     filter.states = vec!["dead".into(), "quarantined".into()];
     match admin.app.store.list(&filter).await {
         Ok(events) => Json(events).into_response(),
@@ -163,13 +134,16 @@ async fn replay_one(
 #[derive(Debug, Deserialize)]
 struct ReplayBody {
     #[serde(flatten)]
-    filter: FilterQuery,
+    filter: Filter,
     #[serde(default)]
     remap: bool,
 }
 
 async fn replay_filtered(State(admin): State<Admin>, Json(body): Json<ReplayBody>) -> Response {
-    replay(&admin, &body.filter.filter(), body.remap).await
+    if let Err(reason) = body.filter.check() {
+        return invalid_filter(&reason);
+    }
+    replay(&admin, &body.filter, body.remap).await
 }
 
 async fn replay(admin: &Admin, filter: &Filter, remap: bool) -> Response {

@@ -4,21 +4,69 @@
 use super::{Store, StoreError};
 use sqlx::Row;
 
-/// Which receipts to list or replay; every field narrows.
-#[derive(Debug, Clone, Default)]
+/// Which receipts to list or replay; every field narrows. One definition serves the
+/// CLI (`--endpoint … --state dead,quarantined --type …`) and the admin API's query
+/// string (`?endpoint=…&state=dead,quarantined&type=…`), so both read it alike.
+#[derive(Debug, Clone, Default, clap::Args, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Filter {
+    #[arg(long)]
     pub endpoint: Option<String>,
+    #[arg(long)]
     pub event_id: Option<String>,
-    /// Any of these states.
+    /// Any of these states, comma-separated (pending, delivered, dead, quarantined, …).
+    #[arg(long = "state", value_delimiter = ',')]
+    #[serde(rename = "state", default, deserialize_with = "comma_separated")]
     pub states: Vec<String>,
+    #[arg(long = "type")]
+    #[serde(rename = "type")]
     pub event_type: Option<String>,
+    #[arg(long)]
     pub resource_kind: Option<String>,
+    #[arg(long)]
     pub resource_id: Option<String>,
-    /// Received at or after (unix ms).
+    /// Received at or after this unix time, milliseconds.
+    #[arg(long)]
     pub since_ms: Option<i64>,
-    /// Received before (unix ms).
+    /// Received before this unix time, milliseconds.
+    #[arg(long)]
     pub until_ms: Option<i64>,
+    #[arg(long)]
     pub limit: Option<u32>,
+}
+
+/// Every state a receipt can be in.
+pub const STATES: [&str; 7] = [
+    "pending",
+    "ignored",
+    "stale",
+    "delivered",
+    "dead",
+    "quarantined",
+    "discarded",
+];
+
+impl Filter {
+    /// A state that does not exist would silently match nothing: refuse it by name.
+    pub fn check(&self) -> Result<(), String> {
+        match self.states.iter().find(|s| !STATES.contains(&s.as_str())) {
+            Some(unknown) => Err(format!(
+                "state: {unknown:?} is not one of {}",
+                STATES.join(", ")
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+fn comma_separated<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let text: String = serde::Deserialize::deserialize(d)?;
+    Ok(text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect())
 }
 
 /// One receipt, as listed.
