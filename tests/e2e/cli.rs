@@ -118,12 +118,28 @@ fn a_malformed_vector_file_names_the_file_the_element_and_the_field() {
 fn plugin_list_and_inspect_describe_the_builtins() {
     let (ok, stdout, stderr) = hookhost(&["plugin", "list"]);
     assert!(ok, "{stderr}");
-    for name in ["stripe", "github", "standard-webhooks", "slack", "shopify"] {
+    // Every built-in, with its algorithms and contract version.
+    for name in hookhost::plugins::BUILTIN_NAMES {
         assert!(
             stdout
                 .lines()
-                .any(|l| l.starts_with(name) && l.ends_with("built-in")),
+                .any(|l| l.starts_with(&format!("{name} ")) && l.ends_with("built-in")),
             "{name}: {stdout}"
+        );
+    }
+    for (name, algorithm) in [
+        ("stripe", "hmac-sha256"),
+        ("sendgrid", "ecdsa-p256-sha256"),
+        ("gitlab", "token"),
+        ("discord", "ed25519"),
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_default();
+        assert!(
+            line.contains(algorithm) && line.contains(" 0.2.0 "),
+            "{name}: {line}"
         );
     }
     let (ok, stdout, stderr) = hookhost(&["plugin", "inspect", "stripe"]);

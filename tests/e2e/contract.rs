@@ -74,3 +74,19 @@ async fn a_0_1_plugin_verifies_and_stores_events_beside_0_2_plugins() {
     let (status, answer) = server.post_stripe(&[STRIPE_SECRET], t, &event).await;
     assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_configuration_the_plugin_refuses_stops_the_start_naming_the_key() {
+    let config = "[[endpoint]]\nid = \"ledger\"\nplugin = \"generic\"\nsecrets = [\"k\"]\n\
+                  [endpoint.config]\nalgorithm = \"hmac-sha256\"\nsigned = \"{body}\"\n\
+                  [endpoint.config.signature]\nheader = \"x-sig\"\nencoding = \"b64\"\n\
+                  [endpoint.config.event]\ntype = \"{/type}\"\n";
+    let error = match Server::start_in(tempfile::tempdir().expect("dir"), config).await {
+        Ok(_) => panic!("a bad mapping was accepted"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        error.contains("endpoint \"ledger\": config.signature.encoding:"),
+        "{error}"
+    );
+}

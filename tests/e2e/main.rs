@@ -5,6 +5,7 @@ mod cli;
 mod contract;
 mod crash;
 mod delivery;
+mod handshakes;
 mod ingest;
 mod sandbox;
 mod schemes;
