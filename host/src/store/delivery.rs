@@ -1,6 +1,7 @@
 //! The worker pool's side of the store: leasing due receipts and recording attempts.
 
-use super::{Store, StoreError};
+use super::StoreError;
+use super::sqlite::SqliteStore;
 use sqlx::{Row, Sqlite, Transaction};
 use std::time::Duration;
 
@@ -65,7 +66,7 @@ pub struct FinishRequest {
     next: Next,
 }
 
-impl Store {
+impl SqliteStore {
     /// Lease up to `limit` due receipts of `endpoints` for `owner`, until `now + lease`.
     /// A lease that expired (its worker died) makes the receipt due again. Events of
     /// one resource are leased one at a time, lowest version first; events without a

@@ -14,7 +14,85 @@ mod writer;
 pub use delivery::{AttemptRecord, Leased, Next};
 pub use operator::{Filter, REPLAYABLE_STATES, Summary};
 
-pub use sqlite::{ReceiptRow, Store, single_commit_rate};
+pub use sqlite::{ReceiptRow, single_commit_rate};
+
+use sqlite::SqliteStore;
+use std::path::Path;
+use std::time::Duration;
+
+/// Handle to the store, whichever database holds it; cheap to clone. Every method
+/// keeps the same promises on every backend.
+#[derive(Debug, Clone)]
+pub struct Store(Backend);
+
+#[derive(Debug, Clone)]
+enum Backend {
+    Sqlite(SqliteStore),
+}
+
+impl Store {
+    /// Open (creating if needed) the SQLite file, apply migrations, start the writer.
+    pub async fn open_sqlite(path: &Path) -> Result<Store, StoreError> {
+        Ok(Store(Backend::Sqlite(SqliteStore::open(path).await?)))
+    }
+}
+
+/// Each method of `Store` is the backend's method of the same name and signature.
+macro_rules! forward {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty;
+    )*) => {
+        impl Store {
+            $(
+                $(#[$doc])*
+                pub async fn $name(&self $(, $arg: $ty)*) -> $ret {
+                    match &self.0 {
+                        Backend::Sqlite(store) => store.$name($($arg),*).await,
+                    }
+                }
+            )*
+        }
+    };
+}
+
+forward! {
+    /// Store a verified request: dedupe, version gate, inbox, one durable commit.
+    fn record(&self, receipt: NewReceipt) -> Result<Outcome, StoreError>;
+    /// Resolves when new events may be due; the worker pool waits on it between polls.
+    fn due_events(&self) -> ();
+    /// One receipt, if stored.
+    fn receipt(&self, endpoint: &str, event_id: &str) -> Result<Option<ReceiptRow>, StoreError>;
+    /// Receipts stored for an endpoint.
+    fn count_receipts(&self, endpoint: &str) -> Result<i64, StoreError>;
+    /// Conflicting duplicates quarantined for an endpoint.
+    fn count_conflicts(&self, endpoint: &str) -> Result<i64, StoreError>;
+    /// Close connections (pending writes finish first).
+    fn close(&self) -> ();
+    /// Lease up to `limit` due receipts of `endpoints` for `owner`, until `now + lease`.
+    fn lease_due(&self, owner: &str, endpoints: &[String], now_ms: i64, lease: Duration, limit: u32) -> Result<Vec<Leased>, StoreError>;
+    /// Record an attempt; the receipt moves on only while `owner` holds its lease.
+    fn finish_attempt(&self, leased: &Leased, owner: &str, attempt: &AttemptRecord, next: &Next) -> Result<(), StoreError>;
+    /// Give back every lease `owner` holds (graceful shutdown), due at once.
+    fn release_leases(&self, owner: &str) -> Result<u64, StoreError>;
+    /// Attempts recorded for one event: (number, status, error), in order.
+    fn attempts(&self, endpoint: &str, event_id: &str) -> Result<Vec<(i64, Option<i64>, Option<String>)>, StoreError>;
+    /// Receipts matching a filter, oldest first.
+    fn list(&self, filter: &Filter) -> Result<Vec<Summary>, StoreError>;
+    /// Make matching dead, quarantined or delivered receipts pending again, under
+    /// their original event ids.
+    fn replay(&self, filter: &Filter) -> Result<u64, StoreError>;
+    /// One receipt with its attempts, as JSON.
+    fn show(&self, endpoint: &str, event_id: &str) -> Result<Option<serde_json::Value>, StoreError>;
+    /// Replace a receipt's mapping with the one a plugin produced again.
+    fn remap(&self, endpoint: &str, event_id: &str, event_type: &str, resource: Option<&Resource>, plugin_version: &str, plugin_digest: &str) -> Result<(), StoreError>;
+    /// Discard a receipt with a reason (never deleted).
+    fn discard(&self, endpoint: &str, event_id: &str, reason: &str) -> Result<bool, StoreError>;
+    /// Pause or resume an endpoint's delivery.
+    fn set_paused(&self, endpoint: &str, paused: bool, now_ms: i64) -> Result<(), StoreError>;
+    /// Endpoints whose delivery is paused.
+    fn paused(&self) -> Result<Vec<String>, StoreError>;
+}
 
 /// Everything a verified request leaves behind.
 #[derive(Debug, Clone)]

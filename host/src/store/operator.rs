@@ -1,7 +1,8 @@
 //! What an operator does to receipts: list, replay under the original event id,
 //! discard with a reason, pause and resume an endpoint's delivery.
 
-use super::{Store, StoreError};
+use super::StoreError;
+use super::sqlite::SqliteStore;
 use sqlx::Row;
 
 /// Which receipts to list or replay; every field narrows. One definition serves the
@@ -92,7 +93,7 @@ pub const REPLAYABLE_STATES: [&str; 4] = ["dead", "quarantined", "delivered", "d
 /// Most rows one listing returns.
 const LIST_CAP: u32 = 10_000;
 
-impl Store {
+impl SqliteStore {
     pub async fn list(&self, filter: &Filter) -> Result<Vec<Summary>, StoreError> {
         let sql = format!(
             "SELECT endpoint, event_id, event_type, state, state_reason, resource_kind, resource_id,

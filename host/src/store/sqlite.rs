@@ -31,9 +31,9 @@ pub struct ReceiptRow {
     pub last_error: Option<String>,
 }
 
-/// Handle to the store; cheap to clone.
+/// The SQLite store; cheap to clone.
 #[derive(Debug, Clone)]
-pub struct Store {
+pub struct SqliteStore {
     pub(super) writer: Writer,
     pub(super) readers: SqlitePool,
     /// The worker pool's writes (leases, attempts); one connection.
@@ -42,9 +42,9 @@ pub struct Store {
     pub(super) accepted: Arc<Notify>,
 }
 
-impl Store {
+impl SqliteStore {
     /// Open (creating if needed) the SQLite file, apply migrations, start the writer.
-    pub async fn open_sqlite(path: &Path) -> Result<Store, StoreError> {
+    pub async fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -64,7 +64,7 @@ impl Store {
             .connect_with(options.read_only(true))
             .await?;
         let accepted = Arc::new(Notify::new());
-        Ok(Store {
+        Ok(SqliteStore {
             writer: writer::spawn(conn, accepted.clone()),
             readers,
             worker,
