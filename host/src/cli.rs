@@ -24,6 +24,11 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Apply the store's migrations (what `serve` does at start) and exit.
+    Migrate {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
     /// Work with provider plugins.
     Plugin {
         #[command(subcommand)]
@@ -148,6 +153,7 @@ pub fn main() -> ExitCode {
     init_tracing(cli.log_json);
     let result = match cli.command {
         Command::Serve { config } => serve(config),
+        Command::Migrate { config } => migrate(config),
         Command::Plugin {
             command: PluginCommand::Test { vectors, json },
         } => {
@@ -202,6 +208,23 @@ fn serve(config_path: PathBuf) -> anyhow::Result<()> {
                 )
             })?;
         crate::run(config, listener, shutdown_signal()).await
+    })
+}
+
+/// Open the store the configuration names (which applies its migrations, or refuses
+/// a newer schema) and close it.
+fn migrate(config_path: PathBuf) -> anyhow::Result<()> {
+    let config = Config::load(&config_path)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let store = crate::store::Store::open(&config.store)
+            .await
+            .map_err(|e| anyhow::anyhow!("{}: store: {e}", config_path.display()))?;
+        store.close().await;
+        println!("migrations applied");
+        Ok(())
     })
 }
 
@@ -315,10 +338,9 @@ enum Operation {
     Endpoint(EndpointCommand),
 }
 
-/// Operator commands work on the store the configuration names, directly (SQLite is
-/// safe to share with a running receiver).
+/// Operator commands work on the store the configuration names, directly (both
+/// SQLite and PostgreSQL are safe to share with running receivers).
 fn operate(operation: Operation) -> anyhow::Result<()> {
-    use crate::config::StoreConfig;
     let config_path = match &operation {
         Operation::Events(
             EventsCommand::List { config, .. }
@@ -366,8 +388,7 @@ fn operate(operation: Operation) -> anyhow::Result<()> {
             println!("{} replayed", result?);
             return Ok(());
         }
-        let StoreConfig::Sqlite(path) = &config.store;
-        let store = crate::store::Store::open_sqlite(path).await?;
+        let store = crate::store::Store::open(&config.store).await?;
         let result = run_operation(&store, operation).await;
         store.close().await;
         result

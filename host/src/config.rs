@@ -14,6 +14,20 @@ use std::time::Duration;
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Default SQLite file name, created beside the configuration file.
 pub const DEFAULT_STORE_FILE: &str = "hookhost.db";
+/// PostgreSQL connections per process. Each ingest request holds one for its short
+/// transaction; more than the database's cores buys nothing.
+pub const DEFAULT_PG_MAX_CONNECTIONS: u32 = 16;
+/// How long a request waits for a PostgreSQL connection (connecting included) before
+/// it answers 503: below the 2 s within which a sender must hear back when the
+/// database is unreachable, with room for the request's own work.
+pub const DEFAULT_PG_CONNECT_TIMEOUT_MS: u64 = 1_500;
+/// Longest one PostgreSQL statement may run (a lock held by a stuck process, a lost
+/// network) before it fails and the request answers 503.
+pub const DEFAULT_PG_STATEMENT_TIMEOUT_MS: u64 = 5_000;
+/// Delivered receipts are kept this long: longer than any provider's retry window
+/// (Stripe retries for 3 days, Shopify 48 h, GitHub not at all), so a late retry of a
+/// delivered event is still recognised as a duplicate.
+pub const DEFAULT_DELIVERED_RETENTION_DAYS: u64 = 30;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -27,6 +41,8 @@ pub struct Config {
     pub limits: Limits,
     pub endpoints: Vec<EndpointConfig>,
     pub delivery: DeliveryConfig,
+    /// How long settled receipts are kept before the purge job deletes them.
+    pub retention: RetentionConfig,
     /// The admin API's address and bearer token; no token, no admin API.
     pub admin: Option<(SocketAddr, Secret)>,
     /// Keys whose secrets were given literally, for a warning at start.
@@ -36,6 +52,71 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreConfig {
     Sqlite(PathBuf),
+    /// Several hookhost processes may share one database.
+    Postgres(PgConfig),
+}
+
+/// A PostgreSQL store: `store = "postgres://user@host/db"`, or a `[store]` table with
+/// `url` and the pool settings.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PgConfig {
+    pub url: String,
+    /// Connections this process opens at most.
+    pub max_connections: u32,
+    /// Longest wait for a connection (connecting included); ingest answers 503 after it.
+    pub connect_timeout: Duration,
+    /// Longest one statement may run.
+    pub statement_timeout: Duration,
+}
+
+impl std::fmt::Debug for PgConfig {
+    /// The URL may carry a password: show it without.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgConfig")
+            .field("url", &redact_password(&self.url))
+            .field("max_connections", &self.max_connections)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("statement_timeout", &self.statement_timeout)
+            .finish()
+    }
+}
+
+/// `postgres://user:secret@host/db` → `postgres://user:[redacted]@host/db`.
+pub fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) if userinfo.contains(':') => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:[redacted]@{host}{path}")
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// How long settled receipts are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionConfig {
+    /// Delivered receipts and their attempts, counted from delivery.
+    pub delivered: Duration,
+    /// Dead letters, quarantined receipts and conflicting duplicates, counted from
+    /// receipt; `None` keeps them until an operator acts.
+    pub dead: Option<Duration>,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            delivered: days(DEFAULT_DELIVERED_RETENTION_DAYS),
+            dead: None,
+        }
+    }
+}
+
+fn days(n: u64) -> Duration {
+    Duration::from_secs(n.saturating_mul(86_400))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -124,7 +205,7 @@ pub enum ConfigError {
 struct RawConfig {
     listen: Option<String>,
     public_url: Option<String>,
-    store: Option<String>,
+    store: Option<RawStore>,
     plugins_dir: Option<PathBuf>,
     admin_listen: Option<String>,
     admin_token: Option<String>,
@@ -134,6 +215,32 @@ struct RawConfig {
     endpoint: Vec<RawEndpoint>,
     #[serde(default)]
     delivery: RawDelivery,
+    #[serde(default)]
+    retention: RawRetention,
+}
+
+/// `store = "PATH or URL"`, or a `[store]` table.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawStore {
+    Location(String),
+    Table(RawStoreTable),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStoreTable {
+    url: Option<String>,
+    max_connections: Option<u32>,
+    connect_timeout_ms: Option<u64>,
+    statement_timeout_ms: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRetention {
+    delivered_days: Option<u64>,
+    dead_days: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -231,22 +338,83 @@ impl Config {
                 format!("{public_url:?} must start with http:// or https://"),
             ));
         }
-        let store = match raw.store.as_deref() {
-            None => StoreConfig::Sqlite(dir.join(DEFAULT_STORE_FILE)),
-            Some(s) if s.starts_with("postgres://") || s.starts_with("postgresql://") => {
-                return Err(invalid(
-                    "store",
-                    "PostgreSQL is not supported by this build yet; use a SQLite file path".into(),
-                ));
-            }
-            Some(s) => {
-                let file = s.strip_prefix("sqlite://").unwrap_or(s);
-                if file.is_empty() {
-                    return Err(invalid("store", "empty path".into()));
+        let table = match raw.store {
+            None => RawStoreTable {
+                url: None,
+                max_connections: None,
+                connect_timeout_ms: None,
+                statement_timeout_ms: None,
+            },
+            Some(RawStore::Location(location)) => RawStoreTable {
+                url: Some(location),
+                max_connections: None,
+                connect_timeout_ms: None,
+                statement_timeout_ms: None,
+            },
+            Some(RawStore::Table(table)) => table,
+        };
+        let store = match table.url.as_deref() {
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                let config = PgConfig {
+                    url: url.to_string(),
+                    max_connections: table.max_connections.unwrap_or(DEFAULT_PG_MAX_CONNECTIONS),
+                    connect_timeout: Duration::from_millis(
+                        table
+                            .connect_timeout_ms
+                            .unwrap_or(DEFAULT_PG_CONNECT_TIMEOUT_MS),
+                    ),
+                    statement_timeout: Duration::from_millis(
+                        table
+                            .statement_timeout_ms
+                            .unwrap_or(DEFAULT_PG_STATEMENT_TIMEOUT_MS),
+                    ),
+                };
+                if config.max_connections == 0
+                    || config.connect_timeout.is_zero()
+                    || config.statement_timeout.is_zero()
+                {
+                    return Err(invalid(
+                        "store",
+                        "max_connections, connect_timeout_ms and statement_timeout_ms must be greater than 0".into(),
+                    ));
                 }
-                StoreConfig::Sqlite(beside(Path::new(file)))
+                StoreConfig::Postgres(config)
+            }
+            location => {
+                if table.max_connections.is_some()
+                    || table.connect_timeout_ms.is_some()
+                    || table.statement_timeout_ms.is_some()
+                {
+                    return Err(invalid(
+                        "store",
+                        "max_connections, connect_timeout_ms and statement_timeout_ms apply only to a postgres:// url".into(),
+                    ));
+                }
+                match location {
+                    None => StoreConfig::Sqlite(dir.join(DEFAULT_STORE_FILE)),
+                    Some(s) => {
+                        let file = s.strip_prefix("sqlite://").unwrap_or(s);
+                        if file.is_empty() {
+                            return Err(invalid("store", "empty path".into()));
+                        }
+                        StoreConfig::Sqlite(beside(Path::new(file)))
+                    }
+                }
             }
         };
+        let retention = RetentionConfig {
+            delivered: raw
+                .retention
+                .delivered_days
+                .map_or(days(DEFAULT_DELIVERED_RETENTION_DAYS), days),
+            dead: raw.retention.dead_days.map(days),
+        };
+        if retention.delivered.is_zero() || retention.dead.is_some_and(|d| d.is_zero()) {
+            return Err(invalid(
+                "retention",
+                "delivered_days and dead_days must be greater than 0".into(),
+            ));
+        }
 
         let defaults = PluginLimits::default();
         let plugin = PluginLimits {
@@ -453,6 +621,7 @@ impl Config {
             },
             endpoints,
             delivery,
+            retention,
             admin,
             literal_secrets,
         })
@@ -527,7 +696,9 @@ mod tests {
         let missing_field = error("[[endpoint]]\nid = \"a\"\nsecrets = [\"x\"]\n");
         assert!(missing_field.contains("plugin"), "{missing_field}");
         assert!(error("listen = \"nowhere\"").contains("listen: "));
-        assert!(error("store = \"postgres://db/x\"").contains("store: "));
+        assert!(error("store = \"\"").contains("store: empty path"));
+        assert!(error("[store]\nmax_connections = 4").contains("store: "));
+        assert!(error("[retention]\ndelivered_days = 0").contains("retention: "));
         assert!(error("public_url = \"ftp://x\"").contains("public_url: "));
         assert!(error("[limits]\nplugin_memory_bytes = 10").contains("limits.plugin_memory_bytes"));
         let dup = "[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"x\"]\n";
@@ -543,6 +714,46 @@ mod tests {
         assert!(
             error("[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"file:/nonexistent/s\"]")
                 .contains("cannot read /nonexistent/s")
+        );
+    }
+
+    #[test]
+    fn a_postgres_url_selects_postgres_with_pool_settings() {
+        let config = parse("store = \"postgres://hh:pw@db.internal/hookhost\"").expect("url");
+        let StoreConfig::Postgres(pg) = &config.store else {
+            panic!("{:?}", config.store)
+        };
+        assert_eq!(pg.url, "postgres://hh:pw@db.internal/hookhost");
+        assert_eq!(pg.max_connections, DEFAULT_PG_MAX_CONNECTIONS);
+        assert_eq!(pg.connect_timeout, Duration::from_millis(1_500));
+        assert!(!format!("{config:?}").contains("pw@"), "{config:?}");
+        let config = parse(
+            "[store]\nurl = \"postgresql://db/h\"\nmax_connections = 4\n\
+             connect_timeout_ms = 800\nstatement_timeout_ms = 3000\n\
+             [retention]\ndelivered_days = 7\ndead_days = 90",
+        )
+        .expect("table");
+        assert_eq!(
+            config.store,
+            StoreConfig::Postgres(PgConfig {
+                url: "postgresql://db/h".into(),
+                max_connections: 4,
+                connect_timeout: Duration::from_millis(800),
+                statement_timeout: Duration::from_secs(3),
+            })
+        );
+        assert_eq!(config.retention.delivered, Duration::from_secs(7 * 86_400));
+        assert_eq!(
+            config.retention.dead,
+            Some(Duration::from_secs(90 * 86_400))
+        );
+        assert_eq!(
+            parse("").expect("empty").retention,
+            RetentionConfig::default()
+        );
+        assert_eq!(
+            redact_password("postgres://u@h/db"),
+            "postgres://u@h/db".to_string()
         );
     }
 

@@ -29,6 +29,7 @@ use endpoints::{Endpoint, Registry};
 use plugins::Catalog;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 use store::Store;
 use tokio::net::TcpListener;
 
@@ -48,17 +49,20 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
         .iter()
         .map(|e| Endpoint::build(e, &catalog).map_err(|reason| anyhow::anyhow!("{at}: {reason}")))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let store = match &config.store {
-        StoreConfig::Sqlite(path) => Store::open_sqlite(path)
-            .await
-            .with_context(|| format!("{at}: store: cannot open {}", path.display()))?,
-    };
+    let store = Store::open(&config.store).await.with_context(|| {
+        let location = match &config.store {
+            StoreConfig::Sqlite(path) => path.display().to_string(),
+            StoreConfig::Postgres(pg) => config::redact_password(&pg.url),
+        };
+        format!("{at}: store: cannot open {location}")
+    })?;
     Ok(Arc::new(http::App {
         endpoints: Registry::new(endpoints),
         store,
         public_url: config.public_url.clone(),
         max_body_bytes: config.limits.max_body_bytes,
         delivery: config.delivery,
+        retention: config.retention,
         plugin_slots: tokio::sync::Semaphore::new(
             std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
         ),
@@ -111,7 +115,8 @@ pub async fn serve(
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "hookhost listening");
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let workers = worker::spawn(app.clone(), app.delivery, stopped);
+    let workers = worker::spawn(app.clone(), app.delivery, stopped.clone());
+    let purging = tokio::spawn(purge_periodically(app.clone(), stopped));
     // On shutdown: stop accepting and stop leasing together; requests in flight finish,
     // deliveries in flight get the grace period; then the store is flushed and closed.
     let served = axum::serve(listener, http::router(app.clone()))
@@ -121,9 +126,33 @@ pub async fn serve(
         })
         .await;
     let _ = workers.await;
+    let _ = purging.await;
     app.store.close().await;
     served?;
     Ok(())
+}
+
+/// How often the purge job runs. Retention is counted in days; a few minutes of
+/// lateness is nothing, and each run is a handful of short transactions.
+const PURGE_EVERY: Duration = Duration::from_secs(300);
+
+/// Delete what the retention lets go, now and every [`PURGE_EVERY`], until `stop`.
+/// With several processes on one database each purges; the deletes do not conflict.
+async fn purge_periodically(app: Arc<http::App>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        match app.store.purge(clock::now_ms(), &app.retention).await {
+            Ok(purged) if purged == store::Purged::default() => {}
+            Ok(purged) => tracing::info!(?purged, "retention: purged"),
+            Err(error) => tracing::warn!(%error, "retention: purge failed; trying again later"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(PURGE_EVERY) => {}
+            _ = stop.changed() => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+    }
 }
 
 /// Replay events under their original ids. With `remap`, each event's mapping is

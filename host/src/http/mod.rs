@@ -29,6 +29,8 @@ pub struct App {
     pub plugin_slots: tokio::sync::Semaphore,
     /// The worker pool's settings.
     pub delivery: crate::config::DeliveryConfig,
+    /// How long settled receipts are kept (the purge job).
+    pub retention: crate::config::RetentionConfig,
 }
 
 pub fn router(app: Arc<App>) -> Router {

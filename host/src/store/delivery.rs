@@ -255,7 +255,7 @@ pub(super) async fn finish_all(
     Ok(())
 }
 
-fn cap(text: &str) -> String {
+pub(super) fn cap(text: &str) -> String {
     match text.char_indices().nth(ERROR_CAP) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_string(),

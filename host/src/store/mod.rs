@@ -1,13 +1,17 @@
 //! The store: durable receipts, dedupe, the version gate and the inbox.
 //!
-//! Owns every database row. One writer task commits receipts; concurrent requests
-//! queue behind it and are committed together in one transaction (group commit), and
-//! each is answered only after that transaction is durable (SQLite WAL with
-//! `synchronous=FULL`). A failed transaction answers `Unavailable` to every request in
-//! it. Never sees a secret or a plugin.
+//! Owns every database row, on SQLite (embedded, the default) or PostgreSQL (several
+//! processes, one database), with the same promises on both. On SQLite one writer
+//! task commits receipts; concurrent requests queue behind it and are committed
+//! together in one transaction (group commit), and each is answered only after that
+//! transaction is durable (WAL with `synchronous=FULL`). On PostgreSQL each request is
+//! its own short transaction and the database's constraints and row locks keep the
+//! promises across processes. A failed transaction answers `Unavailable`. Never sees a
+//! secret or a plugin.
 
 mod delivery;
 mod operator;
+mod postgres;
 mod sqlite;
 mod writer;
 
@@ -16,6 +20,7 @@ pub use operator::{Filter, REPLAYABLE_STATES, Summary};
 
 pub use sqlite::{ReceiptRow, single_commit_rate};
 
+pub use postgres::PgStore;
 use sqlite::SqliteStore;
 use std::path::Path;
 use std::time::Duration;
@@ -28,9 +33,20 @@ pub struct Store(Backend);
 #[derive(Debug, Clone)]
 enum Backend {
     Sqlite(SqliteStore),
+    Postgres(PgStore),
 }
 
 impl Store {
+    /// Open the store the configuration names, applying its migrations.
+    pub async fn open(config: &crate::config::StoreConfig) -> Result<Store, StoreError> {
+        match config {
+            crate::config::StoreConfig::Sqlite(path) => Store::open_sqlite(path).await,
+            crate::config::StoreConfig::Postgres(pg) => {
+                Ok(Store(Backend::Postgres(PgStore::open(pg).await?)))
+            }
+        }
+    }
+
     /// Open (creating if needed) the SQLite file, apply migrations, start the writer.
     pub async fn open_sqlite(path: &Path) -> Result<Store, StoreError> {
         Ok(Store(Backend::Sqlite(SqliteStore::open(path).await?)))
@@ -49,6 +65,7 @@ macro_rules! forward {
                 pub async fn $name(&self $(, $arg: $ty)*) -> $ret {
                     match &self.0 {
                         Backend::Sqlite(store) => store.$name($($arg),*).await,
+                        Backend::Postgres(store) => store.$name($($arg),*).await,
                     }
                 }
             )*
@@ -92,6 +109,37 @@ forward! {
     fn set_paused(&self, endpoint: &str, paused: bool, now_ms: i64) -> Result<(), StoreError>;
     /// Endpoints whose delivery is paused.
     fn paused(&self) -> Result<Vec<String>, StoreError>;
+    /// Delete what the retention lets go: delivered receipts (and their attempts)
+    /// older than `retention.delivered`; dead letters, quarantined receipts and
+    /// conflicts only when `retention.dead` is set. Never a pending receipt.
+    fn purge(&self, now_ms: i64, retention: &crate::config::RetentionConfig) -> Result<Purged, StoreError>;
+}
+
+/// What one purge deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Purged {
+    pub receipts: u64,
+    pub attempts: u64,
+    pub conflicts: u64,
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Refuse a database whose schema has a migration this binary does not know: an
+/// older hookhost must not write rows a newer one's schema means differently.
+fn refuse_newer_schema(
+    applied: Option<i64>,
+    migrator: &sqlx::migrate::Migrator,
+) -> Result<(), StoreError> {
+    let known = migrator.iter().map(|m| m.version).max().unwrap_or(0);
+    match applied {
+        Some(applied) if applied > known => Err(StoreError::Schema(format!(
+            "the database schema is at version {applied}, newer than this hookhost knows ({known}): upgrade hookhost"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Everything a verified request leaves behind.
@@ -164,6 +212,9 @@ pub enum StoreError {
     /// The receipt could not be committed; the sender should retry.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The database's schema is not one this binary can use.
+    #[error("{0}")]
+    Schema(String),
 }
 
 impl From<sqlx::Error> for StoreError {

@@ -151,25 +151,8 @@ impl SqliteStore {
         let Some(receipt) = self.receipt(endpoint, event_id).await? else {
             return Ok(None);
         };
-        let attempts: Vec<serde_json::Value> = self
-            .attempts(endpoint, event_id)
-            .await?
-            .into_iter()
-            .map(|(n, status, error)| serde_json::json!({"attempt": n, "status": status, "error": error}))
-            .collect();
-        Ok(Some(serde_json::json!({
-            "endpoint": endpoint,
-            "event_id": receipt.event_id,
-            "event_type": receipt.event_type,
-            "state": receipt.state,
-            "state_reason": receipt.state_reason,
-            "secret_index": receipt.secret_index,
-            "resource_version": receipt.resource_version,
-            "last_error": receipt.last_error,
-            "headers": serde_json::from_str::<serde_json::Value>(&receipt.headers).unwrap_or_default(),
-            "body": String::from_utf8_lossy(&receipt.body),
-            "attempts": attempts,
-        })))
+        let attempts = self.attempts(endpoint, event_id).await?;
+        Ok(Some(shown(endpoint, &receipt, attempts)))
     }
 
     /// Replace an event's mapping (type, resource, version) with one a plugin produced
@@ -258,6 +241,31 @@ impl SqliteStore {
                 .await?,
         )
     }
+}
+
+/// One event with its attempts, as `show` answers it (on every backend).
+pub(super) fn shown(
+    endpoint: &str,
+    receipt: &super::ReceiptRow,
+    attempts: Vec<(i64, Option<i64>, Option<String>)>,
+) -> serde_json::Value {
+    let attempts: Vec<serde_json::Value> = attempts
+        .into_iter()
+        .map(|(n, status, error)| serde_json::json!({"attempt": n, "status": status, "error": error}))
+        .collect();
+    serde_json::json!({
+        "endpoint": endpoint,
+        "event_id": receipt.event_id,
+        "event_type": receipt.event_type,
+        "state": receipt.state,
+        "state_reason": receipt.state_reason,
+        "secret_index": receipt.secret_index,
+        "resource_version": receipt.resource_version,
+        "last_error": receipt.last_error,
+        "headers": serde_json::from_str::<serde_json::Value>(&receipt.headers).unwrap_or_default(),
+        "body": String::from_utf8_lossy(&receipt.body),
+        "attempts": attempts,
+    })
 }
 
 /// `sql` (which contains [`WHERE`] and `LIMIT ?10`) with the filter's values bound.

@@ -13,6 +13,8 @@ use tokio::sync::Notify;
 
 /// How long a connection waits on a lock held by another process before giving up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most receipts one purge transaction deletes: the writer waits on it, so keep it short.
+const PURGE_BATCH: i64 = 1_000;
 /// Readers answer the duplicate fast path and queries; they never block the writer (WAL).
 const READERS: u32 = 4;
 
@@ -54,7 +56,23 @@ impl SqliteStore {
             .busy_timeout(BUSY_TIMEOUT)
             .disable_statement_logging();
         let mut conn = options.connect().await?;
-        sqlx::migrate!("./migrations/sqlite").run(&mut conn).await?;
+        let migrator = sqlx::migrate!("./migrations/sqlite");
+        let applied: Option<i64> = sqlx::query_scalar(
+            "SELECT CASE WHEN EXISTS (SELECT 1 FROM sqlite_master WHERE name = '_sqlx_migrations')
+                    THEN 1 END",
+        )
+        .fetch_one(&mut conn)
+        .await?;
+        let applied: Option<i64> = match applied {
+            Some(_) => {
+                sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations")
+                    .fetch_one(&mut conn)
+                    .await?
+            }
+            None => None,
+        };
+        super::refuse_newer_schema(applied, &migrator)?;
+        migrator.run(&mut conn).await?;
         let worker = SqlitePoolOptions::new()
             .max_connections(1)
             .connect_with(options.clone())
@@ -146,6 +164,84 @@ impl SqliteStore {
                 .fetch_one(&self.readers)
                 .await?,
         )
+    }
+
+    /// Delete what the retention lets go, in short batches (see [`super::Purged`]).
+    pub async fn purge(
+        &self,
+        now_ms: i64,
+        retention: &crate::config::RetentionConfig,
+    ) -> Result<super::Purged, StoreError> {
+        let mut purged = super::Purged::default();
+        let delivered_before = now_ms.saturating_sub(super::millis(retention.delivered));
+        self.purge_class(
+            "state = 'delivered' AND delivered_at_ms < ?1",
+            delivered_before,
+            &mut purged,
+        )
+        .await?;
+        if let Some(dead) = retention.dead {
+            let dead_before = now_ms.saturating_sub(super::millis(dead));
+            self.purge_class(
+                "state IN ('dead', 'quarantined') AND received_at_ms < ?1",
+                dead_before,
+                &mut purged,
+            )
+            .await?;
+            loop {
+                let done = sqlx::query(
+                    "DELETE FROM conflicts WHERE id IN (
+                        SELECT id FROM conflicts WHERE received_at_ms < ?1 LIMIT ?2)",
+                )
+                .bind(dead_before)
+                .bind(PURGE_BATCH)
+                .execute(&self.worker)
+                .await?;
+                purged.conflicts += done.rows_affected();
+                if done.rows_affected() < PURGE_BATCH as u64 {
+                    break;
+                }
+            }
+        }
+        Ok(purged)
+    }
+
+    /// Delete receipts matching `which` (binding `?1` to `before`) with their attempts,
+    /// the same batch from both tables inside one transaction.
+    async fn purge_class(
+        &self,
+        which: &str,
+        before: i64,
+        purged: &mut super::Purged,
+    ) -> Result<(), StoreError> {
+        let batch = format!(
+            "SELECT endpoint, event_id FROM receipts WHERE {which}
+             ORDER BY endpoint, event_id LIMIT ?2"
+        );
+        let attempts = format!("DELETE FROM attempts WHERE (endpoint, event_id) IN ({batch})");
+        let receipts =
+            format!("DELETE FROM receipts WHERE {which} AND (endpoint, event_id) IN ({batch})");
+        loop {
+            let mut tx = self.worker.begin_with("BEGIN IMMEDIATE").await?;
+            let gone_attempts = sqlx::query(&attempts)
+                .bind(before)
+                .bind(PURGE_BATCH)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            let gone = sqlx::query(&receipts)
+                .bind(before)
+                .bind(PURGE_BATCH)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            tx.commit().await?;
+            purged.receipts += gone;
+            purged.attempts += gone_attempts;
+            if gone < PURGE_BATCH as u64 {
+                return Ok(());
+            }
+        }
     }
 
     /// Close connections (the writer finishes its queue first).

@@ -283,7 +283,7 @@ async fn record_one(
 }
 
 /// What happens to a receipt that is new to the store.
-enum Verdict {
+pub(super) enum Verdict {
     Pending,
     Stale,
     SameVersion,
@@ -293,7 +293,7 @@ enum Verdict {
 
 impl Verdict {
     /// The stored `state` and `state_reason`.
-    fn state(&self) -> (&'static str, Option<&str>) {
+    pub(super) fn state(&self) -> (&'static str, Option<&str>) {
         match self {
             Verdict::Pending => ("pending", None),
             Verdict::Stale => ("stale", Some("stale_version")),
@@ -356,6 +356,6 @@ async fn gate(
 
 /// Versions are u64 on the wire; SQLite integers are i64. Versions past i64::MAX
 /// (no provider uses them) saturate, which keeps the order of every real version.
-fn version_i64(version: u64) -> i64 {
+pub(super) fn version_i64(version: u64) -> i64 {
     i64::try_from(version).unwrap_or(i64::MAX)
 }

@@ -23,6 +23,10 @@ use tokio::task::JoinSet;
 
 /// A destination's `Retry-After` is honoured up to this.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+/// While the store fails (the database is unreachable), the pool waits between lease
+/// attempts, doubling from the poll interval up to this: no busy loop, no log flood,
+/// and it resumes within this long once the store is back.
+const STORE_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Retry delays are spread by up to this fraction, so a burst of failures does not
 /// come back as a burst.
 const JITTER: f64 = 0.1;
@@ -45,6 +49,8 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
     // twice the pool size, so a slow store holds back leasing instead of piling up.
     let mut in_flight: JoinSet<Option<Attempted>> = JoinSet::new();
     let mut recording: JoinSet<()> = JoinSet::new();
+    // Consecutive lease failures: the store is unreachable while this is above 0.
+    let mut failures: u32 = 0;
     let record = |recording: &mut JoinSet<()>, attempted: Option<Attempted>| {
         if let Some(attempted) = attempted {
             recording.spawn(attempted.record(app.clone(), owner.clone()));
@@ -83,6 +89,10 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
                 .await
             {
                 Ok(batch) => {
+                    if failures > 0 {
+                        tracing::info!(failures, "store reachable again; leasing resumed");
+                    }
+                    failures = 0;
                     leased = batch.len();
                     for event in batch {
                         let Some(endpoint) = app.endpoints.get(&event.endpoint) else {
@@ -91,12 +101,25 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
                         in_flight.spawn(deliver(endpoint, event));
                     }
                 }
-                Err(error) => tracing::warn!(%error, "cannot lease events; retrying"),
+                Err(error) => {
+                    if failures == 0 {
+                        tracing::warn!(%error, "cannot lease events; backing off");
+                    }
+                    failures = failures.saturating_add(1);
+                }
             }
         }
         if leased == 0 {
+            let wait = if failures == 0 {
+                config.poll
+            } else {
+                config
+                    .poll
+                    .saturating_mul(1 << failures.min(16))
+                    .min(STORE_BACKOFF_MAX)
+            };
             tokio::select! {
-                _ = tokio::time::sleep(config.poll) => {}
+                _ = tokio::time::sleep(wait) => {}
                 _ = app.store.due_events() => {}
                 _ = stop.changed() => {}
                 Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {

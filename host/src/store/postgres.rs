@@ -1,0 +1,739 @@
+//! PostgreSQL: several hookhost processes share one database.
+//!
+//! Every promise of the SQLite store holds across processes, and none of it rests on
+//! memory another process cannot see: exactly-once receipts come from the primary key
+//! (`INSERT … ON CONFLICT DO NOTHING`), the version gate from a conditional upsert in
+//! the receipt's own transaction, and leases from `FOR UPDATE SKIP LOCKED`. Each
+//! request is one short transaction; PostgreSQL flushes the WAL of concurrent commits
+//! together, so there is no group-commit writer here. `synchronous_commit` stays on: a
+//! commit is on disk before the sender hears 200.
+
+use super::delivery::cap;
+use super::writer::{Verdict, version_i64};
+use super::{
+    AttemptRecord, Filter, Leased, NewReceipt, Next, Outcome, Purged, ReceiptRow, Resource,
+    StoreError, Summary,
+};
+use crate::config::{PgConfig, RetentionConfig};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::{ConnectOptions, Postgres, Row, Transaction};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Serialises lease statements across every process on the database (a transaction
+/// advisory lock, held for one statement). `SKIP LOCKED` alone keeps two processes
+/// from taking the same event, but the per-resource rule reads *other* rows of the
+/// resource from the statement's snapshot: two lease statements whose snapshots
+/// straddle each other's commit could each take a different event of one resource
+/// (a replayed older event beside a newer one in flight). Taking the lock before the
+/// statement's snapshot makes every earlier lease visible to it.
+const LEASE_LOCK: i64 = 0x686f_6f6b_6c65_6173; // "hooklease"
+/// Most receipts one purge statement deletes: keeps each transaction short.
+const PURGE_BATCH: i64 = 1_000;
+/// Most rows one listing returns.
+const LIST_CAP: u32 = 10_000;
+
+/// The PostgreSQL store; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    /// Wakes this process's worker pool when it accepted or replayed an event; other
+    /// processes' events are found by polling.
+    accepted: Arc<Notify>,
+}
+
+impl PgStore {
+    /// Connect, refuse a schema newer than this binary, apply migrations.
+    pub async fn open(config: &PgConfig) -> Result<PgStore, StoreError> {
+        let base = PgConnectOptions::from_str(&config.url)
+            .map_err(|e| StoreError::Unavailable(format!("store url: {e}")))?
+            .application_name("hookhost")
+            .disable_statement_logging();
+        // Migrations run on a connection of their own, without the statement timeout:
+        // a process starting beside another waits on the migrator's lock for as long
+        // as the other's migrations take.
+        let mut conn = tokio::time::timeout(config.connect_timeout, base.connect())
+            .await
+            .map_err(|_| StoreError::Unavailable("connecting timed out".into()))??;
+        let migrator = sqlx::migrate!("./migrations/postgres");
+        let applied: Option<i64> = if sqlx::query_scalar::<_, Option<String>>(
+            "SELECT to_regclass('_sqlx_migrations')::text",
+        )
+        .fetch_one(&mut conn)
+        .await?
+        .is_some()
+        {
+            sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations")
+                .fetch_one(&mut conn)
+                .await?
+        } else {
+            None
+        };
+        super::refuse_newer_schema(applied, &migrator)?;
+        // The migrator takes an advisory lock: processes starting together apply each
+        // migration once.
+        migrator.run(&mut conn).await?;
+        let _ = sqlx::Connection::close(conn).await;
+
+        let statement_timeout = config.statement_timeout.as_millis().to_string();
+        let options = base.options([("statement_timeout", statement_timeout.as_str())]);
+        let pool = PgPoolOptions::new()
+            .max_connections(config.max_connections)
+            // Waiting for a connection, connecting included, ends here: an unreachable
+            // database answers 503 in time instead of hanging the sender.
+            .acquire_timeout(config.connect_timeout)
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    // A commit must be on disk before the sender hears 200: a server
+                    // whose default is `synchronous_commit = off` is overridden for
+                    // hookhost's sessions (any stronger setting is kept).
+                    sqlx::query(
+                        "SELECT set_config('synchronous_commit', 'on', false)
+                         WHERE current_setting('synchronous_commit') = 'off'",
+                    )
+                    .execute(conn)
+                    .await?;
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await?;
+        Ok(PgStore {
+            pool,
+            accepted: Arc::new(Notify::new()),
+        })
+    }
+
+    /// Store a verified request: dedupe, version gate, inbox, one durable commit.
+    pub async fn record(&self, receipt: NewReceipt) -> Result<Outcome, StoreError> {
+        // Fast path: an exact duplicate of a committed receipt needs no write.
+        let digest: Option<Vec<u8>> = sqlx::query_scalar(
+            "SELECT body_sha256 FROM receipts WHERE endpoint = $1 AND event_id = $2",
+        )
+        .bind(&receipt.endpoint)
+        .bind(&receipt.event_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        if digest.is_some_and(|d| d == receipt.body_sha256) {
+            return Ok(Outcome::Duplicate);
+        }
+        let mut tx = self.pool.begin().await?;
+        let outcome = record_in(&mut tx, &receipt).await?;
+        tx.commit().await?;
+        match outcome {
+            Outcome::Accepted => self.accepted.notify_one(),
+            Outcome::Conflict => tracing::warn!(
+                endpoint = %receipt.endpoint,
+                event_id = %receipt.event_id,
+                "conflicting duplicate: same event id, different body; first kept, second quarantined"
+            ),
+            _ => {}
+        }
+        Ok(outcome)
+    }
+
+    /// Resolves when this process accepted or replayed events; the worker pool also
+    /// polls, which is how it sees other processes' events.
+    pub async fn due_events(&self) {
+        self.accepted.notified().await;
+    }
+
+    /// One receipt, if stored.
+    pub async fn receipt(
+        &self,
+        endpoint: &str,
+        event_id: &str,
+    ) -> Result<Option<ReceiptRow>, StoreError> {
+        let row = sqlx::query(
+            "SELECT event_id, state, state_reason, event_type, secret_index, body, headers,
+                    resource_version, attempts, last_error
+             FROM receipts WHERE endpoint = $1 AND event_id = $2",
+        )
+        .bind(endpoint)
+        .bind(event_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| ReceiptRow {
+            event_id: r.get(0),
+            state: r.get(1),
+            state_reason: r.get(2),
+            event_type: r.get(3),
+            secret_index: r.get(4),
+            body: r.get(5),
+            headers: r.get(6),
+            resource_version: r.get(7),
+            attempts: r.get(8),
+            last_error: r.get(9),
+        }))
+    }
+
+    /// Receipts stored for an endpoint.
+    pub async fn count_receipts(&self, endpoint: &str) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM receipts WHERE endpoint = $1")
+                .bind(endpoint)
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Conflicting duplicates quarantined for an endpoint.
+    pub async fn count_conflicts(&self, endpoint: &str) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM conflicts WHERE endpoint = $1")
+                .bind(endpoint)
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Close connections (transactions in flight finish first).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Lease up to `limit` due receipts of `endpoints` for `owner`, until `now + lease`,
+    /// with the same per-resource rule as SQLite: an event is leasable only while no
+    /// other pending event of its resource is leased or comes first in version order.
+    pub async fn lease_due(
+        &self,
+        owner: &str,
+        endpoints: &[String],
+        now_ms: i64,
+        lease: Duration,
+        limit: u32,
+    ) -> Result<Vec<Leased>, StoreError> {
+        let until_ms = now_ms.saturating_add(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX));
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(LEASE_LOCK)
+            .execute(&mut *tx)
+            .await?;
+        let rows = sqlx::query(
+            "WITH picked AS (
+                SELECT endpoint, event_id FROM receipts AS r
+                WHERE state = 'pending' AND next_attempt_at_ms <= $3
+                  AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= $3)
+                  AND endpoint = ANY($4)
+                  -- One resource, one delivery at a time, in version order: skip an
+                  -- event while another of its resource is in flight or comes first.
+                  AND (r.resource_id IS NULL OR NOT EXISTS (
+                      SELECT 1 FROM receipts AS o
+                      WHERE o.endpoint = r.endpoint AND o.resource_kind = r.resource_kind
+                        AND o.resource_id = r.resource_id AND o.state = 'pending'
+                        AND o.event_id <> r.event_id
+                        AND (o.lease_expires_at_ms > $3
+                             OR COALESCE(o.resource_version, -1) < COALESCE(r.resource_version, -1)
+                             OR (COALESCE(o.resource_version, -1) = COALESCE(r.resource_version, -1)
+                                 AND (o.received_at_ms, o.event_id) < (r.received_at_ms, r.event_id)))))
+                ORDER BY next_attempt_at_ms, received_at_ms
+                LIMIT $5
+                FOR UPDATE OF r SKIP LOCKED)
+             UPDATE receipts SET lease_owner = $1, lease_expires_at_ms = $2
+             FROM picked
+             WHERE receipts.endpoint = picked.endpoint AND receipts.event_id = picked.event_id
+             RETURNING receipts.endpoint, receipts.event_id, body, headers, event_type, plugin,
+                       resource_kind, resource_id, resource_version, attempts",
+        )
+        .bind(owner)
+        .bind(until_ms)
+        .bind(now_ms)
+        .bind(endpoints)
+        .bind(i64::from(limit))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(rows.into_iter().map(leased).collect())
+    }
+
+    /// Record an attempt and move the receipt on, if `owner` still holds its lease
+    /// (a worker whose lease expired records its attempt but changes nothing else).
+    pub async fn finish_attempt(
+        &self,
+        leased: &Leased,
+        owner: &str,
+        attempt: &AttemptRecord,
+        next: &Next,
+    ) -> Result<(), StoreError> {
+        let (state, next_at, delivered_at) = match next {
+            Next::Delivered => ("delivered", 0, Some(attempt.ended_at_ms)),
+            Next::RetryAt(at) => ("pending", *at, None),
+            Next::Dead => ("dead", 0, None),
+            Next::Quarantined => ("quarantined", 0, None),
+        };
+        let number = i64::from(leased.attempts) + 1;
+        let error = attempt.error.as_deref().map(cap);
+        let mut tx = self.pool.begin().await?;
+        // Every attempt is recorded, even one whose lease has expired meanwhile.
+        sqlx::query(
+            "INSERT INTO attempts (endpoint, event_id, attempt, started_at_ms, ended_at_ms, status, error)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(&leased.endpoint)
+        .bind(&leased.event_id)
+        .bind(number)
+        .bind(attempt.started_at_ms)
+        .bind(attempt.ended_at_ms)
+        .bind(attempt.status.map(i64::from))
+        .bind(&error)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE receipts SET attempts = $1, state = $2, next_attempt_at_ms = $3,
+                last_error = $4, delivered_at_ms = $5, lease_owner = NULL, lease_expires_at_ms = NULL
+             WHERE endpoint = $6 AND event_id = $7 AND lease_owner = $8",
+        )
+        .bind(number)
+        .bind(state)
+        .bind(next_at)
+        .bind(&error)
+        .bind(delivered_at)
+        .bind(&leased.endpoint)
+        .bind(&leased.event_id)
+        .bind(owner)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Give back every lease `owner` holds (graceful shutdown), due at once.
+    pub async fn release_leases(&self, owner: &str) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "UPDATE receipts SET lease_owner = NULL, lease_expires_at_ms = NULL WHERE lease_owner = $1",
+        )
+        .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Attempts recorded for one event: (number, status, error), in order.
+    pub async fn attempts(
+        &self,
+        endpoint: &str,
+        event_id: &str,
+    ) -> Result<Vec<(i64, Option<i64>, Option<String>)>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT attempt, status, error FROM attempts WHERE endpoint = $1 AND event_id = $2 ORDER BY id",
+        )
+        .bind(endpoint)
+        .bind(event_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Receipts matching a filter, oldest first.
+    pub async fn list(&self, filter: &Filter) -> Result<Vec<Summary>, StoreError> {
+        let sql = format!(
+            "SELECT endpoint, event_id, event_type, state, state_reason, resource_kind, resource_id,
+                    resource_version, attempts, last_error, received_at_ms
+             FROM receipts WHERE {WHERE}
+             ORDER BY received_at_ms, event_id LIMIT $10"
+        );
+        let limit = filter.limit.unwrap_or(LIST_CAP).min(LIST_CAP);
+        let rows = filtered(&sql, filter, limit).fetch_all(&self.pool).await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| Summary {
+                endpoint: r.get(0),
+                event_id: r.get(1),
+                event_type: r.get(2),
+                state: r.get(3),
+                state_reason: r.get(4),
+                resource_kind: r.get(5),
+                resource_id: r.get(6),
+                resource_version: r.get(7),
+                attempts: r.get(8),
+                last_error: r.get(9),
+                received_at_ms: r.get(10),
+            })
+            .collect())
+    }
+
+    /// Queue dead, quarantined, delivered or discarded events again under their
+    /// original event id, with a fresh retry schedule. Returns how many.
+    pub async fn replay(&self, filter: &Filter) -> Result<u64, StoreError> {
+        let sql = format!(
+            "UPDATE receipts SET state = 'pending', state_reason = 'replayed', attempts = 0,
+                next_attempt_at_ms = 0, lease_owner = NULL, lease_expires_at_ms = NULL
+             WHERE state IN ('dead', 'quarantined', 'delivered', 'discarded')
+               AND (endpoint, event_id) IN (
+                SELECT endpoint, event_id FROM receipts WHERE {WHERE}
+                ORDER BY received_at_ms LIMIT $10)"
+        );
+        let done = filtered(&sql, filter, filter.limit.unwrap_or(u32::MAX))
+            .execute(&self.pool)
+            .await?;
+        if done.rows_affected() > 0 {
+            self.accepted.notify_one();
+        }
+        Ok(done.rows_affected())
+    }
+
+    /// One event with its delivery attempts, as JSON.
+    pub async fn show(
+        &self,
+        endpoint: &str,
+        event_id: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let Some(receipt) = self.receipt(endpoint, event_id).await? else {
+            return Ok(None);
+        };
+        let attempts = self.attempts(endpoint, event_id).await?;
+        Ok(Some(super::operator::shown(endpoint, &receipt, attempts)))
+    }
+
+    /// Replace an event's mapping with one a plugin produced again.
+    pub async fn remap(
+        &self,
+        endpoint: &str,
+        event_id: &str,
+        event_type: &str,
+        resource: Option<&Resource>,
+        plugin_version: &str,
+        plugin_digest: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE receipts SET event_type = $1, resource_kind = $2, resource_id = $3,
+                resource_version = $4, deleted = $5, plugin_version = $6, plugin_digest = $7
+             WHERE endpoint = $8 AND event_id = $9",
+        )
+        .bind(event_type)
+        .bind(resource.map(|r| &r.kind))
+        .bind(resource.map(|r| &r.id))
+        .bind(resource.and_then(|r| r.version).map(version_i64))
+        .bind(resource.is_some_and(|r| r.deleted))
+        .bind(plugin_version)
+        .bind(plugin_digest)
+        .bind(endpoint)
+        .bind(event_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Take one event out of delivery for good, with the operator's reason.
+    pub async fn discard(
+        &self,
+        endpoint: &str,
+        event_id: &str,
+        reason: &str,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE receipts SET state = 'discarded', state_reason = $1, lease_owner = NULL,
+                lease_expires_at_ms = NULL
+             WHERE endpoint = $2 AND event_id = $3 AND state IN ('pending', 'dead', 'quarantined')",
+        )
+        .bind(reason)
+        .bind(endpoint)
+        .bind(event_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Stop (or restart) delivering an endpoint's events; they keep being accepted.
+    pub async fn set_paused(
+        &self,
+        endpoint: &str,
+        paused: bool,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        if paused {
+            sqlx::query(
+                "INSERT INTO endpoint_pauses (endpoint, paused_at_ms) VALUES ($1, $2)
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(endpoint)
+            .bind(now_ms)
+            .execute(&self.pool)
+            .await?;
+        } else {
+            sqlx::query("DELETE FROM endpoint_pauses WHERE endpoint = $1")
+                .bind(endpoint)
+                .execute(&self.pool)
+                .await?;
+            self.accepted.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Endpoints whose delivery is paused.
+    pub async fn paused(&self) -> Result<Vec<String>, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT endpoint FROM endpoint_pauses ORDER BY endpoint")
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Delete what the retention lets go, in short batches (see [`super::Purged`]).
+    pub async fn purge(
+        &self,
+        now_ms: i64,
+        retention: &RetentionConfig,
+    ) -> Result<Purged, StoreError> {
+        let mut purged = Purged::default();
+        let delivered_before = now_ms.saturating_sub(super::millis(retention.delivered));
+        self.purge_class(
+            "state = 'delivered' AND delivered_at_ms < $1",
+            delivered_before,
+            &mut purged,
+        )
+        .await?;
+        if let Some(dead) = retention.dead {
+            let dead_before = now_ms.saturating_sub(super::millis(dead));
+            self.purge_class(
+                "state IN ('dead', 'quarantined') AND received_at_ms < $1",
+                dead_before,
+                &mut purged,
+            )
+            .await?;
+            loop {
+                let done = sqlx::query(
+                    "DELETE FROM conflicts WHERE id IN (
+                        SELECT id FROM conflicts WHERE received_at_ms < $1 LIMIT $2)",
+                )
+                .bind(dead_before)
+                .bind(PURGE_BATCH)
+                .execute(&self.pool)
+                .await?;
+                purged.conflicts += done.rows_affected();
+                if done.rows_affected() < PURGE_BATCH as u64 {
+                    break;
+                }
+            }
+        }
+        Ok(purged)
+    }
+
+    /// Delete receipts matching `which` (binding `$1` to `before`) with their attempts.
+    async fn purge_class(
+        &self,
+        which: &str,
+        before: i64,
+        purged: &mut Purged,
+    ) -> Result<(), StoreError> {
+        // `which` is repeated on the DELETE itself: a receipt replayed meanwhile is
+        // re-checked there (its new row no longer matches) and kept.
+        let sql = format!(
+            "WITH gone AS (
+                DELETE FROM receipts WHERE {which} AND (endpoint, event_id) IN (
+                    SELECT endpoint, event_id FROM receipts WHERE {which} LIMIT $2)
+                RETURNING endpoint, event_id),
+             attempts_gone AS (
+                DELETE FROM attempts AS a USING gone
+                WHERE a.endpoint = gone.endpoint AND a.event_id = gone.event_id
+                RETURNING 1)
+             SELECT (SELECT COUNT(*) FROM gone), (SELECT COUNT(*) FROM attempts_gone)"
+        );
+        loop {
+            let (receipts, attempts): (i64, i64) = sqlx::query_as(&sql)
+                .bind(before)
+                .bind(PURGE_BATCH)
+                .fetch_one(&self.pool)
+                .await?;
+            purged.receipts += u64::try_from(receipts).unwrap_or(0);
+            purged.attempts += u64::try_from(attempts).unwrap_or(0);
+            if receipts < PURGE_BATCH {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Insert the receipt (the primary key decides new or known), then dedupe or gate.
+async fn record_in(
+    tx: &mut Transaction<'_, Postgres>,
+    r: &NewReceipt,
+) -> Result<Outcome, StoreError> {
+    let resource = r.resource.as_ref();
+    let headers = serde_json::to_string(&r.headers).unwrap_or_else(|_| "[]".into());
+    // Inserted as pending; the gate below may settle it otherwise, in this same
+    // transaction. A concurrent insert of the same key waits here for the other
+    // transaction, then does nothing.
+    let inserted: Option<i32> = sqlx::query_scalar(
+        "INSERT INTO receipts (endpoint, event_id, body_sha256, body, headers, secret_index,
+            plugin, plugin_version, plugin_digest, message_id, event_type,
+            resource_kind, resource_id, resource_version, deleted,
+            occurred_at, signed_at, received_at_ms, state)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+                 'pending')
+         ON CONFLICT (endpoint, event_id) DO NOTHING
+         RETURNING 1",
+    )
+    .bind(&r.endpoint)
+    .bind(&r.event_id)
+    .bind(r.body_sha256.as_slice())
+    .bind(&r.body)
+    .bind(&headers)
+    .bind(r.secret_index as i64)
+    .bind(&r.plugin)
+    .bind(&r.plugin_version)
+    .bind(&r.plugin_digest)
+    .bind(&r.message_id)
+    .bind(&r.event_type)
+    .bind(resource.map(|x| &x.kind))
+    .bind(resource.map(|x| &x.id))
+    .bind(resource.and_then(|x| x.version).map(version_i64))
+    .bind(resource.is_some_and(|x| x.deleted))
+    .bind(r.occurred_at)
+    .bind(r.signed_at)
+    .bind(r.received_at_ms)
+    .fetch_optional(&mut **tx)
+    .await?;
+    if inserted.is_none() {
+        let existing: Vec<u8> = sqlx::query_scalar(
+            "SELECT body_sha256 FROM receipts WHERE endpoint = $1 AND event_id = $2",
+        )
+        .bind(&r.endpoint)
+        .bind(&r.event_id)
+        .fetch_one(&mut **tx)
+        .await?;
+        if existing == r.body_sha256 {
+            return Ok(Outcome::Duplicate);
+        }
+        sqlx::query(
+            "INSERT INTO conflicts (endpoint, event_id, body_sha256, body, headers, secret_index, received_at_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(&r.endpoint)
+        .bind(&r.event_id)
+        .bind(r.body_sha256.as_slice())
+        .bind(&r.body)
+        .bind(&headers)
+        .bind(r.secret_index as i64)
+        .bind(r.received_at_ms)
+        .execute(&mut **tx)
+        .await?;
+        return Ok(Outcome::Conflict);
+    }
+    let verdict = match (&r.ignore, &r.resource) {
+        (Some(reason), _) => Verdict::Ignored(reason.clone()),
+        (None, Some(resource)) => gate(tx, r, resource).await?,
+        (None, None) => Verdict::Pending,
+    };
+    if !matches!(verdict, Verdict::Pending) {
+        let (state, reason) = verdict.state();
+        sqlx::query(
+            "UPDATE receipts SET state = $1, state_reason = $2 WHERE endpoint = $3 AND event_id = $4",
+        )
+        .bind(state)
+        .bind(reason)
+        .bind(&r.endpoint)
+        .bind(&r.event_id)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(verdict.into())
+}
+
+/// The version gate across processes: the upsert moves the resource's version only
+/// forward, and takes the row's lock, so concurrent events of one resource are judged
+/// one after the other against committed state.
+async fn gate(
+    tx: &mut Transaction<'_, Postgres>,
+    r: &NewReceipt,
+    resource: &Resource,
+) -> Result<Verdict, StoreError> {
+    let Some(version) = resource.version.map(version_i64) else {
+        // No version to order it by: only a tombstone can refuse it.
+        let deleted: Option<bool> = sqlx::query_scalar(
+            "SELECT deleted FROM resource_versions
+             WHERE endpoint = $1 AND resource_kind = $2 AND resource_id = $3",
+        )
+        .bind(&r.endpoint)
+        .bind(&resource.kind)
+        .bind(&resource.id)
+        .fetch_optional(&mut **tx)
+        .await?;
+        return Ok(if deleted == Some(true) {
+            Verdict::ResourceDeleted
+        } else {
+            Verdict::Pending
+        });
+    };
+    let advanced: Option<i32> = sqlx::query_scalar(
+        "INSERT INTO resource_versions (endpoint, resource_kind, resource_id, version, event_id, deleted)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (endpoint, resource_kind, resource_id)
+         DO UPDATE SET version = excluded.version, event_id = excluded.event_id, deleted = excluded.deleted
+         WHERE resource_versions.version < excluded.version
+         RETURNING 1",
+    )
+    .bind(&r.endpoint)
+    .bind(&resource.kind)
+    .bind(&resource.id)
+    .bind(version)
+    .bind(&r.event_id)
+    .bind(resource.deleted)
+    .fetch_optional(&mut **tx)
+    .await?;
+    if advanced.is_some() {
+        return Ok(Verdict::Pending);
+    }
+    // Not advanced: the accepted version is this one or newer (the upsert locked the
+    // row, so this reads the version it was judged against).
+    let accepted: i64 = sqlx::query_scalar(
+        "SELECT version FROM resource_versions
+         WHERE endpoint = $1 AND resource_kind = $2 AND resource_id = $3",
+    )
+    .bind(&r.endpoint)
+    .bind(&resource.kind)
+    .bind(&resource.id)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(if version < accepted {
+        Verdict::Stale
+    } else {
+        Verdict::SameVersion
+    })
+}
+
+fn leased(row: PgRow) -> Leased {
+    Leased {
+        endpoint: row.get(0),
+        event_id: row.get(1),
+        body: row.get(2),
+        headers: serde_json::from_str(row.get::<&str, _>(3)).unwrap_or_default(),
+        event_type: row.get(4),
+        plugin: row.get(5),
+        resource_kind: row.get(6),
+        resource_id: row.get(7),
+        resource_version: row.get(8),
+        attempts: u32::try_from(row.get::<i64, _>(9)).unwrap_or(0),
+    }
+}
+
+/// `sql` (which contains [`WHERE`] and `LIMIT $10`) with the filter's values bound.
+fn filtered<'q>(
+    sql: &'q str,
+    filter: &'q Filter,
+    limit: u32,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sql)
+        .bind(&filter.endpoint)
+        .bind(&filter.states)
+        .bind(filter.states.is_empty())
+        .bind(&filter.event_type)
+        .bind(&filter.resource_kind)
+        .bind(&filter.resource_id)
+        .bind(filter.since_ms)
+        .bind(filter.until_ms)
+        .bind(&filter.event_id)
+        .bind(i64::from(limit))
+}
+
+/// The filter as SQL; binds, in order: endpoint, states, no-states flag, type,
+/// resource kind, resource id, since, until, event id (then the limit).
+const WHERE: &str = "($1::text IS NULL OR endpoint = $1)
+    AND ($3 OR state = ANY($2))
+    AND ($4::text IS NULL OR event_type = $4)
+    AND ($5::text IS NULL OR resource_kind = $5)
+    AND ($6::text IS NULL OR resource_id = $6)
+    AND ($7::bigint IS NULL OR received_at_ms >= $7)
+    AND ($8::bigint IS NULL OR received_at_ms < $8)
+    AND ($9::text IS NULL OR event_id = $9)";

@@ -1,0 +1,772 @@
+//! The PostgreSQL store on its own: each test in a database of its own on
+//! 127.0.0.1:5432. Ingest, the version gate and delivery over real HTTP; two stores
+//! on one database leasing at once; an unreachable database behind a proxy the test
+//! stops; migrations and a newer schema; retention on both stores.
+
+use crate::support::*;
+use hookhost::config::{PgConfig, RetentionConfig, StoreConfig};
+use hookhost::store::{AttemptRecord, NewReceipt, Next, Resource, Store};
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn pg(url: &str) -> StoreConfig {
+    StoreConfig::Postgres(PgConfig {
+        url: url.to_string(),
+        max_connections: 8,
+        connect_timeout: Duration::from_millis(1_500),
+        statement_timeout: Duration::from_secs(5),
+    })
+}
+
+/// A Stripe server on `url`; `top` adds top-level keys and tables.
+async fn server_on(url: &str, top: &str) -> Server {
+    Server::start(&stripe_config(&format!("store = \"{url}\"\n{top}"))).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_duplicate_and_conflict() {
+    let db = PgDatabase::create();
+    let server = server_on(&db.url(), "").await;
+    let t = now();
+    let body = stripe_event("evt_pg", "customer.updated", "cus_pg", t);
+    let (status, answer) = server.post_stripe(&[STRIPE_SECRET], t, &body).await;
+    assert_eq!(
+        (status, answer),
+        (200, json!({"status": "accepted", "event_id": "evt_pg"}))
+    );
+    let (status, answer) = server.post_stripe(&[STRIPE_SECRET], t, &body).await;
+    assert_eq!(
+        (status, answer),
+        (200, json!({"status": "duplicate", "event_id": "evt_pg"}))
+    );
+    let other = stripe_event("evt_pg", "customer.updated", "cus_other", t);
+    let (status, answer) = server.post_stripe(&[STRIPE_SECRET], t, &other).await;
+    assert_eq!(
+        (status, answer),
+        (
+            200,
+            json!({"ignored": "conflicting_duplicate", "event_id": "evt_pg"})
+        )
+    );
+    let kept = server.receipt("stripe", "evt_pg").await;
+    assert_eq!(kept.body, body.as_bytes(), "the first evidence is kept");
+    assert_eq!(kept.state, "pending");
+    let store = &server.app.store;
+    assert_eq!(store.count_receipts("stripe").await.expect("count"), 1);
+    assert_eq!(store.count_conflicts("stripe").await.expect("count"), 1);
+
+    // The same new event 50 times at once: one receipt, every answer a 200.
+    let racing = stripe_event("evt_race", "customer.updated", "cus_race", t);
+    let answers = futures_join(
+        (0..50)
+            .map(|_| {
+                let body = racing.clone();
+                let server = &server;
+                async move { server.post_stripe(&[STRIPE_SECRET], t, &body).await }
+            })
+            .collect(),
+    )
+    .await;
+    let accepted = answers
+        .iter()
+        .filter(|(s, a)| *s == 200 && a["status"] == "accepted")
+        .count();
+    let duplicates = answers
+        .iter()
+        .filter(|(s, a)| *s == 200 && a["status"] == "duplicate")
+        .count();
+    assert_eq!((accepted, duplicates), (1, 49), "{answers:?}");
+    assert_eq!(store.count_receipts("stripe").await.expect("count"), 2);
+    assert_eq!(store.count_conflicts("stripe").await.expect("count"), 1);
+}
+
+/// Await every future, concurrently.
+async fn futures_join<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut pinned: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = (0..pinned.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in pinned.iter_mut().enumerate() {
+            if out[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => out[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().flatten().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_version_gate_v3_v1_v2_keeps_v3_and_a_delete_makes_older_updates_stale() {
+    let db = PgDatabase::create();
+    let server = server_on(&db.url(), "").await;
+    let t = now();
+    let post = |id: &str, kind: &str, created: i64| {
+        let body = stripe_event(id, kind, "cus_v", created);
+        let server = &server;
+        async move { server.post_stripe(&[STRIPE_SECRET], t, &body).await }
+    };
+    let ignored = |reason: &str, id: &str| (200, json!({"ignored": reason, "event_id": id}));
+    assert_eq!(
+        post("evt_v3", "customer.updated", 3000).await.1["status"],
+        "accepted"
+    );
+    assert_eq!(
+        post("evt_v1", "customer.updated", 1000).await,
+        ignored("stale_version", "evt_v1")
+    );
+    assert_eq!(
+        post("evt_v2", "customer.updated", 2000).await,
+        ignored("stale_version", "evt_v2")
+    );
+    assert_eq!(
+        post("evt_v3b", "customer.updated", 3000).await,
+        ignored("same_version", "evt_v3b")
+    );
+    let pending: Vec<String> = server
+        .app
+        .store
+        .list(&hookhost::store::Filter {
+            states: vec!["pending".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|s| s.event_id)
+        .collect();
+    assert_eq!(pending, vec!["evt_v3"], "only v3 is to be delivered");
+    let stale = server.receipt("stripe", "evt_v1").await;
+    assert_eq!(
+        (stale.state.as_str(), stale.state_reason.as_deref()),
+        ("stale", Some("stale_version"))
+    );
+
+    // A delete at 4000 leaves a tombstone; an update from before it is stale.
+    assert_eq!(
+        post("evt_del", "customer.deleted", 4000).await.1["status"],
+        "accepted"
+    );
+    assert_eq!(
+        post("evt_late", "customer.updated", 3500).await,
+        ignored("stale_version", "evt_late")
+    );
+
+    // Versionless events of a deleted resource are refused by the tombstone.
+    let store = &server.app.store;
+    let mut receipt = new_receipt("evt_nov", "cus_v", None, 0);
+    receipt.resource = Some(Resource {
+        kind: "customer".into(),
+        id: "cus_v".into(),
+        version: None,
+        deleted: false,
+    });
+    assert_eq!(
+        store.record(receipt).await.expect("record"),
+        hookhost::store::Outcome::ResourceDeleted
+    );
+}
+
+/// A receipt as ingest would record it, for driving a store directly.
+fn new_receipt(id: &str, resource: &str, version: Option<u64>, received_at_ms: i64) -> NewReceipt {
+    let body = format!("{{\"id\":\"{id}\"}}").into_bytes();
+    let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(&body).into();
+    NewReceipt {
+        endpoint: "stripe".into(),
+        event_id: id.into(),
+        body_sha256: digest,
+        body,
+        headers: vec![],
+        secret_index: 0,
+        plugin: "stripe".into(),
+        plugin_version: "test".into(),
+        plugin_digest: "test".into(),
+        message_id: None,
+        event_type: "customer.updated".into(),
+        resource: Some(Resource {
+            kind: "customer".into(),
+            id: resource.into(),
+            version,
+            deleted: false,
+        }),
+        occurred_at: None,
+        signed_at: None,
+        received_at_ms,
+        ignore: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_delivered_to_the_downstream() {
+    let db = PgDatabase::create();
+    let received: Arc<Mutex<Vec<String>>> = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = received.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: axum::http::HeaderMap| {
+            let seen = seen.clone();
+            async move {
+                let id = headers
+                    .get("webhook-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                seen.lock().expect("lock").push(id);
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let config = format!(
+        "store = \"{}\"\n[delivery]\nworkers = 4\npoll_ms = 20\n\
+         [[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\"]\n\
+         [endpoint.destination]\nurl = \"http://127.0.0.1:{port}/hook\"\nsecret = \"whsec_{}\"\n",
+        db.url(),
+        b64(b"destination signing key 32 bytes")
+    );
+    let server = Server::start(&config).await;
+    let t = now();
+    for i in 0..5 {
+        let body = stripe_event(&format!("evt_d{i}"), "customer.updated", "cus_d", t + i);
+        let (status, _) = server.post_stripe(&[STRIPE_SECRET], t, &body).await;
+        assert_eq!(status, 200);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let delivered = server
+            .app
+            .store
+            .list(&hookhost::store::Filter {
+                states: vec!["delivered".into()],
+                ..Default::default()
+            })
+            .await
+            .expect("list");
+        if delivered.len() == 5 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "delivered so far: {delivered:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // One resource: delivered once each, in version order.
+    let order = received.lock().expect("lock").clone();
+    assert_eq!(
+        order,
+        (0..5).map(|i| format!("evt_d{i}")).collect::<Vec<_>>()
+    );
+    let attempts = server
+        .app
+        .store
+        .attempts("stripe", "evt_d0")
+        .await
+        .expect("attempts");
+    assert_eq!(attempts, vec![(1, Some(200), None)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_stores_leasing_at_once_never_share_an_event_or_a_resource() {
+    let db = PgDatabase::create();
+    let a = Store::open(&pg(&db.url())).await.expect("open a");
+    let b = Store::open(&pg(&db.url())).await.expect("open b");
+    // 10 resources × 10 versions, plus 40 events without a resource.
+    let mut expected = HashSet::new();
+    for r in 0..10 {
+        for v in 1..=10u64 {
+            let id = format!("evt_r{r}_v{v}");
+            let outcome = a
+                .record(new_receipt(
+                    &id,
+                    &format!("cus_{r}"),
+                    Some(v),
+                    1_000 + v as i64,
+                ))
+                .await
+                .expect("record");
+            assert_eq!(outcome, hookhost::store::Outcome::Accepted);
+            expected.insert(id);
+        }
+    }
+    for i in 0..40 {
+        let mut receipt = new_receipt(&format!("evt_free{i}"), "-", None, 1_000);
+        receipt.resource = None;
+        b.record(receipt).await.expect("record");
+        expected.insert(format!("evt_free{i}"));
+    }
+    // What is in flight right now, across both stores' workers.
+    let in_flight: Arc<Mutex<(HashSet<String>, HashSet<String>)>> = Arc::default();
+    let delivered: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    // Per resource, the versions in the order they were delivered.
+    let order: Arc<Mutex<HashMap<String, Vec<i64>>>> = Arc::default();
+    // Events leased through each store.
+    let per_store: Arc<Mutex<[usize; 2]>> = Arc::default();
+    let endpoints = vec!["stripe".to_string()];
+    let mut workers = Vec::new();
+    for (n, store) in [a.clone(), b.clone(), a.clone(), b.clone()]
+        .into_iter()
+        .enumerate()
+    {
+        let (in_flight, delivered, order, endpoints, per_store) = (
+            in_flight.clone(),
+            delivered.clone(),
+            order.clone(),
+            endpoints.clone(),
+            per_store.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            let owner = format!("worker-{n}");
+            let mut idle = 0;
+            while idle < 20 {
+                let now_ms = now() * 1000;
+                let leased = store
+                    .lease_due(&owner, &endpoints, now_ms, Duration::from_secs(60), 3)
+                    .await
+                    .expect("lease");
+                if leased.is_empty() {
+                    idle += 1;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+                idle = 0;
+                per_store.lock().expect("lock")[n % 2] += leased.len();
+                {
+                    let mut flight = in_flight.lock().expect("lock");
+                    for event in &leased {
+                        assert!(
+                            flight.0.insert(event.event_id.clone()),
+                            "{} leased twice at once",
+                            event.event_id
+                        );
+                        if let Some(resource) = &event.resource_id {
+                            assert!(
+                                flight.1.insert(resource.clone()),
+                                "two events of {resource} at once ({})",
+                                event.event_id
+                            );
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                for event in &leased {
+                    {
+                        // Out of flight before the result is committed: from then on
+                        // the other store may lease the resource's next event.
+                        let mut flight = in_flight.lock().expect("lock");
+                        flight.0.remove(&event.event_id);
+                        if let Some(resource) = &event.resource_id {
+                            flight.1.remove(resource);
+                            order
+                                .lock()
+                                .expect("lock")
+                                .entry(resource.clone())
+                                .or_default()
+                                .push(event.resource_version.unwrap_or(-1));
+                        }
+                        *delivered
+                            .lock()
+                            .expect("lock")
+                            .entry(event.event_id.clone())
+                            .or_default() += 1;
+                    }
+                    let attempt = AttemptRecord {
+                        started_at_ms: now_ms,
+                        ended_at_ms: now_ms,
+                        status: Some(200),
+                        error: None,
+                    };
+                    store
+                        .finish_attempt(event, &owner, &attempt, &Next::Delivered)
+                        .await
+                        .expect("finish");
+                }
+            }
+        }));
+    }
+    for worker in workers {
+        worker.await.expect("worker");
+    }
+    let delivered = delivered.lock().expect("lock").clone();
+    assert_eq!(
+        delivered.keys().cloned().collect::<HashSet<_>>(),
+        expected,
+        "every event delivered"
+    );
+    assert!(delivered.values().all(|n| *n == 1), "{delivered:?}");
+    let per_store = *per_store.lock().expect("lock");
+    assert!(
+        per_store.iter().all(|n| *n > 0),
+        "both stores leased: {per_store:?}"
+    );
+    for (resource, versions) in order.lock().expect("lock").iter() {
+        assert_eq!(versions, &(1..=10).collect::<Vec<i64>>(), "{resource}");
+    }
+    a.close().await;
+    b.close().await;
+}
+
+/// A TCP proxy in front of PostgreSQL that the test can take down (every connection
+/// cut, new ones refused) and bring back.
+struct Proxy {
+    port: u16,
+    up: Arc<AtomicBool>,
+    cut: tokio::sync::watch::Sender<u64>,
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start() -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let up = Arc::new(AtomicBool::new(true));
+        let (cut, _) = tokio::sync::watch::channel(0u64);
+        let (flag, cuts) = (up.clone(), cut.clone());
+        let accepting = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !flag.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let mut cut = cuts.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect("127.0.0.1:5432").await
+                    else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        Proxy {
+            port,
+            up,
+            cut,
+            accepting,
+        }
+    }
+
+    fn url(&self, db: &PgDatabase) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{}", self.port, db.name)
+    }
+
+    fn down(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        self.cut.send_modify(|n| *n += 1);
+    }
+
+    fn up(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+
+    /// Cut every connection and close the port: connecting is refused.
+    async fn close(self) {
+        self.down();
+        self.accepting.abort();
+        let _ = self.accepting.await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_database_answers_503_within_2_s_and_recovers() {
+    let db = PgDatabase::create();
+    let proxy = Proxy::start().await;
+    let server = server_on(&proxy.url(&db), "").await;
+    let t = now();
+    let first = stripe_event("evt_before", "customer.updated", "cus_1", t);
+    let (status, _) = server.post_stripe(&[STRIPE_SECRET], t, &first).await;
+    assert_eq!(status, 200);
+
+    proxy.down();
+    let during = stripe_event("evt_during", "customer.updated", "cus_2", t);
+    for _ in 0..3 {
+        let started = Instant::now();
+        let (status, answer) = server.post_stripe(&[STRIPE_SECRET], t, &during).await;
+        let took = started.elapsed();
+        assert_eq!(
+            (status, answer),
+            (503, json!({"error": "store_unavailable"}))
+        );
+        assert!(took < Duration::from_secs(2), "503 after {took:?}");
+    }
+
+    // The database is back: the sender's retry is accepted, with nothing lost.
+    proxy.up();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, answer) = server.post_stripe(&[STRIPE_SECRET], t, &during).await;
+        if status == 200 {
+            assert_eq!(answer["status"], "accepted");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not recovered: {status} {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        server.receipt("stripe", "evt_before").await.state,
+        "pending"
+    );
+    assert_eq!(
+        server.receipt("stripe", "evt_during").await.state,
+        "pending"
+    );
+    assert_eq!(server.count_receipts("stripe").await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_port_answers_503_within_2_s() {
+    let db = PgDatabase::create();
+    let proxy = Proxy::start().await;
+    let server = server_on(&proxy.url(&db), "").await;
+    proxy.close().await;
+    let t = now();
+    let body = stripe_event("evt_gone", "customer.updated", "cus_1", t);
+    let started = Instant::now();
+    let (status, answer) = server.post_stripe(&[STRIPE_SECRET], t, &body).await;
+    assert_eq!(
+        (status, answer),
+        (503, json!({"error": "store_unavailable"}))
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrations_from_empty_and_a_newer_schema_is_refused() {
+    let db = PgDatabase::create();
+    let store = Store::open(&pg(&db.url()))
+        .await
+        .expect("migrate from empty");
+    assert_eq!(store.count_receipts("stripe").await.expect("count"), 0);
+    store.close().await;
+    // Opening again applies nothing and works.
+    Store::open(&pg(&db.url()))
+        .await
+        .expect("reopen")
+        .close()
+        .await;
+
+    // `hookhost migrate` on a second, empty database.
+    let other = PgDatabase::create();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("hookhost.toml");
+    std::fs::write(&config, format!("store = \"{}\"\n", other.url())).expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
+        .args(["migrate", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run hookhost migrate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let store = Store::open(&pg(&other.url())).await.expect("migrated");
+    assert!(store.paused().await.expect("tables exist").is_empty());
+    store.close().await;
+
+    // A newer hookhost migrated this database: this one refuses it, by name.
+    psql_in(
+        &db.name,
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+         VALUES (9999, 'from the future', true, '\\x00', 0)",
+    );
+    let refused = Store::open(&pg(&db.url())).await.expect_err("refused");
+    let message = refused.to_string();
+    assert!(
+        message.contains("the database schema is at version 9999, newer than this hookhost knows")
+            && message.ends_with("upgrade hookhost"),
+        "{message}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
+        .args(["migrate", "--config"])
+        .arg(&{
+            std::fs::write(&config, format!("store = \"{}\"\n", db.url())).expect("write");
+            config.clone()
+        })
+        .output()
+        .expect("run hookhost migrate");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("upgrade hookhost"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One statement in database `name` as the `postgres` superuser.
+fn psql_in(name: &str, sql: &str) {
+    let out = std::process::Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            "5432",
+            "-U",
+            "postgres",
+            "-d",
+            name,
+        ])
+        .args(["-v", "ON_ERROR_STOP=1", "-qXc", sql])
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "psql {sql:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_refuses_a_newer_schema_too() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("hookhost.db");
+    Store::open_sqlite(&path)
+        .await
+        .expect("create")
+        .close()
+        .await;
+    let mut conn = open_db(&path).await;
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+         VALUES (9999, 'from the future', 1, x'00', 0)",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("insert");
+    drop(conn);
+    let message = Store::open_sqlite(&path)
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(message.contains("version 9999, newer than"), "{message}");
+}
+
+/// Retention on one store: delivered receipts older than the retention go with their
+/// attempts; pending ones never; dead ones only under their own setting.
+async fn retention_on(store: Store) {
+    const DAY: i64 = 86_400_000;
+    let now_ms = now() * 1000;
+    let old = now_ms - 40 * DAY;
+    let endpoints = vec!["stripe".to_string()];
+    for (id, received) in [
+        ("evt_old_delivered", old),
+        ("evt_new_delivered", now_ms),
+        ("evt_old_dead", old),
+        ("evt_old_pending", old),
+    ] {
+        let mut receipt = new_receipt(id, id, Some(1), received);
+        receipt.resource = None;
+        store.record(receipt).await.expect("record");
+    }
+    let leased = store
+        .lease_due("w", &endpoints, now_ms, Duration::from_secs(60), 10)
+        .await
+        .expect("lease");
+    assert_eq!(leased.len(), 4);
+    for event in &leased {
+        let (next, at) = match event.event_id.as_str() {
+            "evt_old_delivered" => (Next::Delivered, old),
+            "evt_new_delivered" => (Next::Delivered, now_ms),
+            "evt_old_dead" => (Next::Dead, old),
+            _ => (Next::RetryAt(now_ms + DAY), old),
+        };
+        let attempt = AttemptRecord {
+            started_at_ms: at,
+            ended_at_ms: at,
+            status: Some(200),
+            error: None,
+        };
+        store
+            .finish_attempt(event, "w", &attempt, &next)
+            .await
+            .expect("finish");
+    }
+    let retention = RetentionConfig::default();
+    let purged = store.purge(now_ms, &retention).await.expect("purge");
+    assert_eq!((purged.receipts, purged.attempts), (1, 1));
+    assert!(
+        store
+            .receipt("stripe", "evt_old_delivered")
+            .await
+            .expect("query")
+            .is_none()
+    );
+    assert!(
+        store
+            .attempts("stripe", "evt_old_delivered")
+            .await
+            .expect("query")
+            .is_empty()
+    );
+    for kept in ["evt_new_delivered", "evt_old_dead", "evt_old_pending"] {
+        assert!(
+            store
+                .receipt("stripe", kept)
+                .await
+                .expect("query")
+                .is_some(),
+            "{kept} kept"
+        );
+    }
+    // Dead letters go only under their own setting.
+    let retention = RetentionConfig {
+        dead: Some(Duration::from_secs(30 * 86_400)),
+        ..retention
+    };
+    let purged = store.purge(now_ms, &retention).await.expect("purge");
+    assert_eq!((purged.receipts, purged.attempts), (1, 1));
+    assert!(
+        store
+            .receipt("stripe", "evt_old_dead")
+            .await
+            .expect("query")
+            .is_none()
+    );
+    assert!(
+        store
+            .receipt("stripe", "evt_old_pending")
+            .await
+            .expect("query")
+            .is_some(),
+        "pending is never purged"
+    );
+    assert_eq!(store.count_receipts("stripe").await.expect("count"), 2);
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_purges_delivered_receipts_on_postgres() {
+    let db = PgDatabase::create();
+    retention_on(Store::open(&pg(&db.url())).await.expect("open")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_purges_delivered_receipts_on_sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    retention_on(
+        Store::open_sqlite(&dir.path().join("hookhost.db"))
+            .await
+            .expect("open"),
+    )
+    .await;
+}
