@@ -144,7 +144,7 @@ async fn settled(server: &Server, id: &str, state: &str) -> ReceiptRow {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+crate::both_stores! {
 async fn failures_are_retried_and_every_attempt_carries_the_same_identity() {
     let (downstream, port) = Downstream::start().await;
     let server = start(port, "[0, 0, 0]").await;
@@ -203,8 +203,9 @@ async fn failures_are_retried_and_every_attempt_carries_the_same_identity() {
         );
     }
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+crate::both_stores! {
 async fn a_refusal_is_quarantined_and_endless_failure_is_a_dead_letter() {
     let (downstream, port) = Downstream::start().await;
     let server = start(port, "[0, 0, 0]").await;
@@ -240,8 +241,9 @@ async fn a_refusal_is_quarantined_and_endless_failure_is_a_dead_letter() {
     assert_eq!(downstream.received("evt_broken").len(), 3);
     assert_eq!(downstream.received("evt_gone").len(), 1);
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+crate::both_stores! {
 async fn retry_after_is_honoured() {
     let (downstream, port) = Downstream::start().await;
     let server = start(port, "[0, 0, 0]").await;
@@ -256,8 +258,9 @@ async fn retry_after_is_honoured() {
         "second attempt after {gap:?}"
     );
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+crate::both_stores! {
 async fn a_lease_that_expires_lets_another_worker_take_the_event() {
     // No destination: the server's own workers leave the event alone.
     let server = Server::start(&stripe_config("")).await;
@@ -287,8 +290,9 @@ async fn a_lease_that_expires_lets_another_worker_take_the_event() {
     assert_eq!(second.len(), 1);
     assert_eq!(second[0].event_id, "evt_leased");
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+crate::both_stores! {
 async fn one_resource_is_delivered_one_event_at_a_time_in_version_order() {
     let (downstream, port) = Downstream::start().await;
     let server = start(port, "[0, 0, 0]").await;
@@ -338,6 +342,7 @@ async fn one_resource_is_delivered_one_event_at_a_time_in_version_order() {
         ["evt_a1", "evt_a1", "evt_a2", "evt_a3"]
     );
     assert_eq!(order("customer/cus_B"), ["evt_b1", "evt_b2"]);
+}
 }
 
 fn hookhost_cli(args: &[&str]) -> String {
@@ -417,7 +422,7 @@ async fn dead_letters_are_listed_replayed_and_discarded_from_the_cli() {
     assert_eq!(shown["attempts"][3]["status"], 200);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+crate::both_stores! {
 async fn a_paused_endpoint_keeps_accepting_and_delivers_after_resume() {
     let (downstream, port) = Downstream::start().await;
     let server = start(port, "[0, 0, 0]").await;
@@ -442,6 +447,7 @@ async fn a_paused_endpoint_keeps_accepting_and_delivers_after_resume() {
         .await
         .expect("resume");
     settled(&server, "evt_paused", "delivered").await;
+}
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -587,7 +593,7 @@ async fn the_admin_api_refuses_every_call_without_the_token_and_replays_with_it(
     assert_eq!(unknown.0, 404);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+crate::both_stores! {
 async fn old_versions_after_a_newer_one_never_reach_the_destination() {
     let (downstream, port) = Downstream::start().await;
     let server = start(port, "[0, 0, 0]").await;
@@ -613,6 +619,7 @@ async fn old_versions_after_a_newer_one_never_reach_the_destination() {
             "{id} reached the destination"
         );
     }
+}
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,9 +1,10 @@
-//! The request path and the status-code contract, over real HTTP into real SQLite.
+//! The request path and the status-code contract, over real HTTP into real SQLite and
+//! PostgreSQL (`both_stores!`).
 
 use crate::support::*;
 use serde_json::json;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+crate::both_stores! {
 async fn accepted_then_duplicate_and_the_receipt_is_durable() {
     let server = Server::start(&stripe_config("")).await;
     let body = stripe_event("evt_a", "customer.updated", "cus_1", now());
@@ -25,13 +26,11 @@ async fn accepted_then_duplicate_and_the_receipt_is_durable() {
     assert_eq!(receipt.body, body.as_bytes());
     assert_eq!(receipt.secret_index, 0);
     assert!(receipt.headers.contains("stripe-signature"));
-    let db = server.db_path();
+    let reopen = server.reopen();
     let _dir = server.stop().await;
 
-    // The receipt survives the process: reopen the file and find it.
-    let store = hookhost::store::Store::open_sqlite(&db)
-        .await
-        .expect("reopen");
+    // The receipt survives the process: open the store again and find it.
+    let store = reopen.open().await;
     assert!(
         store
             .receipt("stripe", "evt_a")
@@ -41,8 +40,9 @@ async fn accepted_then_duplicate_and_the_receipt_is_durable() {
     );
     store.close().await;
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+crate::both_stores! {
 async fn every_rejection_row_of_the_status_table() {
     let server = Server::start_in(with_test_guest(), &format!(
         "{}\n[[endpoint]]\nid = \"github\"\nplugin = \"github\"\nsecrets = [\"gh-secret\"]\n\
@@ -144,8 +144,9 @@ async fn every_rejection_row_of_the_status_table() {
         bad("invalid_signature")
     );
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+crate::both_stores! {
 async fn rotation_records_which_secret_matched() {
     let server = Server::start(&stripe_config("")).await;
     let t = now();
@@ -167,8 +168,9 @@ async fn rotation_records_which_secret_matched() {
         0
     );
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+crate::both_stores! {
 async fn fifty_concurrent_identical_requests_store_one_receipt() {
     let server = std::sync::Arc::new(Server::start(&stripe_config("")).await);
     let t = now();
@@ -202,8 +204,9 @@ async fn fifty_concurrent_identical_requests_store_one_receipt() {
     assert_eq!((accepted, duplicates), (1, 49));
     assert_eq!(server.count_receipts("stripe").await, 1);
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+crate::both_stores! {
 async fn a_conflicting_duplicate_keeps_the_first_evidence() {
     let server = Server::start(&stripe_config("")).await;
     let t = now();
@@ -229,8 +232,9 @@ async fn a_conflicting_duplicate_keeps_the_first_evidence() {
     assert_eq!(store.count_conflicts("stripe").await.expect("count"), 1);
     assert_eq!(store.count_receipts("stripe").await.expect("count"), 1);
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+crate::both_stores! {
 async fn the_version_gate_refuses_old_state_and_honours_tombstones() {
     let server = Server::start(&stripe_config("[limits]\nmax_body_bytes = 65536")).await;
     let t = now();
@@ -280,6 +284,7 @@ async fn the_version_gate_refuses_old_state_and_honours_tombstones() {
     let (status, answer) = server.post_stripe(&[STRIPE_SECRET], t, &other).await;
     assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")));
 }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_store_answers_503_and_recovers() {
@@ -308,7 +313,7 @@ async fn an_unreachable_store_answers_503_and_recovers() {
     assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+crate::both_stores! {
 async fn standard_webhooks_hmac_and_ed25519_and_svix_headers() {
     use ed25519_dalek::Signer;
     let signing = ed25519_dalek::SigningKey::from_bytes(&[5u8; 32]);
@@ -343,6 +348,7 @@ async fn standard_webhooks_hmac_and_ed25519_and_svix_headers() {
     assert_eq!(server.post("sw", &h, body).await.1["status"], "accepted");
     assert_eq!(server.receipt("sw", "msg_1").await.secret_index, 0);
     assert_eq!(server.receipt("sw", "msg_2").await.secret_index, 1);
+}
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,11 +2,13 @@
 //! from source by `host/build.rs`, and the real `hookhost` binary for the CLI.
 
 mod cli;
+mod cluster;
 mod contract;
 mod crash;
 mod delivery;
 mod handshakes;
 mod ingest;
+mod postgres;
 mod sandbox;
 mod schemes;
 mod support;

@@ -37,10 +37,124 @@ pub fn now() -> i64 {
         .as_secs() as i64
 }
 
+/// Which database a test's servers keep their receipts in. Tests written with
+/// [`both_stores!`] run once on each; everything else runs on SQLite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backing {
+    Sqlite,
+    Postgres,
+}
+
+tokio::task_local! {
+    /// The store the running test's servers use (SQLite when unset).
+    pub static BACKING: Backing;
+}
+
+/// One test body, two stores: `both_stores! { async fn name() { … } }` becomes the tests
+/// `name::sqlite` and `name::postgres`.
+#[macro_export]
+macro_rules! both_stores {
+    ($(async fn $name:ident() $body:block)*) => {$(
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                $crate::support::BACKING
+                    .scope($crate::support::Backing::Sqlite, async $body)
+                    .await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                $crate::support::BACKING
+                    .scope($crate::support::Backing::Postgres, async $body)
+                    .await
+            }
+        }
+    )*};
+}
+
+/// A PostgreSQL database of one test's own on 127.0.0.1:5432, dropped (closing any
+/// connection still open) when the last handle to it goes.
+#[derive(Debug)]
+pub struct PgDatabase {
+    pub name: String,
+}
+
+impl PgDatabase {
+    pub fn create() -> Arc<PgDatabase> {
+        let name = format!(
+            "hookhost_test_{}_{}",
+            std::process::id(),
+            NEXT_DATABASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+        psql(&format!("CREATE DATABASE {name}"));
+        Arc::new(PgDatabase { name })
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:5432/{}", self.name)
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        psql(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ));
+    }
+}
+
+static NEXT_DATABASE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Run one statement as the `postgres` superuser (trust auth on loopback).
+pub fn psql(sql: &str) {
+    let out = std::process::Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            "5432",
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+        ])
+        .args(["-v", "ON_ERROR_STOP=1", "-qXc", sql])
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "psql {sql:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// What a stopped server's store can be opened again from.
+pub struct Reopen {
+    pub config: hookhost::config::StoreConfig,
+    _database: Option<Arc<PgDatabase>>,
+}
+
+impl Reopen {
+    pub async fn open(&self) -> hookhost::store::Store {
+        hookhost::store::Store::open(&self.config)
+            .await
+            .expect("reopen the store")
+    }
+}
+
 pub struct Server {
     pub addr: SocketAddr,
     pub app: Arc<App>,
     pub dir: tempfile::TempDir,
+    /// The test's own PostgreSQL database, when the test runs on PostgreSQL.
+    pub database: Option<Arc<PgDatabase>>,
+    store: hookhost::config::StoreConfig,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
@@ -54,9 +168,21 @@ impl Server {
     }
 
     pub async fn start_in(dir: tempfile::TempDir, config: &str) -> anyhow::Result<Server> {
+        // On PostgreSQL, a configuration that names no store gets a database of its own.
+        let names_a_store = config
+            .lines()
+            .any(|l| l.trim_start().starts_with("store ="));
+        let database = match BACKING.try_with(|b| *b) {
+            Ok(Backing::Postgres) if !names_a_store => Some(PgDatabase::create()),
+            _ => None,
+        };
+        let config = match &database {
+            Some(db) => format!("store = \"{}\"\n{config}", db.url()),
+            None => config.to_string(),
+        };
         let path = dir.path().join("hookhost.toml");
-        std::fs::write(&path, config)?;
-        let config = Config::parse(&path, config, &|_| None)?;
+        std::fs::write(&path, &config)?;
+        let config = Config::parse(&path, &config, &|_| None)?;
         let app = hookhost::build(&config).await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -68,6 +194,8 @@ impl Server {
             addr,
             app,
             dir,
+            database,
+            store: config.store.clone(),
             shutdown: Some(tx),
             task: Some(task),
         })
@@ -122,6 +250,15 @@ impl Server {
     pub async fn post_stripe(&self, secrets: &[&str], t: i64, body: &str) -> (u16, Value) {
         self.post("stripe", &stripe_headers(secrets, t, body), body.to_owned())
             .await
+    }
+
+    /// What the store can be opened again from after `stop` (keeps a PostgreSQL
+    /// database alive while it is held).
+    pub fn reopen(&self) -> Reopen {
+        Reopen {
+            config: self.store.clone(),
+            _database: self.database.clone(),
+        }
     }
 
     /// Shut down gracefully; hands back the temp dir so the store can be reopened.
