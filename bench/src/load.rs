@@ -68,11 +68,24 @@ impl Server {
         endpoint: &str,
         extra: &str,
     ) -> anyhow::Result<Server> {
+        Server::start_with_store(binary, dir, secret, endpoint, "hookhost.db", extra).await
+    }
+
+    /// As [`Server::start`], with the store the configuration names (a SQLite file
+    /// beside it, or a `postgres://` URL).
+    pub async fn start_with_store(
+        binary: &Path,
+        dir: &Path,
+        secret: &str,
+        endpoint: &str,
+        store: &str,
+        extra: &str,
+    ) -> anyhow::Result<Server> {
         let addr = free_loopback_addr()?;
         std::fs::write(dir.join("stripe.secret"), secret).context("writing the secret file")?;
         let config = dir.join("hookhost.toml");
         let text = format!(
-            "listen = \"{addr}\"\nstore = \"hookhost.db\"\n\n[[endpoint]]\nid = \"{endpoint}\"\n\
+            "listen = \"{addr}\"\nstore = \"{store}\"\n\n[[endpoint]]\nid = \"{endpoint}\"\n\
              plugin = \"stripe\"\nsecrets = [\"file:stripe.secret\"]\n{extra}"
         );
         std::fs::write(&config, text).context("writing the server configuration")?;
@@ -333,19 +346,40 @@ pub async fn drive(
     payload: &Payload,
     expect: &'static str,
 ) -> anyhow::Result<PhaseResult> {
+    drive_spread(
+        std::slice::from_ref(target),
+        concurrency,
+        duration,
+        payload,
+        expect,
+    )
+    .await
+}
+
+/// As [`drive`], with the connections spread over `targets` in turn: several
+/// processes sharing one database, as behind a load balancer.
+pub async fn drive_spread(
+    targets: &[Target],
+    concurrency: usize,
+    duration: Duration,
+    payload: &Payload,
+    expect: &'static str,
+) -> anyhow::Result<PhaseResult> {
     // Connect everyone first, so the clock starts with the load.
-    let senders = connect_all(target.addr, concurrency).await?;
+    let mut senders = Vec::with_capacity(concurrency);
+    for target in targets.iter().cycle().take(concurrency) {
+        senders.push((
+            target.clone(),
+            connect(target.addr)
+                .await
+                .context("connecting to the server")?,
+        ));
+    }
     let started = Instant::now();
     let deadline = started + duration;
     let mut workers = JoinSet::new();
-    for sender in senders {
-        workers.spawn(worker(
-            target.clone(),
-            sender,
-            deadline,
-            payload.clone(),
-            expect,
-        ));
+    for (target, sender) in senders {
+        workers.spawn(worker(target, sender, deadline, payload.clone(), expect));
     }
     let mut result = PhaseResult::default();
     while let Some(tally) = workers.join_next().await {

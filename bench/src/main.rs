@@ -92,6 +92,12 @@ struct Args {
     /// Keep the temporary directory (server configuration, log and database) afterwards.
     #[arg(long)]
     keep_tmp: bool,
+    /// Also measure accepted requests/s into PostgreSQL, with one and with two hookhost
+    /// processes sharing the database, at the highest `--concurrency`. The URL names a
+    /// database to connect to (`postgres://postgres@127.0.0.1:5432/postgres`); each
+    /// phase creates a database of its own beside it (with `psql`) and drops it.
+    #[arg(long)]
+    postgres: Option<String>,
     /// Leave out the delivery phases (the second server and the downstream).
     #[arg(long)]
     skip_delivery: bool,
@@ -208,6 +214,14 @@ fn run(args: &Args) -> anyhow::Result<()> {
         anyhow::Ok((levels, duplicates, startup))
     })?;
 
+    // 4b. PostgreSQL: one process, then two sharing the database.
+    let postgres = match &args.postgres {
+        None => Vec::new(),
+        Some(admin) => {
+            runtime.block_on(postgres_phases(args, admin, &binary, dir.path(), created))?
+        }
+    };
+
     // 5. Delivery, with a second server (and its own store) once the first has gone. If
     // it cannot run, the table of the phases above is printed before the error.
     let (delivery, delivery_error) = if args.skip_delivery {
@@ -305,6 +319,29 @@ fn run(args: &Args) -> anyhow::Result<()> {
             format!("p99 < {DUPLICATE_P99_TARGET_MS} ms"),
             Some(dup_p99.is_some_and(|p| p.as_secs_f64() * 1e3 < DUPLICATE_P99_TARGET_MS)),
         );
+    }
+    let sqlite_at = |c: u16| levels.iter().find(|(l, _)| *l == c).map(|(_, r)| r.rate());
+    for (processes, c, level) in &postgres {
+        table.row(
+            &format!("accepted into PostgreSQL, {processes} process(es), concurrency {c}"),
+            format!(
+                "{:.0}/s, p50 {}, p99 {}, {} errors",
+                level.rate(),
+                ms(level.percentile(0.50)),
+                ms(level.percentile(0.99)),
+                level.error_count()
+            ),
+            String::new(),
+            None,
+        );
+        if let Some(sqlite) = sqlite_at(*c) {
+            table.row(
+                &format!("  ÷ SQLite accepted/s at concurrency {c}"),
+                format!("{:.2}", level.rate() / sqlite),
+                String::new(),
+                None,
+            );
+        }
     }
     if let Some(delivery) = &delivery {
         delivery.rows(&mut table);
@@ -762,6 +799,83 @@ fn time_each(
 }
 
 /// Single commits per second in `dir`: a short probe sizes the run to about 3 s.
+/// Accepted requests/s into PostgreSQL with one and with two server processes on one
+/// database (created beside `admin`, dropped afterwards), at the highest concurrency.
+async fn postgres_phases(
+    args: &Args,
+    admin: &str,
+    binary: &Path,
+    dir: &Path,
+    created: i64,
+) -> anyhow::Result<Vec<(usize, u16, load::PhaseResult)>> {
+    let concurrency = args.concurrency.iter().copied().max().unwrap_or(64);
+    let duration = Duration::from_secs(args.duration_secs);
+    let (base, _) = admin
+        .rsplit_once('/')
+        .context("--postgres: a URL like postgres://user@host:5432/postgres")?;
+    let psql = |sql: &str| -> anyhow::Result<()> {
+        let out = std::process::Command::new("psql")
+            .arg(admin)
+            .args(["-v", "ON_ERROR_STOP=1", "-qXc", sql])
+            .output()
+            .context("cannot run psql")?;
+        anyhow::ensure!(
+            out.status.success(),
+            "psql {sql:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    };
+    let mut results = Vec::new();
+    for processes in [1usize, 2] {
+        let name = format!("hookhost_bench_{}_{processes}", std::process::id());
+        psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))?;
+        psql(&format!("CREATE DATABASE {name}"))?;
+        let url = format!("{base}/{name}");
+        let measured = async {
+            eprintln!("PostgreSQL, {processes} process(es): starting…");
+            let mut servers = Vec::new();
+            // One after the other: the first applies the migrations.
+            for p in 0..processes {
+                let sub = dir.join(format!("postgres-{processes}-{p}"));
+                std::fs::create_dir_all(&sub)?;
+                servers.push(
+                    load::Server::start_with_store(binary, &sub, SECRET, ENDPOINT, &url, "")
+                        .await?,
+                );
+            }
+            let targets: Vec<load::Target> = servers
+                .iter()
+                .map(|s| load::Target::new(s.addr, ENDPOINT))
+                .collect();
+            let new_events = Payload::new_events(created);
+            for target in &targets {
+                target.expect_one(&new_events, "accepted").await?;
+            }
+            load::drive_spread(&targets, 16, Duration::from_secs(1), &new_events, "accepted")
+                .await?;
+            eprintln!(
+                "PostgreSQL, {processes} process(es): new events at concurrency {concurrency} for {} s…",
+                args.duration_secs
+            );
+            let result = load::drive_spread(
+                &targets,
+                concurrency.into(),
+                duration,
+                &new_events,
+                "accepted",
+            )
+            .await?;
+            drop(servers);
+            anyhow::Ok(result)
+        }
+        .await;
+        psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))?;
+        results.push((processes, concurrency, measured?));
+    }
+    Ok(results)
+}
+
 async fn commit_rate(dir: &Path, commits: Option<u32>) -> anyhow::Result<(f64, u32)> {
     let commits = match commits {
         Some(n) => n,
