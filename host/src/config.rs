@@ -28,6 +28,8 @@ pub const DEFAULT_PG_STATEMENT_TIMEOUT_MS: u64 = 5_000;
 /// (Stripe retries for 3 days, Shopify 48 h, GitHub not at all), so a late retry of a
 /// delivered event is still recognised as a duplicate.
 pub const DEFAULT_DELIVERED_RETENTION_DAYS: u64 = 30;
+/// The shortest delivered-receipt retention accepted: past every provider's retries.
+pub const MIN_DELIVERED_RETENTION_DAYS: u64 = 7;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -409,10 +411,22 @@ impl Config {
                 .map_or(days(DEFAULT_DELIVERED_RETENTION_DAYS), days),
             dead: raw.retention.dead_days.map(days),
         };
-        if retention.delivered.is_zero() || retention.dead.is_some_and(|d| d.is_zero()) {
+        if retention.dead.is_some_and(|d| d.is_zero()) {
             return Err(invalid(
-                "retention",
-                "delivered_days and dead_days must be greater than 0".into(),
+                "retention.dead_days",
+                "must be greater than 0".into(),
+            ));
+        }
+        // A delivered receipt is what recognises a provider's retry as a duplicate:
+        // purged while the provider may still retry, a retry would be delivered again.
+        if retention.delivered < days(MIN_DELIVERED_RETENTION_DAYS) {
+            return Err(invalid(
+                "retention.delivered_days",
+                format!(
+                    "must be at least {MIN_DELIVERED_RETENTION_DAYS}: longer than the longest \
+                     provider retry window (Stripe and Paddle retry for up to 3 days), so a \
+                     late retry is still recognised as a duplicate"
+                ),
             ));
         }
 
@@ -698,7 +712,9 @@ mod tests {
         assert!(error("listen = \"nowhere\"").contains("listen: "));
         assert!(error("store = \"\"").contains("store: empty path"));
         assert!(error("[store]\nmax_connections = 4").contains("store: "));
-        assert!(error("[retention]\ndelivered_days = 0").contains("retention: "));
+        assert!(error("[retention]\ndelivered_days = 0").contains("retention.delivered_days: "));
+        assert!(error("[retention]\ndelivered_days = 3").contains("longest provider retry window"));
+        assert!(error("[retention]\ndead_days = 0").contains("retention.dead_days: "));
         assert!(error("public_url = \"ftp://x\"").contains("public_url: "));
         assert!(error("[limits]\nplugin_memory_bytes = 10").contains("limits.plugin_memory_bytes"));
         let dup = "[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"x\"]\n";

@@ -360,7 +360,7 @@ fn hookhost_cli(args: &[&str]) -> String {
     stdout
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+crate::both_stores! {
 async fn dead_letters_are_listed_replayed_and_discarded_from_the_cli() {
     let (downstream, port) = Downstream::start().await;
     let server = start(port, "[0, 0, 0]").await;
@@ -421,6 +421,7 @@ async fn dead_letters_are_listed_replayed_and_discarded_from_the_cli() {
     assert_eq!(shown["attempts"].as_array().map(Vec::len), Some(4));
     assert_eq!(shown["attempts"][3]["status"], 200);
 }
+}
 
 crate::both_stores! {
 async fn a_paused_endpoint_keeps_accepting_and_delivers_after_resume() {
@@ -450,7 +451,7 @@ async fn a_paused_endpoint_keeps_accepting_and_delivers_after_resume() {
 }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+crate::both_stores! {
 async fn the_admin_api_refuses_every_call_without_the_token_and_replays_with_it() {
     let (downstream, port) = Downstream::start().await;
     let server = start(port, "[0, 0]").await;
@@ -591,6 +592,7 @@ async fn the_admin_api_refuses_every_call_without_the_token_and_replays_with_it(
     )
     .await;
     assert_eq!(unknown.0, 404);
+}
 }
 
 crate::both_stores! {
