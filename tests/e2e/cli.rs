@@ -268,3 +268,62 @@ fn serve_runs_logs_plugin_stderr_capped_and_stops_cleanly_on_sigterm() {
     assert!(!log.contains("whsec_from_file"), "a secret reached the log");
     assert!(dir.path().join("hookhost.db").is_file());
 }
+
+#[test]
+fn compiled_plugins_are_cached_between_runs_unless_turned_off() {
+    let run = |cache: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_hookhost"))
+            .args(["plugin", "list"])
+            .env("HOOKHOST_CACHE_DIR", cache)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run hookhost");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // Compiled entries (the cache's worker also keeps `.stats` usage files beside them).
+    let files = |dir: &std::path::Path| {
+        walk(dir)
+            .into_iter()
+            .filter(|p| p.is_file() && p.extension().is_none_or(|e| e != "stats"))
+            .count()
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let cache = dir.path().join("cache");
+    let first = run(&cache.display().to_string());
+    let cached = files(&cache);
+    assert!(
+        cached >= crate::support::builtin_count(),
+        "{cached} cache files for the built-ins"
+    );
+    // The second run loads what the first compiled, and says the same.
+    assert_eq!(run(&cache.display().to_string()), first);
+    assert_eq!(files(&cache), cached, "nothing was compiled again");
+    let off = dir.path().join("off");
+    std::fs::create_dir(&off).expect("mkdir");
+    let _ = Command::new(env!("CARGO_BIN_EXE_hookhost"))
+        .args(["plugin", "list"])
+        .current_dir(&off)
+        .env("HOOKHOST_CACHE_DIR", "off")
+        .output()
+        .expect("run hookhost");
+    assert_eq!(files(&off), 0);
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                found.extend(walk(&path));
+            }
+            found.push(path);
+        }
+    }
+    found
+}

@@ -406,3 +406,8 @@ pub fn stripe_config(top: &str) -> String {
         "{top}\n[[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\", \"{STRIPE_OLD_SECRET}\"]\n"
     )
 }
+
+/// How many plugins are built in.
+pub fn builtin_count() -> usize {
+    hookhost::plugins::BUILTIN_NAMES.len()
+}

@@ -157,6 +157,33 @@ impl wasmtime_wasi::HostMonotonicClock for ZeroClock {
     }
 }
 
+/// Where compiled plugins are kept between runs, so a start loads machine code instead
+/// of compiling every component again: `HOOKHOST_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/hookhost`, else `~/.cache/hookhost`; `HOOKHOST_CACHE_DIR=off`
+/// compiles every time. Entries are keyed by the component's bytes and the engine's
+/// settings and version (wasmtime's own cache), so a changed plugin or a new hookhost
+/// never loads stale code. Without a usable directory hookhost compiles, and says so.
+fn compilation_cache() -> Option<wasmtime::Cache> {
+    let dir = match std::env::var_os("HOOKHOST_CACHE_DIR") {
+        Some(dir) if dir == "off" => return None,
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::var_os("XDG_CACHE_HOME")
+            .map(|d| PathBuf::from(d).join("hookhost"))
+            .or_else(|| {
+                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hookhost"))
+            })?,
+    };
+    let mut config = wasmtime::CacheConfig::new();
+    config.with_directory(dir.join("compiled"));
+    match wasmtime::Cache::new(config) {
+        Ok(cache) => Some(cache),
+        Err(error) => {
+            tracing::warn!(%error, dir = %dir.display(), "no compiled-plugin cache; compiling at every start");
+            None
+        }
+    }
+}
+
 /// The process's one engine, with epoch interruption and a ticker thread.
 fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
@@ -181,6 +208,7 @@ fn engine() -> &'static Engine {
         if std::env::var_os("HOOKHOST_PERF_MAP").is_some() {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }
+        config.cache(compilation_cache());
         let mut on_demand = config.clone();
         // Reserve only what a plugin may use (explicit bounds checks instead of 4 GiB
         // guard regions), so the fallback fits a tight address-space limit.
