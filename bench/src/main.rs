@@ -11,6 +11,10 @@
 //!    process, driven over loopback HTTP/1.1 keep-alive connections with new, correctly
 //!    signed events at several concurrency levels.
 //! 4. Duplicates: one event POSTed again and again.
+//!    Beside 3, at every concurrency level and at 64: the comparison receivers
+//!    (`receivers`), each its own process like the server: a bare axum handler (the
+//!    ceiling) and a hand-written native Stripe receiver (HMAC check + one durable SQLite
+//!    INSERT per request, the reference), and hookhost's accepted/s ÷ the reference's.
 //! 5. Delivery: a second server whose endpoint delivers to a downstream HTTP server
 //!    inside this process (`downstream`). At the maximum rate (concurrency 64): accepted/s,
 //!    and delivered/s = accepted events ÷ (last delivery − first accept). Then, open loop
@@ -22,6 +26,7 @@
 
 mod downstream;
 mod load;
+mod receivers;
 
 use anyhow::{Context as _, anyhow};
 use base64::Engine as _;
@@ -52,6 +57,10 @@ const ACCEPTED_RATIO_TARGET: f64 = 0.8;
 const DUPLICATE_P99_TARGET_MS: f64 = 5.0;
 const DELIVERED_RATIO_TARGET: f64 = 0.9;
 const DELIVERY_P99_TARGET_MS: f64 = 250.0;
+const REFERENCE_RATIO_TARGET: f64 = 1.0;
+/// The concurrency the hookhost ÷ reference target is judged at (always measured for
+/// the comparison receivers, beside every `--concurrency` level).
+const REFERENCE_CONCURRENCY: u16 = 64;
 /// The destination's signing key; the server gets it as `whsec_` + base64.
 const DESTINATION_KEY: [u8; 32] = *b"hookhost-bench-destination-key!!";
 /// The delivering server's `[delivery]` poll interval.
@@ -114,11 +123,30 @@ struct Args {
     /// every accepted event.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=300))]
     delivery_wait_secs: u64,
+    /// Internal: serve the bare axum ceiling receiver on ADDR (the bench starts itself so).
+    #[arg(
+        long,
+        hide = true,
+        value_name = "ADDR",
+        conflicts_with = "serve_reference"
+    )]
+    serve_ceiling: Option<std::net::SocketAddr>,
+    /// Internal: serve the hand-written reference receiver on ADDR, storing into `--db`.
+    #[arg(long, hide = true, value_name = "ADDR", requires = "db")]
+    serve_reference: Option<std::net::SocketAddr>,
+    /// Internal: the reference receiver's SQLite file.
+    #[arg(long, hide = true, value_name = "PATH")]
+    db: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    match run(&args) {
+    let outcome = match (args.serve_ceiling, args.serve_reference, args.db.clone()) {
+        (Some(addr), _, _) => receivers::serve_ceiling(addr),
+        (None, Some(addr), Some(db)) => receivers::serve_reference(addr, db),
+        _ => run(&args),
+    };
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("hookhost-bench: {error:#}");
@@ -214,6 +242,26 @@ fn run(args: &Args) -> anyhow::Result<()> {
         anyhow::Ok((levels, duplicates, startup))
     })?;
 
+    // 4a. The comparison receivers, each its own process like the server, at every
+    // `--concurrency` level and at 64.
+    let mut compare_levels = args.concurrency.clone();
+    if !compare_levels.contains(&REFERENCE_CONCURRENCY) {
+        compare_levels.push(REFERENCE_CONCURRENCY);
+    }
+    let mut comparisons = Vec::new();
+    for kind in [receivers::Kind::Ceiling, receivers::Kind::Reference] {
+        comparisons.push((
+            kind,
+            runtime.block_on(compare_phase(
+                kind,
+                dir.path(),
+                &compare_levels,
+                duration,
+                created,
+            ))?,
+        ));
+    }
+
     // 4b. PostgreSQL: one process, then two sharing the database.
     let postgres = match &args.postgres {
         None => Vec::new(),
@@ -305,6 +353,53 @@ fn run(args: &Args) -> anyhow::Result<()> {
             Some(ratio >= ACCEPTED_RATIO_TARGET),
         );
     }
+    let hookhost_at = |c: u16| levels.iter().find(|(l, _)| *l == c).map(|(_, r)| r.rate());
+    for &c in &compare_levels {
+        for (kind, results) in &comparisons {
+            if let Some((_, level)) = results.iter().find(|(l, _)| *l == c) {
+                table.row(
+                    &format!("{}, c={c}", kind.label()),
+                    format!(
+                        "{:.0}/s, p50 {}, p99 {}, {} errors",
+                        level.rate(),
+                        ms(level.percentile(0.50)),
+                        ms(level.percentile(0.99)),
+                        level.error_count()
+                    ),
+                    String::new(),
+                    None,
+                );
+            }
+        }
+        let reference = comparisons
+            .iter()
+            .filter(|(kind, _)| *kind == receivers::Kind::Reference)
+            .flat_map(|(_, results)| results)
+            .find(|(l, _)| *l == c)
+            .map(|(_, r)| r.rate());
+        let judged = c == REFERENCE_CONCURRENCY;
+        let (value, pass) = match (hookhost_at(c), reference) {
+            (Some(hookhost), Some(reference)) if reference > 0.0 => {
+                let ratio = hookhost / reference;
+                (format!("{ratio:.2}"), Some(ratio >= REFERENCE_RATIO_TARGET))
+            }
+            (None, _) => (
+                format!("n/a (hookhost not measured at c={c}: add it to --concurrency)"),
+                None,
+            ),
+            _ => ("n/a (the reference accepted nothing)".into(), None),
+        };
+        table.row(
+            &format!("hookhost ÷ reference, c={c}"),
+            value,
+            if judged {
+                format!("≥ {REFERENCE_RATIO_TARGET:.1}")
+            } else {
+                String::new()
+            },
+            pass.filter(|_| judged),
+        );
+    }
     for (c, dup) in &duplicates {
         let dup_p99 = dup.percentile(0.99);
         table.row(
@@ -378,6 +473,11 @@ fn run(args: &Args) -> anyhow::Result<()> {
     let phases = levels
         .iter()
         .map(|(c, r)| (format!("accepted, concurrency {c}"), r))
+        .chain(comparisons.iter().flat_map(|(kind, results)| {
+            results
+                .iter()
+                .map(move |(c, r)| (format!("{}, c={c}", kind.label()), r))
+        }))
         .chain(
             duplicates
                 .iter()
@@ -798,7 +898,37 @@ fn time_each(
     Ok(Samples::new(ns))
 }
 
-/// Single commits per second in `dir`: a short probe sizes the run to about 3 s.
+/// One comparison receiver as its own process, driven like the server: one checked
+/// event, 1 s of warm-up at concurrency 16, then new events at each of `levels`.
+async fn compare_phase(
+    kind: receivers::Kind,
+    dir: &Path,
+    levels: &[u16],
+    duration: Duration,
+    created: i64,
+) -> anyhow::Result<Vec<(u16, PhaseResult)>> {
+    eprintln!("starting the {} receiver…", kind.label());
+    let receiver = receivers::Receiver::start(kind, dir).await?;
+    let target = load::Target::new(receiver.addr, ENDPOINT);
+    let new_events = Payload::new_events(created);
+    target.expect_one(&new_events, "accepted").await?;
+    load::drive(&target, 16, Duration::from_secs(1), &new_events, "accepted").await?;
+    let mut results = Vec::new();
+    for &c in levels {
+        eprintln!(
+            "{}: new events at concurrency {c} for {} s…",
+            kind.label(),
+            duration.as_secs()
+        );
+        results.push((
+            c,
+            load::drive(&target, c.into(), duration, &new_events, "accepted").await?,
+        ));
+    }
+    drop(receiver); // killed here, before the temporary directory goes
+    Ok(results)
+}
+
 /// Accepted requests/s into PostgreSQL with one and with two server processes on one
 /// database (created beside `admin`, dropped afterwards), at the highest concurrency.
 async fn postgres_phases(
@@ -876,6 +1006,7 @@ async fn postgres_phases(
     Ok(results)
 }
 
+/// Single commits per second in `dir`: a short probe sizes the run to about 3 s.
 async fn commit_rate(dir: &Path, commits: Option<u32>) -> anyhow::Result<(f64, u32)> {
     let commits = match commits {
         Some(n) => n,
