@@ -3,7 +3,6 @@
 
 use super::StoreError;
 use super::sqlite::SqliteStore;
-use sqlx::Row;
 
 /// Which receipts to list or replay; every field narrows. One definition serves the
 /// CLI (`--endpoint … --state dead,quarantined --type …`) and the admin API's query
@@ -71,7 +70,7 @@ fn comma_separated<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>
 }
 
 /// One receipt, as listed.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
 pub struct Summary {
     pub endpoint: String,
     pub event_id: String,
@@ -87,11 +86,11 @@ pub struct Summary {
 }
 
 /// States a replay takes an event out of.
-const REPLAYABLE: &str = "('dead', 'quarantined', 'delivered', 'discarded')";
+pub(super) const REPLAYABLE: &str = "('dead', 'quarantined', 'delivered', 'discarded')";
 /// The same, for filtering in Rust.
 pub const REPLAYABLE_STATES: [&str; 4] = ["dead", "quarantined", "delivered", "discarded"];
 /// Most rows one listing returns.
-const LIST_CAP: u32 = 10_000;
+pub(super) const LIST_CAP: u32 = 10_000;
 
 impl SqliteStore {
     pub async fn list(&self, filter: &Filter) -> Result<Vec<Summary>, StoreError> {
@@ -106,21 +105,9 @@ impl SqliteStore {
             .fetch_all(&self.readers)
             .await?;
         Ok(rows
-            .into_iter()
-            .map(|r| Summary {
-                endpoint: r.get(0),
-                event_id: r.get(1),
-                event_type: r.get(2),
-                state: r.get(3),
-                state_reason: r.get(4),
-                resource_kind: r.get(5),
-                resource_id: r.get(6),
-                resource_version: r.get(7),
-                attempts: r.get(8),
-                last_error: r.get(9),
-                received_at_ms: r.get(10),
-            })
-            .collect())
+            .iter()
+            .map(sqlx::FromRow::from_row)
+            .collect::<Result<_, _>>()?)
     }
 
     /// Queue dead, quarantined, delivered or discarded events again under their

@@ -9,6 +9,7 @@
 //! commit is on disk before the sender hears 200.
 
 use super::delivery::cap;
+use super::operator::{LIST_CAP, REPLAYABLE};
 use super::writer::{Verdict, version_i64};
 use super::{
     AttemptRecord, Filter, Leased, NewReceipt, Next, Outcome, Purged, ReceiptRow, Resource,
@@ -32,8 +33,6 @@ use tokio::sync::Notify;
 const LEASE_LOCK: i64 = 0x686f_6f6b_6c65_6173; // "hooklease"
 /// Most receipts one purge statement deletes: keeps each transaction short.
 const PURGE_BATCH: i64 = 1_000;
-/// Most rows one listing returns.
-const LIST_CAP: u32 = 10_000;
 
 /// The PostgreSQL store; cheap to clone.
 #[derive(Debug, Clone)]
@@ -146,7 +145,7 @@ impl PgStore {
         endpoint: &str,
         event_id: &str,
     ) -> Result<Option<ReceiptRow>, StoreError> {
-        let row = sqlx::query(
+        Ok(sqlx::query_as::<_, ReceiptRow>(
             "SELECT event_id, state, state_reason, event_type, secret_index, body, headers,
                     resource_version, attempts, last_error
              FROM receipts WHERE endpoint = $1 AND event_id = $2",
@@ -154,19 +153,7 @@ impl PgStore {
         .bind(endpoint)
         .bind(event_id)
         .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.map(|r| ReceiptRow {
-            event_id: r.get(0),
-            state: r.get(1),
-            state_reason: r.get(2),
-            event_type: r.get(3),
-            secret_index: r.get(4),
-            body: r.get(5),
-            headers: r.get(6),
-            resource_version: r.get(7),
-            attempts: r.get(8),
-            last_error: r.get(9),
-        }))
+        .await?)
     }
 
     /// Receipts stored for an endpoint.
@@ -336,21 +323,9 @@ impl PgStore {
         let limit = filter.limit.unwrap_or(LIST_CAP).min(LIST_CAP);
         let rows = filtered(&sql, filter, limit).fetch_all(&self.pool).await?;
         Ok(rows
-            .into_iter()
-            .map(|r| Summary {
-                endpoint: r.get(0),
-                event_id: r.get(1),
-                event_type: r.get(2),
-                state: r.get(3),
-                state_reason: r.get(4),
-                resource_kind: r.get(5),
-                resource_id: r.get(6),
-                resource_version: r.get(7),
-                attempts: r.get(8),
-                last_error: r.get(9),
-                received_at_ms: r.get(10),
-            })
-            .collect())
+            .iter()
+            .map(sqlx::FromRow::from_row)
+            .collect::<Result<_, _>>()?)
     }
 
     /// Queue dead, quarantined, delivered or discarded events again under their
@@ -359,7 +334,7 @@ impl PgStore {
         let sql = format!(
             "UPDATE receipts SET state = 'pending', state_reason = 'replayed', attempts = 0,
                 next_attempt_at_ms = 0, lease_owner = NULL, lease_expires_at_ms = NULL
-             WHERE state IN ('dead', 'quarantined', 'delivered', 'discarded')
+             WHERE state IN {REPLAYABLE}
                AND (endpoint, event_id) IN (
                 SELECT endpoint, event_id FROM receipts WHERE {WHERE}
                 ORDER BY received_at_ms LIMIT $10)"

@@ -5,7 +5,7 @@ use super::{NewReceipt, Outcome, StoreError};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{ConnectOptions, Connection, Row};
+use sqlx::{ConnectOptions, Connection};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +19,7 @@ const PURGE_BATCH: i64 = 1_000;
 const READERS: u32 = 4;
 
 /// A receipt as stored (for inspection and tests).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ReceiptRow {
     pub event_id: String,
     pub state: String,
@@ -123,7 +123,7 @@ impl SqliteStore {
         endpoint: &str,
         event_id: &str,
     ) -> Result<Option<ReceiptRow>, StoreError> {
-        let row = sqlx::query(
+        Ok(sqlx::query_as::<_, ReceiptRow>(
             "SELECT event_id, state, state_reason, event_type, secret_index, body, headers, resource_version,
                     attempts, last_error
              FROM receipts WHERE endpoint = ? AND event_id = ?",
@@ -131,19 +131,7 @@ impl SqliteStore {
         .bind(endpoint)
         .bind(event_id)
         .fetch_optional(&self.readers)
-        .await?;
-        Ok(row.map(|r| ReceiptRow {
-            event_id: r.get(0),
-            state: r.get(1),
-            state_reason: r.get(2),
-            event_type: r.get(3),
-            secret_index: r.get(4),
-            body: r.get(5),
-            headers: r.get(6),
-            resource_version: r.get(7),
-            attempts: r.get(8),
-            last_error: r.get(9),
-        }))
+        .await?)
     }
 
     /// Receipts stored for an endpoint.
