@@ -335,13 +335,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     for (c, level) in &levels {
         table.row(
             &format!("accepted, concurrency {c}"),
-            format!(
-                "{:.0}/s, p50 {}, p99 {}, {} errors",
-                level.rate(),
-                ms(level.percentile(0.50)),
-                ms(level.percentile(0.99)),
-                level.error_count()
-            ),
+            throughput(level),
             String::new(),
             None,
         );
@@ -359,13 +353,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
             if let Some((_, level)) = results.iter().find(|(l, _)| *l == c) {
                 table.row(
                     &format!("{}, c={c}", kind.label()),
-                    format!(
-                        "{:.0}/s, p50 {}, p99 {}, {} errors",
-                        level.rate(),
-                        ms(level.percentile(0.50)),
-                        ms(level.percentile(0.99)),
-                        level.error_count()
-                    ),
+                    throughput(level),
                     String::new(),
                     None,
                 );
@@ -404,13 +392,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
         let dup_p99 = dup.percentile(0.99);
         table.row(
             &format!("duplicates, concurrency {c}"),
-            format!(
-                "{:.0}/s, p50 {}, p99 {}, {} errors",
-                dup.rate(),
-                ms(dup.percentile(0.50)),
-                ms(dup_p99),
-                dup.error_count()
-            ),
+            throughput(dup),
             format!("p99 < {DUPLICATE_P99_TARGET_MS} ms"),
             Some(dup_p99.is_some_and(|p| p.as_secs_f64() * 1e3 < DUPLICATE_P99_TARGET_MS)),
         );
@@ -419,13 +401,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     for (processes, c, level) in &postgres {
         table.row(
             &format!("accepted into PostgreSQL, {processes} process(es), concurrency {c}"),
-            format!(
-                "{:.0}/s, p50 {}, p99 {}, {} errors",
-                level.rate(),
-                ms(level.percentile(0.50)),
-                ms(level.percentile(0.99)),
-                level.error_count()
-            ),
+            throughput(level),
             String::new(),
             None,
         );
@@ -549,13 +525,7 @@ impl Delivery {
         let max = &self.max;
         table.row(
             &format!("delivery: accepted, concurrency {c}"),
-            format!(
-                "{:.0}/s, p50 {}, p99 {}, {} errors",
-                max.rate(),
-                ms(max.percentile(0.50)),
-                ms(max.percentile(0.99)),
-                max.error_count()
-            ),
+            throughput(max),
             String::new(),
             None,
         );
@@ -587,11 +557,8 @@ impl Delivery {
         table.row(
             &format!("delivery: paced at {:.0}/s (half), accepted", paced.rate),
             format!(
-                "{:.0}/s, p50 {}, p99 {}, {} errors, {} of {} sent > {} ms late",
-                paced.result.rate(),
-                ms(paced.result.percentile(0.50)),
-                ms(paced.result.percentile(0.99)),
-                paced.result.error_count(),
+                "{}, {} of {} sent > {} ms late",
+                throughput(&paced.result),
                 paced.late,
                 paced.scheduled,
                 load::LATE.as_millis()
@@ -1053,6 +1020,17 @@ fn quantile<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A load phase's row: rate, median and p99 latency, errors.
+fn throughput(level: &PhaseResult) -> String {
+    format!(
+        "{:.0}/s, p50 {}, p99 {}, {} errors",
+        level.rate(),
+        ms(level.percentile(0.50)),
+        ms(level.percentile(0.99)),
+        level.error_count()
+    )
 }
 
 fn ms(d: Option<Duration>) -> String {
