@@ -267,7 +267,10 @@ async fn a_lease_that_expires_lets_another_worker_take_the_event() {
     accept(&server, "evt_leased").await;
     let store = &server.app.store;
     let endpoints = vec!["stripe".to_string()];
-    let now = |extra_ms: i64| now() * 1000 + extra_ms;
+    // One base instant: reading the clock per call could cross a second boundary
+    // and put worker-b's "100 ms later" past the lease.
+    let base_ms = now() * 1000;
+    let now = |extra_ms: i64| base_ms + extra_ms;
     let lease = Duration::from_millis(500);
     let first = store
         .lease_due("worker-a", &endpoints, now(0), lease, 10)
