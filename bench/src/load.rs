@@ -3,6 +3,7 @@
 //! closed loop (`drive`: each connection sends again as soon as it is answered) or open
 //! loop (`drive_paced`: a fixed request rate, whatever the answers take).
 
+use crate::event::{self, StripeEvent};
 use anyhow::{Context as _, anyhow, bail};
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
@@ -14,7 +15,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::{Mutex, mpsc};
@@ -22,6 +22,9 @@ use tokio::task::JoinSet;
 
 /// How long the server may take to answer `GET /healthz` (it compiles plugins first).
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often `GET /healthz` is tried while the server starts: the start-up time is
+/// judged against 300 ms, so the polling must not add tens of milliseconds to it.
+const READY_POLL: Duration = Duration::from_millis(5);
 /// Log lines shown when the server fails to start.
 const LOG_TAIL_LINES: usize = 20;
 
@@ -81,26 +84,45 @@ impl Server {
         store: &str,
         extra: &str,
     ) -> anyhow::Result<Server> {
-        let addr = free_loopback_addr()?;
         std::fs::write(dir.join("stripe.secret"), secret).context("writing the secret file")?;
-        let config = dir.join("hookhost.toml");
-        let text = format!(
-            "listen = \"{addr}\"\nstore = \"{store}\"\n\n[[endpoint]]\nid = \"{endpoint}\"\n\
-             plugin = \"stripe\"\nsecrets = [\"file:stripe.secret\"]\n{extra}"
-        );
-        std::fs::write(&config, text).context("writing the server configuration")?;
+        Server::start_config(binary, dir, None, |addr| {
+            Ok(format!(
+                "listen = \"{addr}\"\nstore = \"{store}\"\n\n[[endpoint]]\nid = \"{endpoint}\"\n\
+                 plugin = \"stripe\"\nsecrets = [\"file:stripe.secret\"]\n{extra}"
+            ))
+        })
+        .await
+    }
+
+    /// Write `config(addr)` to `{dir}/hookhost.toml`, start `binary serve` with it on a
+    /// free loopback port `addr` and wait until it is healthy. `cache_dir` is the
+    /// compiled-plugin cache (`HOOKHOST_CACHE_DIR`); `None` leaves the user's.
+    pub async fn start_config(
+        binary: &Path,
+        dir: &Path,
+        cache_dir: Option<&Path>,
+        config: impl FnOnce(SocketAddr) -> anyhow::Result<String>,
+    ) -> anyhow::Result<Server> {
+        let addr = free_loopback_addr()?;
+        let path = dir.join("hookhost.toml");
+        std::fs::write(&path, config(addr)?).context("writing the server configuration")?;
         let log = dir.join("server.log");
         let stdout = std::fs::File::create(&log).context("creating the server log")?;
         let stderr = stdout.try_clone().context("sharing the server log")?;
 
-        let started = Instant::now();
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .arg("serve")
             .arg("--config")
-            .arg(&config)
+            .arg(&path)
             .stdin(Stdio::null())
             .stdout(stdout)
-            .stderr(stderr)
+            .stderr(stderr);
+        if let Some(cache) = cache_dir {
+            command.env("HOOKHOST_CACHE_DIR", cache);
+        }
+        let started = Instant::now();
+        let child = command
             .spawn()
             .with_context(|| format!("cannot start {}", binary.display()))?;
         let mut server = Server {
@@ -126,10 +148,15 @@ impl Server {
                     server.log_tail()
                 );
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(READY_POLL).await;
         }
         server.started_in = started.elapsed();
         Ok(server)
+    }
+
+    /// The process id, for its CPU time and memory.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The last lines of the server's log.
@@ -243,27 +270,23 @@ impl Target {
 pub struct Payload(Arc<Kind>);
 
 enum Kind {
-    /// A new event per request: unique event and invoice ids, signed when sent.
-    NewEvents { template: String, next: AtomicU64 },
+    /// A new event per request (the next event number), signed when sent.
+    NewEvents(StripeEvent),
     /// One event, with the same id, body and signature every time.
     SameEvent { body: Bytes, signature: String },
 }
 
-const EVENT_MARK: &str = "@EVENT@";
-const INVOICE_MARK: &str = "@INVOICE@";
-
 impl Payload {
-    pub fn new_events(created: i64) -> Payload {
-        let template = crate::stripe_event(EVENT_MARK, INVOICE_MARK, created);
-        Payload(Arc::new(Kind::NewEvents {
-            template,
-            next: AtomicU64::new(1),
-        }))
+    /// New events of `size` bytes each.
+    pub fn new_events(size: usize, created: i64) -> anyhow::Result<Payload> {
+        Ok(Payload(Arc::new(Kind::NewEvents(StripeEvent::new(
+            size, created,
+        )?))))
     }
 
-    /// `body`, signed once at `t`.
-    pub fn same_event(body: String, t: i64) -> anyhow::Result<Payload> {
-        let signature = crate::stripe_signature(t, body.as_bytes())?;
+    /// One new event of `size` bytes, signed once at `t`, sent every time.
+    pub fn same_event(size: usize, created: i64, t: i64) -> anyhow::Result<Payload> {
+        let (body, signature) = StripeEvent::new(size, created)?.signed(event::next_number(), t)?;
         Ok(Payload(Arc::new(Kind::SameEvent {
             body: Bytes::from(body),
             signature,
@@ -273,14 +296,10 @@ impl Payload {
     /// The next request's event id (for new events), body and signature.
     fn next(&self) -> anyhow::Result<(Option<String>, Bytes, String)> {
         match &*self.0 {
-            Kind::NewEvents { template, next } => {
-                let n = next.fetch_add(1, Ordering::Relaxed);
-                let id = crate::event_id(n);
-                let body = template
-                    .replace(EVENT_MARK, &id)
-                    .replace(INVOICE_MARK, &crate::invoice_id(n));
-                let signature = crate::stripe_signature(crate::unix_now(), body.as_bytes())?;
-                Ok((Some(id), Bytes::from(body), signature))
+            Kind::NewEvents(event) => {
+                let n = event::next_number();
+                let (body, signature) = event.signed(n, crate::unix_now())?;
+                Ok((Some(event::event_id(n)), Bytes::from(body), signature))
             }
             Kind::SameEvent { body, signature } => Ok((None, body.clone(), signature.clone())),
         }

@@ -1,21 +1,26 @@
-//! `cargo run --release -p hookhost-bench`: one table of figures for a ~2 KiB Stripe
-//! event, all measured in the same run on this machine.
+//! `cargo run --release -p hookhost-bench`: one table of figures for Stripe events, all
+//! measured in the same run on this machine, each target beside its measured value.
 //!
-//! 1. Plugin overhead per request: a fresh wasm session (what `Plugin::session` does per
-//!    request) plus `plan_verification` and `describe_event` on the built-in `stripe`
-//!    plugin; beside it the same parsing done natively by the `stripe` crate, and the
+//! 1. Plugin overhead per request (1 KiB event): a fresh wasm session (what
+//!    `Plugin::session` does per request) plus `plan_verification` and `describe_event`
+//!    on the built-in `stripe` plugin; beside it the same parsing done natively by the
+//!    `stripe` crate. The difference of the medians is the cost of isolation. Also the
 //!    host's whole verification (`verify::judge`: plugin calls and HMAC).
 //! 2. The disk's single-commit rate (`store::single_commit_rate`), in the directory the
-//!    server's database lives in.
-//! 3. Accepted requests/s end to end: the real `hookhost serve` binary as a separate
-//!    process, driven over loopback HTTP/1.1 keep-alive connections with new, correctly
-//!    signed events at several concurrency levels.
-//! 4. Duplicates: one event POSTed again and again.
-//!    Beside 3, at every concurrency level and at 64: the comparison receivers
-//!    (`receivers`), each its own process like the server: a bare axum handler (the
-//!    ceiling) and a hand-written native Stripe receiver (HMAC check + one durable SQLite
-//!    INSERT per request, the reference), and hookhost's accepted/s ÷ the reference's.
-//! 5. Delivery: a second server whose endpoint delivers to a downstream HTTP server
+//!    servers' databases live in.
+//! 3. Start-up and memory at rest: `hookhost serve` with one endpoint for every built-in
+//!    plugin (`fixtures/demo.toml`), started twice on an empty compiled-plugin cache
+//!    (the first start compiles, the second loads from the cache), then idle for 1 s.
+//! 4. The load matrix (`matrix`): the real `hookhost serve` (SQLite) as a separate
+//!    process, and the comparison receivers (`receivers`: a hand-written native Stripe
+//!    receiver, the reference, and a bare axum handler, the ceiling), each driven over
+//!    loopback HTTP/1.1 keep-alive connections with new, correctly signed events at
+//!    every `--matrix-concurrency` × `--bodies`: accepted/s, p50, p99, the receiver's CPU
+//!    per request and peak resident memory (`usage`), and the load generator's own CPU.
+//!    Then duplicates: one event POSTed to hookhost again and again.
+//! 5. With `--postgres`: hookhost into PostgreSQL (one process, then two sharing the
+//!    database) and the reference on PostgreSQL, at 64 connections, 1 KiB events.
+//! 6. Delivery: a second server whose endpoint delivers to a downstream HTTP server
 //!    inside this process (`downstream`). At the maximum rate (concurrency 64): accepted/s,
 //!    and delivered/s = accepted events ÷ (last delivery − first accept). Then, open loop
 //!    at half that accepted rate: per event, the time from sending its POST to its
@@ -25,42 +30,63 @@
 //! they say, and non-zero only when the benchmark itself could not run.
 
 mod downstream;
+mod event;
 mod load;
+mod matrix;
 mod receivers;
+mod usage;
 
 use anyhow::{Context as _, anyhow};
 use base64::Engine as _;
 use clap::Parser;
 use downstream::Downstream;
-use hmac::{Hmac, Mac};
+use event::{MAX_BODY_BYTES, size_label};
 use hookhost::config::EndpointConfig;
 use hookhost::endpoints::Endpoint;
-use hookhost::plugins::{Catalog, PluginLimits};
+use hookhost::plugins::{BUILTIN_NAMES, Catalog, PluginLimits};
 use hookhost::verify::{MessageSource, Secret};
 use hookhost_plugin_sdk::Provider as _;
 use hookhost_plugin_sdk::testing::RequestBuilder;
 use load::{Paced, Payload, PhaseResult};
+use matrix::{Cell, Subject};
 use serde_json::json;
-use sha2::Sha256;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use usage::Usage;
 
 /// The endpoint's signing secret; the server reads the same value from a file.
 const SECRET: &str = "whsec_hookhost_bench_0123456789abcdef";
 /// The endpoint id (and so the path `/webhooks/stripe`).
 const ENDPOINT: &str = "stripe";
-/// Targets the marks compare against.
-const PLUGIN_MEDIAN_TARGET_US: f64 = 50.0;
-const ACCEPTED_RATIO_TARGET: f64 = 0.8;
-const DUPLICATE_P99_TARGET_MS: f64 = 5.0;
+
+// The project's targets, which the marks compare against.
+/// Isolation: (fresh instance + both plugin calls) − (the same parsing natively), medians.
+const ISOLATION_TARGET_US: f64 = 10.0;
+/// hookhost accepted/s ÷ the disk's single-commit rate (SQLite).
+const COMMIT_RATIO_TARGET: f64 = 5.0;
+/// hookhost accepted/s ÷ the reference's on the same store.
+const REFERENCE_RATIO_TARGET: f64 = 1.0;
+/// Duplicates' p99 at `JUDGED_CONCURRENCY`.
+const DUPLICATE_P99_TARGET_MS: f64 = 2.0;
+/// Start-up with every built-in plugin configured, the compiled-plugin cache warm.
+const STARTUP_TARGET_MS: f64 = 300.0;
+/// Resident memory after start-up and `AT_REST_IDLE`, every built-in plugin configured.
+const RSS_AT_REST_TARGET_MIB: f64 = 64.0;
+/// Peak resident memory in any cell of the load matrix.
+const RSS_UNDER_LOAD_TARGET_MIB: f64 = 256.0;
 const DELIVERED_RATIO_TARGET: f64 = 0.9;
 const DELIVERY_P99_TARGET_MS: f64 = 250.0;
-const REFERENCE_RATIO_TARGET: f64 = 1.0;
-/// The concurrency the hookhost ÷ reference target is judged at (always measured for
-/// the comparison receivers, beside every `--concurrency` level).
-const REFERENCE_CONCURRENCY: u16 = 64;
+
+/// Where the ratio and duplicate targets are judged: 64 connections, 1 KiB bodies.
+/// 1 KiB is also the event of the in-process, duplicate, PostgreSQL and delivery phases.
+const JUDGED_CONCURRENCY: u16 = 64;
+const JUDGED_BODY: usize = 1024;
+/// How long the server idles after start-up before its memory at rest is read.
+const AT_REST_IDLE: Duration = Duration::from_secs(1);
+/// One endpoint for every built-in plugin, with development secrets.
+const DEMO_CONFIG: &str = include_str!("../../fixtures/demo.toml");
 /// The destination's signing key; the server gets it as `whsec_` + base64.
 const DESTINATION_KEY: [u8; 32] = *b"hookhost-bench-destination-key!!";
 /// The delivering server's `[delivery]` poll interval.
@@ -71,19 +97,28 @@ const FIRST_DELIVERY_WAIT: Duration = Duration::from_secs(10);
 #[derive(Parser, Debug)]
 #[command(
     name = "hookhost-bench",
-    about = "Measure hookhost: plugin overhead, disk commit rate, accepted requests/s over loopback"
+    about = "Measure hookhost: plugin overhead, disk commit rate, start-up and memory, \
+             accepted requests/s over loopback beside a native receiver and bare axum"
 )]
 struct Args {
     /// Timed iterations of each in-process measurement (after a 10% warm-up).
     #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(100..=1_000_000))]
     requests: u32,
-    /// Seconds of load per concurrency level, and for the duplicate phase.
+    /// Connections (concurrency levels) of the load matrix, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1u16, 16, 64, 256],
+          value_parser = clap::value_parser!(u16).range(1..=512))]
+    matrix_concurrency: Vec<u16>,
+    /// Body sizes of the load matrix, comma-separated: bytes, or KiB / MiB with a `k` /
+    /// `m` suffix (at most 2 MiB).
+    #[arg(long, value_delimiter = ',', default_values = ["1k", "64k", "1m"],
+          value_parser = event::parse_size)]
+    bodies: Vec<usize>,
+    /// Seconds of load per cell of the matrix (receiver × concurrency × body).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=120))]
+    matrix_secs: u64,
+    /// Seconds of load per duplicate level, PostgreSQL phase and delivery phase.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=120))]
     duration_secs: u64,
-    /// Concurrency levels (connections) for new events, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values_t = [16u16, 64],
-          value_parser = clap::value_parser!(u16).range(1..=512))]
-    concurrency: Vec<u16>,
     /// Concurrency levels for the duplicate phase, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [1u16, 16, 64],
           value_parser = clap::value_parser!(u16).range(1..=512))]
@@ -91,18 +126,18 @@ struct Args {
     /// Commits for the disk probe (default: about 3 s worth, estimated by a short probe).
     #[arg(long, value_parser = clap::value_parser!(u32).range(10..=100_000))]
     commits: Option<u32>,
-    /// Where the temporary store, configuration and server log go (default: the system
-    /// temp directory). The disk probe runs in the same directory as the server's database.
+    /// Where the temporary stores, configurations and logs go (default: the system
+    /// temp directory). The disk probe runs in the same directory as the databases.
     #[arg(long)]
     tmp_dir: Option<PathBuf>,
     /// The server binary (default: `hookhost` next to this executable).
     #[arg(long)]
     server: Option<PathBuf>,
-    /// Keep the temporary directory (server configuration, log and database) afterwards.
+    /// Keep the temporary directory (configurations, logs and databases) afterwards.
     #[arg(long)]
     keep_tmp: bool,
-    /// Also measure accepted requests/s into PostgreSQL, with one and with two hookhost
-    /// processes sharing the database, at the highest `--concurrency`. The URL names a
+    /// Also measure PostgreSQL at 64 connections, 1 KiB events: hookhost with one and
+    /// with two processes sharing the database, and the reference. The URL names a
     /// database to connect to (`postgres://postgres@127.0.0.1:5432/postgres`); each
     /// phase creates a database of its own beside it (with `psql`) and drops it.
     #[arg(long)]
@@ -124,26 +159,41 @@ struct Args {
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=300))]
     delivery_wait_secs: u64,
     /// Internal: serve the bare axum ceiling receiver on ADDR (the bench starts itself so).
+    #[arg(long, hide = true, value_name = "ADDR",
+          conflicts_with_all = ["serve_reference", "serve_reference_pg"])]
+    serve_ceiling: Option<std::net::SocketAddr>,
+    /// Internal: serve the hand-written reference receiver on ADDR, storing into `--db`.
     #[arg(
         long,
         hide = true,
         value_name = "ADDR",
-        conflicts_with = "serve_reference"
+        requires = "db",
+        conflicts_with = "serve_reference_pg"
     )]
-    serve_ceiling: Option<std::net::SocketAddr>,
-    /// Internal: serve the hand-written reference receiver on ADDR, storing into `--db`.
-    #[arg(long, hide = true, value_name = "ADDR", requires = "db")]
     serve_reference: Option<std::net::SocketAddr>,
     /// Internal: the reference receiver's SQLite file.
     #[arg(long, hide = true, value_name = "PATH")]
     db: Option<PathBuf>,
+    /// Internal: serve the reference receiver on ADDR, storing into PostgreSQL at `--pg-url`.
+    #[arg(long, hide = true, value_name = "ADDR", requires = "pg_url")]
+    serve_reference_pg: Option<std::net::SocketAddr>,
+    /// Internal: the PostgreSQL reference receiver's database URL.
+    #[arg(long, hide = true, value_name = "URL")]
+    pg_url: Option<String>,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let outcome = match (args.serve_ceiling, args.serve_reference, args.db.clone()) {
-        (Some(addr), _, _) => receivers::serve_ceiling(addr),
-        (None, Some(addr), Some(db)) => receivers::serve_reference(addr, db),
+    let outcome = match (
+        args.serve_ceiling,
+        args.serve_reference,
+        args.db.clone(),
+        args.serve_reference_pg,
+        args.pg_url.clone(),
+    ) {
+        (Some(addr), ..) => receivers::serve_ceiling(addr),
+        (None, Some(addr), Some(db), ..) => receivers::serve_reference(addr, db),
+        (None, None, _, Some(addr), Some(url)) => receivers::serve_reference_pg(addr, url),
         _ => run(&args),
     };
     match outcome {
@@ -158,6 +208,15 @@ fn main() -> ExitCode {
 fn run(args: &Args) -> anyhow::Result<()> {
     // Find the server first: without it there is nothing to measure end to end.
     let binary = load::server_binary(args.server.clone())?;
+    let created = unix_now();
+    // Every body size's events now: a size the event does not fit is refused before
+    // anything runs.
+    let bodies = args
+        .bodies
+        .iter()
+        .map(|&size| Ok((size, Payload::new_events(size, created)?)))
+        .collect::<anyhow::Result<Vec<_>>>()
+        .context("--bodies")?;
     let base = args.tmp_dir.clone().unwrap_or_else(std::env::temp_dir);
     let dir = tempfile::Builder::new()
         .prefix("hookhost-bench-")
@@ -165,19 +224,24 @@ fn run(args: &Args) -> anyhow::Result<()> {
         .tempdir_in(&base)
         .with_context(|| format!("cannot create a temporary directory in {}", base.display()))?;
     // The load generator gets one thread: on a small machine it should not take the
-    // server's cores.
+    // servers' cores.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the tokio runtime")?;
 
-    let created = unix_now();
-    let sample_body = stripe_event(&event_id(0), &invoice_id(0), created);
     let cpus = std::thread::available_parallelism().map_or(0, usize::from);
     println!(
-        "hookhost-bench: {}-byte Stripe invoice.paid event, {cpus} CPUs, {} timed iterations, {} s per load level",
-        sample_body.len(),
+        "hookhost-bench: Stripe invoice.paid events of {} (load matrix; {} elsewhere), {cpus} CPUs, \
+         {} timed iterations, {} s per matrix cell, {} s per other load phase",
+        args.bodies
+            .iter()
+            .map(|&b| size_label(b))
+            .collect::<Vec<_>>()
+            .join(" / "),
+        size_label(JUDGED_BODY),
         args.requests,
+        args.matrix_secs,
         args.duration_secs
     );
     println!("server binary: {}{}", binary.display(), age(&binary));
@@ -188,81 +252,23 @@ fn run(args: &Args) -> anyhow::Result<()> {
     );
     let load_at_start = load_average();
 
-    // 1. In process, before the server exists, so nothing competes for the CPU.
+    // 1. In process, before any server exists, so nothing competes for the CPU.
     eprintln!("measuring plugin overhead…");
-    let micro = micro_benchmarks(args.requests, &sample_body, created)?;
+    let sample = event::StripeEvent::new(JUDGED_BODY, created)?.body(0);
+    let micro = micro_benchmarks(args.requests, &event::text(sample)?, created)?;
 
-    // 2. The disk, in the directory the server's database will live in.
+    // 2. The disk, in the directory the servers' databases will live in.
     eprintln!("measuring the disk's single-commit rate…");
     let (commit_rate, commits) = runtime.block_on(commit_rate(dir.path(), args.commits))?;
 
-    // 3 and 4. The real server, over loopback.
-    eprintln!("starting {}…", binary.display());
-    let duration = Duration::from_secs(args.duration_secs);
-    let (levels, duplicates, startup) = runtime.block_on(async {
-        let server = load::Server::start(&binary, dir.path(), SECRET, ENDPOINT, "").await?;
-        let startup = server.started_in;
-        let target = load::Target::new(server.addr, ENDPOINT);
-        let new_events = Payload::new_events(created);
-        target.expect_one(&new_events, "accepted").await?;
-        eprintln!("warming up (1 s at concurrency 16)…");
-        load::drive(&target, 16, Duration::from_secs(1), &new_events, "accepted").await?;
-        let mut levels = Vec::new();
-        for &c in &args.concurrency {
-            eprintln!(
-                "new events at concurrency {c} for {} s…",
-                args.duration_secs
-            );
-            levels.push((
-                c,
-                load::drive(&target, c.into(), duration, &new_events, "accepted").await?,
-            ));
-        }
-        let same = Payload::same_event(
-            stripe_event(
-                "evt_1BenchDuplicate00000000000",
-                "in_1BenchDuplicate0000000000",
-                created,
-            ),
-            unix_now(),
-        )?;
-        target.expect_one(&same, "accepted").await?;
-        let mut duplicates = Vec::new();
-        for &c in &args.duplicate_concurrency {
-            eprintln!(
-                "one event repeated at concurrency {c} for {} s…",
-                args.duration_secs
-            );
-            duplicates.push((
-                c,
-                load::drive(&target, c.into(), duration, &same, "duplicate").await?,
-            ));
-        }
-        drop(server); // killed here, before the temporary directory goes
-        anyhow::Ok((levels, duplicates, startup))
-    })?;
+    // 3. Start-up and memory at rest, every built-in plugin configured.
+    let rest = runtime.block_on(at_rest(&binary, dir.path()))?;
 
-    // 4a. The comparison receivers, each its own process like the server, at every
-    // `--concurrency` level and at 64.
-    let mut compare_levels = args.concurrency.clone();
-    if !compare_levels.contains(&REFERENCE_CONCURRENCY) {
-        compare_levels.push(REFERENCE_CONCURRENCY);
-    }
-    let mut comparisons = Vec::new();
-    for kind in [receivers::Kind::Ceiling, receivers::Kind::Reference] {
-        comparisons.push((
-            kind,
-            runtime.block_on(compare_phase(
-                kind,
-                dir.path(),
-                &compare_levels,
-                duration,
-                created,
-            ))?,
-        ));
-    }
+    // 4. The load matrix and the duplicates, over loopback.
+    let (cells, duplicates) =
+        runtime.block_on(matrix_phases(args, &binary, dir.path(), &bodies, created))?;
 
-    // 4b. PostgreSQL: one process, then two sharing the database.
+    // 5. PostgreSQL: hookhost with one process, the reference, hookhost with two.
     let postgres = match &args.postgres {
         None => Vec::new(),
         Some(admin) => {
@@ -270,7 +276,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
         }
     };
 
-    // 5. Delivery, with a second server (and its own store) once the first has gone. If
+    // 6. Delivery, with a server (and a store) of its own once the others have gone. If
     // it cannot run, the table of the phases above is printed before the error.
     let (delivery, delivery_error) = if args.skip_delivery {
         (None, None)
@@ -285,135 +291,30 @@ fn run(args: &Args) -> anyhow::Result<()> {
     };
 
     let mut table = Table::default();
-    let plugin_median = micro.plugin.median_us();
-    table.row(
-        "plugin overhead: session + plan + describe (wasm)",
-        format!(
-            "median {:.1} µs, p99 {:.1} µs",
-            plugin_median,
-            micro.plugin.p99_us()
-        ),
-        format!("median < {PLUGIN_MEDIAN_TARGET_US} µs"),
-        Some(plugin_median < PLUGIN_MEDIAN_TARGET_US),
-    );
-    table.row(
-        "  of which session (fresh Store + instance)",
-        format!(
-            "median {:.1} µs, p99 {:.1} µs",
-            micro.session.median_us(),
-            micro.session.p99_us()
-        ),
-        String::new(),
-        None,
-    );
-    table.row(
-        "native plan + describe (stripe rlib)",
-        format!(
-            "median {:.1} µs, p99 {:.1} µs",
-            micro.native.median_us(),
-            micro.native.p99_us()
-        ),
-        String::new(),
-        None,
-    );
-    table.row(
-        "host verify::judge (plugin calls + HMAC)",
-        format!(
-            "median {:.1} µs, p99 {:.1} µs",
-            micro.judge.median_us(),
-            micro.judge.p99_us()
-        ),
-        String::new(),
-        None,
-    );
+    micro.rows(&mut table);
     table.row(
         "disk single-commit rate (SQLite WAL, FULL)",
         format!("{commit_rate:.0} commits/s ({commits} commits)"),
         String::new(),
         None,
     );
-    for (c, level) in &levels {
-        table.row(
-            &format!("accepted, concurrency {c}"),
-            throughput(level),
-            String::new(),
-            None,
-        );
-        let ratio = level.rate() / commit_rate;
-        table.row(
-            &format!("  accepted/s ÷ single-commit rate, c={c}"),
-            format!("{ratio:.2}"),
-            format!("≥ {ACCEPTED_RATIO_TARGET}"),
-            Some(ratio >= ACCEPTED_RATIO_TARGET),
-        );
-    }
-    let hookhost_at = |c: u16| levels.iter().find(|(l, _)| *l == c).map(|(_, r)| r.rate());
-    for &c in &compare_levels {
-        for (kind, results) in &comparisons {
-            if let Some((_, level)) = results.iter().find(|(l, _)| *l == c) {
-                table.row(
-                    &format!("{}, c={c}", kind.label()),
-                    throughput(level),
-                    String::new(),
-                    None,
-                );
-            }
-        }
-        let reference = comparisons
-            .iter()
-            .filter(|(kind, _)| *kind == receivers::Kind::Reference)
-            .flat_map(|(_, results)| results)
-            .find(|(l, _)| *l == c)
-            .map(|(_, r)| r.rate());
-        let judged = c == REFERENCE_CONCURRENCY;
-        let (value, pass) = match (hookhost_at(c), reference) {
-            (Some(hookhost), Some(reference)) if reference > 0.0 => {
-                let ratio = hookhost / reference;
-                (format!("{ratio:.2}"), Some(ratio >= REFERENCE_RATIO_TARGET))
-            }
-            (None, _) => (
-                format!("n/a (hookhost not measured at c={c}: add it to --concurrency)"),
-                None,
-            ),
-            _ => ("n/a (the reference accepted nothing)".into(), None),
-        };
-        table.row(
-            &format!("hookhost ÷ reference, c={c}"),
-            value,
-            if judged {
-                format!("≥ {REFERENCE_RATIO_TARGET:.1}")
-            } else {
-                String::new()
-            },
-            pass.filter(|_| judged),
-        );
-    }
+    rest.rows(&mut table);
+    matrix_rows(&mut table, &cells, commit_rate);
     for (c, dup) in &duplicates {
-        let dup_p99 = dup.percentile(0.99);
+        let judged = *c == JUDGED_CONCURRENCY;
+        let p99 = dup.percentile(0.99);
         table.row(
             &format!("duplicates, concurrency {c}"),
             throughput(dup),
-            format!("p99 < {DUPLICATE_P99_TARGET_MS} ms"),
-            Some(dup_p99.is_some_and(|p| p.as_secs_f64() * 1e3 < DUPLICATE_P99_TARGET_MS)),
+            if judged {
+                format!("p99 ≤ {DUPLICATE_P99_TARGET_MS} ms")
+            } else {
+                String::new()
+            },
+            judged.then(|| p99.is_some_and(|p| p.as_secs_f64() * 1e3 <= DUPLICATE_P99_TARGET_MS)),
         );
     }
-    let sqlite_at = |c: u16| levels.iter().find(|(l, _)| *l == c).map(|(_, r)| r.rate());
-    for (processes, c, level) in &postgres {
-        table.row(
-            &format!("accepted into PostgreSQL, {processes} process(es), concurrency {c}"),
-            throughput(level),
-            String::new(),
-            None,
-        );
-        if let Some(sqlite) = sqlite_at(*c) {
-            table.row(
-                &format!("  ÷ SQLite accepted/s at concurrency {c}"),
-                format!("{:.2}", level.rate() / sqlite),
-                String::new(),
-                None,
-            );
-        }
-    }
+    postgres_rows(&mut table, &postgres);
     if let Some(delivery) = &delivery {
         delivery.rows(&mut table);
     }
@@ -425,10 +326,14 @@ fn run(args: &Args) -> anyhow::Result<()> {
             Some(false),
         );
     }
-    println!(
-        "server ready after {:.2} s (plugin compilation included)",
-        startup.as_secs_f64()
-    );
+
+    if !postgres.is_empty() {
+        println!(
+            "PostgreSQL pools: the reference {} connections, hookhost its default {} per process",
+            receivers::REFERENCE_PG_CONNECTIONS,
+            hookhost::config::DEFAULT_PG_MAX_CONNECTIONS
+        );
+    }
     if let Some(delivery) = &delivery {
         println!(
             "delivering server ready after {:.2} s; [delivery] workers = {}, poll_ms = {DELIVERY_POLL_MS}; \
@@ -443,22 +348,29 @@ fn run(args: &Args) -> anyhow::Result<()> {
             "1-min load average: {start} at start, {end} at end (other work on the machine skews figures)"
         );
     }
+    println!(
+        "\nload matrix ({} s per cell; CPU and peak RSS of the receiver's process; bench = the load generator, one thread):",
+        args.matrix_secs
+    );
+    matrix::table(&cells).print();
+    if cells.iter().any(|c| c.usage.generator_saturated()) {
+        println!(
+            "* the load generator was busy ≥ {:.0}% of the cell: its one thread, not the receiver, may have set the rate",
+            usage::GENERATOR_SATURATED * 100.0
+        );
+    }
     println!();
     table.print();
 
-    let phases = levels
+    let phases = cells
         .iter()
-        .map(|(c, r)| (format!("accepted, concurrency {c}"), r))
-        .chain(comparisons.iter().flat_map(|(kind, results)| {
-            results
-                .iter()
-                .map(move |(c, r)| (format!("{}, c={c}", kind.label()), r))
-        }))
+        .map(|cell| (cell.name(), &cell.result))
         .chain(
             duplicates
                 .iter()
                 .map(|(c, r)| (format!("duplicates, concurrency {c}"), r)),
         )
+        .chain(postgres.iter().map(|p| (p.label.clone(), &p.result)))
         .chain(delivery.iter().flat_map(|d| {
             [
                 (
@@ -476,9 +388,295 @@ fn run(args: &Args) -> anyhow::Result<()> {
         errors |= delivery.print_faults();
     }
     if errors && !args.keep_tmp {
-        println!("(the server's log says why: rerun with --keep-tmp to keep server.log)");
+        println!("(the servers' logs say why: rerun with --keep-tmp to keep them)");
     }
     delivery_error.map_or(Ok(()), Err)
+}
+
+/// The matrix's judged cells (c=64, 1 KiB), the ratios to the commit rate and to the
+/// reference, and hookhost's peak memory under load.
+fn matrix_rows(table: &mut Table, cells: &[Cell], commit_rate: f64) {
+    let (c, body) = (JUDGED_CONCURRENCY, JUDGED_BODY);
+    let at = format!("c={c}, {}", size_label(body));
+    let judged = |subject| matrix::find(cells, subject, c, body);
+    for subject in [Subject::Hookhost, Subject::Reference, Subject::Ceiling] {
+        if let Some(cell) = judged(subject) {
+            table.row(
+                &format!("{}, {at}", subject.label()),
+                format!(
+                    "{}{}",
+                    throughput(&cell.result),
+                    usage_note(cell.result.ok, &cell.usage)
+                ),
+                String::new(),
+                None,
+            );
+        }
+    }
+    let missing = || {
+        format!(
+            "n/a (not measured: --matrix-concurrency needs {c}, --bodies {})",
+            size_label(body)
+        )
+    };
+    let hookhost = judged(Subject::Hookhost).map(|cell| cell.result.rate());
+    let (value, pass) = match hookhost {
+        Some(rate) => {
+            let ratio = rate / commit_rate;
+            (format!("{ratio:.2}"), Some(ratio >= COMMIT_RATIO_TARGET))
+        }
+        None => (missing(), None),
+    };
+    table.row(
+        &format!("hookhost accepted/s ÷ single-commit rate, {at}"),
+        value,
+        format!("≥ {COMMIT_RATIO_TARGET:.1}"),
+        pass,
+    );
+    let reference = judged(Subject::Reference).map(|cell| cell.result.rate());
+    table_ratio(
+        table,
+        &format!("hookhost ÷ reference on SQLite, {at}"),
+        hookhost,
+        reference,
+        &missing(),
+    );
+    let peak = cells
+        .iter()
+        .filter(|cell| cell.subject == Subject::Hookhost)
+        .filter_map(|cell| cell.usage.peak_rss.map(|rss| (rss, cell)))
+        .max_by_key(|(rss, _)| *rss);
+    let (value, pass) = match peak {
+        Some((rss, cell)) => (
+            format!(
+                "{} (c={}, {})",
+                usage::mib(rss),
+                cell.concurrency,
+                size_label(cell.body)
+            ),
+            Some(mib(rss) <= RSS_UNDER_LOAD_TARGET_MIB),
+        ),
+        None => ("n/a (/proc unreadable)".into(), None),
+    };
+    table.row(
+        "hookhost peak RSS under load (any matrix cell)",
+        value,
+        format!("≤ {RSS_UNDER_LOAD_TARGET_MIB} MiB"),
+        pass,
+    );
+}
+
+/// `hookhost ÷ reference`, judged against `REFERENCE_RATIO_TARGET`.
+fn table_ratio(
+    table: &mut Table,
+    name: &str,
+    hookhost: Option<f64>,
+    reference: Option<f64>,
+    missing: &str,
+) {
+    let (value, pass) = match (hookhost, reference) {
+        (Some(hookhost), Some(reference)) if reference > 0.0 => {
+            let ratio = hookhost / reference;
+            (format!("{ratio:.2}"), Some(ratio >= REFERENCE_RATIO_TARGET))
+        }
+        (Some(_), Some(_)) => ("n/a (the reference accepted nothing)".into(), Some(false)),
+        _ => (missing.into(), None),
+    };
+    table.row(name, value, format!("≥ {REFERENCE_RATIO_TARGET:.1}"), pass);
+}
+
+/// `, CPU 123.4 µs/req, peak RSS 40.1 MiB`, as far as measured.
+fn usage_note(requests: u64, usage: &Usage) -> String {
+    let mut note = String::new();
+    if let Some(cpu) = usage.cpu_per_request(requests) {
+        note.push_str(&format!(", CPU {}/req", usage::micros(cpu)));
+    }
+    if let Some(rss) = usage.peak_rss {
+        note.push_str(&format!(", peak RSS {}", usage::mib(rss)));
+    }
+    if usage.generator_saturated() {
+        note.push_str(", bench saturated");
+    }
+    note
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// Start-up and resident memory at rest with every built-in plugin configured.
+struct AtRest {
+    /// On an empty compiled-plugin cache: every plugin compiled.
+    first: Duration,
+    /// Again, the cache filled by the first start.
+    second: Duration,
+    /// After the second start and `AT_REST_IDLE`.
+    rss: Option<u64>,
+    configured: usize,
+    /// Built-in plugins the configuration has no endpoint for.
+    missing: Vec<&'static str>,
+}
+
+impl AtRest {
+    fn rows(&self, table: &mut Table) {
+        let all = format!(
+            "{} endpoints, {} plugins",
+            self.configured,
+            BUILTIN_NAMES.len()
+        );
+        let missing = if self.missing.is_empty() {
+            String::new()
+        } else {
+            format!(", no endpoint for {}", self.missing.join(", "))
+        };
+        table.row(
+            "start-up, first start (compiles every plugin)",
+            format!("{:.0} ms ({all})", self.first.as_secs_f64() * 1e3),
+            String::new(),
+            None,
+        );
+        let second = self.second.as_secs_f64() * 1e3;
+        table.row(
+            "start-up, all built-in plugins (compile cache warm)",
+            format!("{second:.0} ms{missing}"),
+            format!("≤ {STARTUP_TARGET_MS:.0} ms"),
+            Some(second <= STARTUP_TARGET_MS && self.missing.is_empty()),
+        );
+        table.row(
+            &format!(
+                "RSS at rest, all built-in plugins ({} s idle)",
+                AT_REST_IDLE.as_secs()
+            ),
+            self.rss
+                .map_or_else(|| "n/a (/proc unreadable)".into(), usage::mib)
+                + &missing,
+            format!("≤ {RSS_AT_REST_TARGET_MIB:.0} MiB"),
+            self.rss
+                .map(|rss| mib(rss) <= RSS_AT_REST_TARGET_MIB && self.missing.is_empty()),
+        );
+    }
+}
+
+/// `fixtures/demo.toml` (one endpoint for every built-in plugin) listening on `addr`,
+/// its store beside the configuration: the file's own top-level `listen`,
+/// `public_url` and `store` (the lines before its first table) give way to these.
+fn all_plugins_config(addr: std::net::SocketAddr) -> anyhow::Result<String> {
+    let mut text =
+        format!("listen = \"{addr}\"\npublic_url = \"http://{addr}\"\nstore = \"hookhost.db\"\n");
+    let mut top_level = true;
+    for line in DEMO_CONFIG.lines() {
+        let key = line.split('=').next().unwrap_or_default().trim();
+        top_level &= !line.trim_start().starts_with('[');
+        if !(top_level && ["listen", "public_url", "store"].contains(&key)) {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    Ok(text)
+}
+
+/// How many endpoints the all-plugins configuration has, and the built-in plugins it
+/// has none for, as hookhost's own parser reads it.
+fn demo_plugins(dir: &Path) -> anyhow::Result<(usize, Vec<&'static str>)> {
+    let text = all_plugins_config(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    let config = hookhost::config::Config::parse(&dir.join("hookhost.toml"), &text, &|_| None)
+        .context("fixtures/demo.toml, as the bench rewrites it")?;
+    let missing = BUILTIN_NAMES
+        .iter()
+        .copied()
+        .filter(|name| !config.endpoints.iter().any(|e| e.plugin == *name))
+        .collect();
+    Ok((config.endpoints.len(), missing))
+}
+
+/// Two starts on an empty compiled-plugin cache of their own, then the second
+/// server's memory after `AT_REST_IDLE`.
+async fn at_rest(binary: &Path, dir: &Path) -> anyhow::Result<AtRest> {
+    let dir = dir.join("at-rest");
+    std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let cache = dir.join("compile-cache");
+    let (configured, missing) = demo_plugins(&dir)?;
+    eprintln!("start-up with every built-in plugin: first start (empty compile cache)…");
+    let first = load::Server::start_config(binary, &dir, Some(&cache), all_plugins_config)
+        .await?
+        .started_in; // the server is dropped (killed) here
+    eprintln!("start-up with every built-in plugin: second start, then idle…");
+    let server = load::Server::start_config(binary, &dir, Some(&cache), all_plugins_config).await?;
+    let second = server.started_in;
+    tokio::time::sleep(AT_REST_IDLE).await;
+    let rss = usage::rss_bytes(server.pid()).ok();
+    drop(server);
+    Ok(AtRest {
+        first,
+        second,
+        rss,
+        configured,
+        missing,
+    })
+}
+
+/// hookhost (SQLite), the reference and the ceiling started side by side, the load
+/// matrix over them, then duplicates on hookhost.
+async fn matrix_phases(
+    args: &Args,
+    binary: &Path,
+    dir: &Path,
+    bodies: &[(usize, Payload)],
+    created: i64,
+) -> anyhow::Result<(Vec<Cell>, Vec<(u16, PhaseResult)>)> {
+    let dir = dir.join("matrix");
+    std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    eprintln!(
+        "starting {} and the comparison receivers…",
+        binary.display()
+    );
+    // hookhost's default body cap is exactly 1 MiB; the bench's largest body may be 2.
+    let limits = format!("\n[limits]\nmax_body_bytes = {MAX_BODY_BYTES}\n");
+    let server = load::Server::start(binary, &dir, SECRET, ENDPOINT, &limits).await?;
+    let reference = receivers::Receiver::start(&receivers::Kind::Reference, &dir).await?;
+    let ceiling = receivers::Receiver::start(&receivers::Kind::Ceiling, &dir).await?;
+    let contestant = |subject, addr, pid| matrix::Contestant {
+        subject,
+        target: load::Target::new(addr, ENDPOINT),
+        pid,
+    };
+    let contestants = [
+        contestant(Subject::Hookhost, server.addr, server.pid()),
+        contestant(Subject::Reference, reference.addr, reference.pid()),
+        contestant(Subject::Ceiling, ceiling.addr, ceiling.pid()),
+    ];
+    let cells = matrix::run(
+        &contestants,
+        &args.matrix_concurrency,
+        bodies,
+        Duration::from_secs(args.matrix_secs),
+    )
+    .await?;
+    drop((reference, ceiling));
+
+    let target = &contestants[0].target;
+    let same = Payload::same_event(JUDGED_BODY, created, unix_now())?;
+    target.expect_one(&same, "accepted").await?;
+    let mut duplicates = Vec::new();
+    for &c in &args.duplicate_concurrency {
+        eprintln!(
+            "hookhost: one event repeated at concurrency {c} for {} s…",
+            args.duration_secs
+        );
+        duplicates.push((
+            c,
+            load::drive(
+                target,
+                c.into(),
+                Duration::from_secs(args.duration_secs),
+                &same,
+                "duplicate",
+            )
+            .await?,
+        ));
+    }
+    drop(server); // killed here, before the temporary directory goes
+    Ok((cells, duplicates))
 }
 
 /// `whsec_` + base64 of the destination key, as the server's configuration takes it.
@@ -640,7 +838,7 @@ async fn delivery_phases(
     let startup = server.started_in;
     let target = load::Target::new(server.addr, ENDPOINT);
     // Event ids go on from one phase to the next: every request is a new event.
-    let events = Payload::new_events(created);
+    let events = Payload::new_events(JUDGED_BODY, created)?;
     target.expect_one(&events, "accepted").await?;
     if !downstream
         .wait(FIRST_DELIVERY_WAIT, |r| !r.arrivals.is_empty())
@@ -748,6 +946,44 @@ struct Micro {
     judge: Samples,
 }
 
+impl Micro {
+    fn rows(&self, table: &mut Table) {
+        let stat =
+            |s: &Samples| format!("median {:.1} µs, p99 {:.1} µs", s.median_us(), s.p99_us());
+        table.row(
+            "plugin: fresh instance + plan + describe (wasm)",
+            stat(&self.plugin),
+            String::new(),
+            None,
+        );
+        table.row(
+            "  of which session (fresh Store + instance)",
+            stat(&self.session),
+            String::new(),
+            None,
+        );
+        table.row(
+            "native plan + describe (stripe rlib)",
+            stat(&self.native),
+            String::new(),
+            None,
+        );
+        let isolation = self.plugin.median_us() - self.native.median_us();
+        table.row(
+            "plugin isolation: wasm − native, medians",
+            format!("{isolation:.1} µs"),
+            format!("≤ {ISOLATION_TARGET_US:.0} µs"),
+            Some(isolation <= ISOLATION_TARGET_US),
+        );
+        table.row(
+            "host verify::judge (plugin calls + HMAC)",
+            stat(&self.judge),
+            String::new(),
+            None,
+        );
+    }
+}
+
 fn micro_benchmarks(iterations: u32, body: &str, created: i64) -> anyhow::Result<Micro> {
     let warmup = (iterations / 10).max(100);
     let catalog =
@@ -755,7 +991,7 @@ fn micro_benchmarks(iterations: u32, body: &str, created: i64) -> anyhow::Result
     let plugin = catalog
         .get("stripe")
         .context("no built-in `stripe` plugin in this build")?;
-    let signature = stripe_signature(created, body.as_bytes())?;
+    let signature = event::signature(created, body.as_bytes())?;
     let url = format!("http://127.0.0.1:8080/webhooks/{ENDPOINT}");
     let headers: Vec<(String, Vec<u8>)> = [
         ("host", "127.0.0.1:8080".to_string()),
@@ -865,47 +1101,26 @@ fn time_each(
     Ok(Samples::new(ns))
 }
 
-/// One comparison receiver as its own process, driven like the server: one checked
-/// event, 1 s of warm-up at concurrency 16, then new events at each of `levels`.
-async fn compare_phase(
-    kind: receivers::Kind,
-    dir: &Path,
-    levels: &[u16],
-    duration: Duration,
-    created: i64,
-) -> anyhow::Result<Vec<(u16, PhaseResult)>> {
-    eprintln!("starting the {} receiver…", kind.label());
-    let receiver = receivers::Receiver::start(kind, dir).await?;
-    let target = load::Target::new(receiver.addr, ENDPOINT);
-    let new_events = Payload::new_events(created);
-    target.expect_one(&new_events, "accepted").await?;
-    load::drive(&target, 16, Duration::from_secs(1), &new_events, "accepted").await?;
-    let mut results = Vec::new();
-    for &c in levels {
-        eprintln!(
-            "{}: new events at concurrency {c} for {} s…",
-            kind.label(),
-            duration.as_secs()
-        );
-        results.push((
-            c,
-            load::drive(&target, c.into(), duration, &new_events, "accepted").await?,
-        ));
-    }
-    drop(receiver); // killed here, before the temporary directory goes
-    Ok(results)
+/// One PostgreSQL phase: hookhost with some processes, or the reference.
+struct PgPhase {
+    label: String,
+    /// hookhost's process count; `None` for the reference.
+    processes: Option<usize>,
+    result: PhaseResult,
+    usage: Usage,
 }
 
-/// Accepted requests/s into PostgreSQL with one and with two server processes on one
-/// database (created beside `admin`, dropped afterwards), at the highest concurrency.
+/// At 64 connections, 1 KiB events, each in a database of its own (created beside
+/// `admin`, dropped afterwards): hookhost with one process, the reference, then
+/// hookhost with two processes sharing the database. The reference runs right after
+/// the hookhost phase it is compared with.
 async fn postgres_phases(
     args: &Args,
     admin: &str,
     binary: &Path,
     dir: &Path,
     created: i64,
-) -> anyhow::Result<Vec<(usize, u16, load::PhaseResult)>> {
-    let concurrency = args.concurrency.iter().copied().max().unwrap_or(64);
+) -> anyhow::Result<Vec<PgPhase>> {
     let duration = Duration::from_secs(args.duration_secs);
     let (base, _) = admin
         .rsplit_once('/')
@@ -923,54 +1138,129 @@ async fn postgres_phases(
         );
         Ok(())
     };
-    let mut results = Vec::new();
-    for processes in [1usize, 2] {
-        let name = format!("hookhost_bench_{}_{processes}", std::process::id());
-        psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))?;
-        psql(&format!("CREATE DATABASE {name}"))?;
-        let url = format!("{base}/{name}");
+    let mut phases = Vec::new();
+    for processes in [Some(1usize), None, Some(2)] {
+        let (name, label) = match processes {
+            Some(n) => (
+                format!("hookhost_{n}"),
+                format!(
+                    "hookhost into PostgreSQL, {n} process{}",
+                    if n == 1 { "" } else { "es" }
+                ),
+            ),
+            None => ("reference".into(), "reference (PostgreSQL)".into()),
+        };
+        let database = format!("hookhost_bench_{}_{name}", std::process::id());
+        psql(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))?;
+        psql(&format!("CREATE DATABASE {database}"))?;
+        let url = format!("{base}/{database}");
         let measured = async {
-            eprintln!("PostgreSQL, {processes} process(es): starting…");
+            eprintln!("{label}: starting…");
+            let sub = dir.join(format!("postgres-{name}"));
+            std::fs::create_dir_all(&sub)?;
             let mut servers = Vec::new();
-            // One after the other: the first applies the migrations.
-            for p in 0..processes {
-                let sub = dir.join(format!("postgres-{processes}-{p}"));
-                std::fs::create_dir_all(&sub)?;
-                servers.push(
-                    load::Server::start_with_store(binary, &sub, SECRET, ENDPOINT, &url, "")
-                        .await?,
-                );
-            }
-            let targets: Vec<load::Target> = servers
+            let mut reference = None;
+            // (address, pid) of each process.
+            let processes: Vec<(std::net::SocketAddr, u32)> = match processes {
+                Some(n) => {
+                    // One after the other: the first applies the migrations.
+                    for p in 0..n {
+                        let sub = sub.join(p.to_string());
+                        std::fs::create_dir_all(&sub)?;
+                        servers.push(
+                            load::Server::start_with_store(
+                                binary, &sub, SECRET, ENDPOINT, &url, "",
+                            )
+                            .await?,
+                        );
+                    }
+                    servers.iter().map(|s| (s.addr, s.pid())).collect()
+                }
+                None => {
+                    let kind = receivers::Kind::ReferencePg(url.clone());
+                    let started = reference.insert(receivers::Receiver::start(&kind, &sub).await?);
+                    vec![(started.addr, started.pid())]
+                }
+            };
+            let targets: Vec<load::Target> = processes
                 .iter()
-                .map(|s| load::Target::new(s.addr, ENDPOINT))
+                .map(|&(addr, _)| load::Target::new(addr, ENDPOINT))
                 .collect();
-            let new_events = Payload::new_events(created);
+            let pids: Vec<u32> = processes.iter().map(|&(_, pid)| pid).collect();
+            let new_events = Payload::new_events(JUDGED_BODY, created)?;
             for target in &targets {
                 target.expect_one(&new_events, "accepted").await?;
             }
-            load::drive_spread(&targets, 16, Duration::from_secs(1), &new_events, "accepted")
-                .await?;
-            eprintln!(
-                "PostgreSQL, {processes} process(es): new events at concurrency {concurrency} for {} s…",
-                args.duration_secs
-            );
-            let result = load::drive_spread(
+            load::drive_spread(
                 &targets,
-                concurrency.into(),
-                duration,
+                16,
+                Duration::from_secs(1),
                 &new_events,
                 "accepted",
             )
             .await?;
-            drop(servers);
-            anyhow::Ok(result)
+            eprintln!(
+                "{label}: new events at concurrency {JUDGED_CONCURRENCY} for {} s…",
+                args.duration_secs
+            );
+            let measured = usage::measure(
+                &pids,
+                load::drive_spread(
+                    &targets,
+                    JUDGED_CONCURRENCY.into(),
+                    duration,
+                    &new_events,
+                    "accepted",
+                ),
+            )
+            .await?;
+            drop((servers, reference)); // gone before the database is dropped
+            anyhow::Ok(measured)
         }
         .await;
-        psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))?;
-        results.push((processes, concurrency, measured?));
+        psql(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))?;
+        let (result, usage) = measured?;
+        phases.push(PgPhase {
+            label,
+            processes,
+            result,
+            usage,
+        });
     }
-    Ok(results)
+    Ok(phases)
+}
+
+/// Each PostgreSQL phase, and hookhost (one process) ÷ the reference.
+fn postgres_rows(table: &mut Table, phases: &[PgPhase]) {
+    if phases.is_empty() {
+        return;
+    }
+    let at = format!("c={JUDGED_CONCURRENCY}, {}", size_label(JUDGED_BODY));
+    for phase in phases {
+        table.row(
+            &format!("{}, {at}", phase.label),
+            format!(
+                "{}{}",
+                throughput(&phase.result),
+                usage_note(phase.result.ok, &phase.usage)
+            ),
+            String::new(),
+            None,
+        );
+    }
+    let rate = |processes| {
+        phases
+            .iter()
+            .find(|p| p.processes == processes)
+            .map(|p| p.result.rate())
+    };
+    table_ratio(
+        table,
+        &format!("hookhost ÷ reference on PostgreSQL, c={JUDGED_CONCURRENCY}"),
+        rate(Some(1)),
+        rate(None),
+        "n/a",
+    );
 }
 
 /// Single commits per second in `dir`: a short probe sizes the run to about 3 s.
@@ -1062,127 +1352,79 @@ fn age(path: &Path) -> String {
     }
 }
 
-/// Stripe-style ids, 24 characters after the prefix like Stripe's own.
-fn event_id(n: u64) -> String {
-    format!("evt_1Bench{n:018}")
-}
-
-fn invoice_id(n: u64) -> String {
-    format!("in_1Bench{n:018}")
-}
-
-/// An `invoice.paid` event of about 2 KiB, shaped like Stripe's.
-fn stripe_event(event_id: &str, invoice_id: &str, created: i64) -> String {
-    let line = |n: u32, amount: u32, description: &str| {
-        json!({
-            "id": format!("il_1Bench{n:018}"),
-            "object": "line_item",
-            "amount": amount,
-            "currency": "usd",
-            "description": description,
-            "discountable": true,
-            "livemode": false,
-            "period": { "start": created - 2_592_000, "end": created },
-            "price": {
-                "id": format!("price_1Bench{n:015}"),
-                "object": "price",
-                "product": "prod_BenchProduct01",
-                "unit_amount": amount,
-                "recurring": { "interval": "month", "interval_count": 1 }
-            },
-            "proration": false,
-            "quantity": 1,
-            "type": "subscription"
-        })
-    };
-    json!({
-        "id": event_id,
-        "object": "event",
-        "api_version": "2024-06-20",
-        "created": created,
-        "type": "invoice.paid",
-        "livemode": false,
-        "pending_webhooks": 1,
-        "request": { "id": null, "idempotency_key": null },
-        "data": {
-            "object": {
-                "id": invoice_id,
-                "object": "invoice",
-                "account_country": "US",
-                "amount_due": 4900,
-                "amount_paid": 4900,
-                "amount_remaining": 0,
-                "billing_reason": "subscription_cycle",
-                "collection_method": "charge_automatically",
-                "currency": "usd",
-                "customer": "cus_BenchCustomer0001",
-                "customer_email": "billing@example.com",
-                "paid": true,
-                "status": "paid",
-                "subscription": "sub_1BenchSubscription000001",
-                "lines": {
-                    "object": "list",
-                    "has_more": false,
-                    "total_count": 3,
-                    "url": format!("/v1/invoices/{invoice_id}/lines"),
-                    "data": [
-                        line(1, 2900, "1 × Pro plan (at $29.00 / month)"),
-                        line(2, 1500, "3 × Extra seat (at $5.00 / month)"),
-                        line(3, 500, "1 × Priority support (at $5.00 / month)"),
-                    ]
-                }
-            }
-        }
-    })
-    .to_string()
-}
-
-/// `t=<t>,v1=<hex HMAC-SHA256(secret, "{t}.{body}")>`.
-fn stripe_signature(t: i64, body: &[u8]) -> anyhow::Result<String> {
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(SECRET.as_bytes())
-        .map_err(|_| anyhow!("HMAC refused the key"))?;
-    mac.update(format!("{t}.").as_bytes());
-    mac.update(body);
-    Ok(format!(
-        "t={t},v1={}",
-        hex::encode(mac.finalize().into_bytes())
-    ))
-}
-
-#[derive(Default)]
+/// Rows of cells, printed as aligned columns; by default the targets table
+/// (measurement, result, target, pass/fail).
 struct Table {
-    rows: Vec<[String; 4]>,
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+    /// Columns from this one on are right-aligned (figures).
+    right_from: usize,
+}
+
+impl Default for Table {
+    fn default() -> Table {
+        Table::new(&["measurement", "result", "target", ""])
+    }
 }
 
 impl Table {
+    fn new(header: &[&str]) -> Table {
+        Table {
+            header: header.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+            right_from: usize::MAX,
+        }
+    }
+
+    /// Right-align the columns from `column` on.
+    fn right_aligned_from(mut self, column: usize) -> Table {
+        self.right_from = column;
+        self
+    }
+
+    /// A row of the targets table; `pass` is the mark, if there is a target.
     fn row(&mut self, name: &str, value: String, target: String, pass: Option<bool>) {
         let mark = match pass {
             Some(true) => "PASS",
             Some(false) => "FAIL",
             None => "",
         };
-        self.rows
-            .push([name.to_string(), value, target, mark.to_string()]);
+        self.cells(vec![name.to_string(), value, target, mark.to_string()]);
+    }
+
+    fn cells(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
     }
 
     fn print(&self) {
-        let header = ["measurement", "result", "target", ""].map(String::from);
-        let mut widths = [0usize; 4];
-        for row in std::iter::once(&header).chain(&self.rows) {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
+        let mut widths = vec![0usize; self.header.len()];
+        for row in std::iter::once(&self.header).chain(&self.rows) {
+            for (i, cell) in row.iter().enumerate() {
+                if i >= widths.len() {
+                    widths.push(0);
+                }
+                widths[i] = widths[i].max(cell.chars().count());
             }
         }
-        let line = |row: &[String; 4]| {
-            let cells: Vec<String> = row
+        let line = |row: &[String]| {
+            let cells: Vec<String> = widths
                 .iter()
-                .zip(widths)
-                .map(|(cell, w)| format!("{cell}{}", " ".repeat(w - cell.chars().count())))
+                .enumerate()
+                .map(|(i, w)| {
+                    let cell = row.get(i).map_or("", String::as_str);
+                    let pad = " ".repeat(w - cell.chars().count());
+                    if i >= self.right_from {
+                        format!("{pad}{cell}")
+                    } else {
+                        format!("{cell}{pad}")
+                    }
+                })
                 .collect();
             println!("{}", cells.join(" | ").trim_end());
         };
-        line(&header);
-        println!("{}", widths.map(|w| "-".repeat(w)).join("-|-"));
+        line(&self.header);
+        let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+        println!("{}", rule.join("-|-"));
         for row in &self.rows {
             line(row);
         }
@@ -1203,4 +1445,22 @@ fn print_errors<'a>(phases: impl Iterator<Item = (String, &'a PhaseResult)>) -> 
         }
     }
     any
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_all_plugins_configuration_has_every_built_in_and_parses() -> anyhow::Result<()> {
+        let (configured, missing) = demo_plugins(Path::new("/bench"))?;
+        assert!(missing.is_empty(), "no endpoint for {missing:?}");
+        assert!(configured >= BUILTIN_NAMES.len());
+        let text = all_plugins_config("127.0.0.1:9".parse()?)?;
+        let config =
+            hookhost::config::Config::parse(Path::new("/bench/hookhost.toml"), &text, &|_| None)?;
+        assert_eq!(config.listen.to_string(), "127.0.0.1:9");
+        assert_eq!(config.public_url, "http://127.0.0.1:9");
+        Ok(())
+    }
 }

@@ -3,12 +3,17 @@
 //! - ceiling: a bare axum handler that reads the request body and answers 200;
 //! - reference: what a user would write by hand for the Stripe scheme: axum, the
 //!   `Stripe-Signature` header checked with `hmac` + `sha2` (constant-time comparison,
-//!   300 s window), then one sqlx INSERT per request into SQLite with hookhost's
-//!   durability (WAL, `synchronous=FULL`), answered after the commit. No wasm.
+//!   300 s window), then one sqlx INSERT per request, answered after the commit. No
+//!   wasm. Into SQLite with hookhost's durability (WAL, `synchronous=FULL`), or into
+//!   PostgreSQL with its default durability (`synchronous_commit = on`).
+//!
+//! Both accept bodies up to [`MAX_BODY_BYTES`](crate::event::MAX_BODY_BYTES), as the
+//! bench's hookhost does.
 //!
 //! Each runs as a separate process, like `hookhost serve`: the bench re-executes itself
-//! with a hidden flag (`--serve-ceiling ADDR`, `--serve-reference ADDR --db PATH`); the
-//! child binds, prints `listening on ADDR` on stdout when ready, and serves until killed.
+//! with a hidden flag (`--serve-ceiling ADDR`, `--serve-reference ADDR --db PATH`,
+//! `--serve-reference-pg ADDR --pg-url URL`); the child binds, prints
+//! `listening on ADDR` on stdout when ready, and serves until killed.
 //! Both answer `200 {"status":"accepted"}` so that the load generator counts them as it
 //! counts hookhost's answers (the reference answers `{"status":"duplicate"}` for an event
 //! id it already holds).
@@ -16,13 +21,14 @@
 use anyhow::{Context as _, anyhow, bail};
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use sqlx::ConnectOptions as _;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -40,26 +46,29 @@ const TOLERANCE_SECS: i64 = 300;
 /// more connections only add busy-waiting (sleeps in SQLite's busy handler) between
 /// commits that are serialised anyway.
 const REFERENCE_CONNECTIONS: u32 = 1;
+/// The PostgreSQL reference's pool: what one would pick by hand for 64 concurrent
+/// requests. PostgreSQL flushes the WAL once for every commit waiting at that moment,
+/// so more connections in flight share more of each flush; 32 is half the judged
+/// concurrency and a third of PostgreSQL's default `max_connections` (100). hookhost
+/// opens at most 16 (`config::DEFAULT_PG_MAX_CONNECTIONS`): the reference is not held
+/// back by a smaller pool than hookhost's.
+pub const REFERENCE_PG_CONNECTIONS: u32 = 32;
 
 /// Which comparison receiver.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
     Ceiling,
     Reference,
+    /// The reference, storing into the PostgreSQL database at this URL.
+    ReferencePg(String),
 }
 
 impl Kind {
-    pub fn label(self) -> &'static str {
-        match self {
-            Kind::Ceiling => "ceiling (bare axum)",
-            Kind::Reference => "reference (native HMAC + SQLite INSERT)",
-        }
-    }
-
-    fn name(self) -> &'static str {
+    fn name(&self) -> &'static str {
         match self {
             Kind::Ceiling => "ceiling",
             Kind::Reference => "reference",
+            Kind::ReferencePg(_) => "reference-pg",
         }
     }
 }
@@ -70,6 +79,75 @@ impl Kind {
 pub fn serve_ceiling(addr: SocketAddr) -> anyhow::Result<()> {
     let app = Router::new().route(&webhook_path(), post(ceiling));
     serve(addr, async { Ok(app) })
+}
+
+/// The reference's store: one table, `event_id` unique.
+#[derive(Clone)]
+enum Store {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+impl Store {
+    /// One INSERT, committed on its own (autocommit) before this returns; whether the
+    /// event was new.
+    async fn insert(&self, event_id: &str, now: i64, body: &[u8]) -> Result<bool, sqlx::Error> {
+        let done = match self {
+            Store::Sqlite(pool) => {
+                sqlx::query(
+                    "INSERT INTO events (event_id, received_at, body) VALUES (?, ?, ?)
+                     ON CONFLICT (event_id) DO NOTHING",
+                )
+                .bind(event_id)
+                .bind(now)
+                .bind(body)
+                .execute(pool)
+                .await?
+            }
+            .rows_affected(),
+            Store::Postgres(pool) => {
+                sqlx::query(
+                    "INSERT INTO events (event_id, received_at, body) VALUES ($1, $2, $3)
+                     ON CONFLICT (event_id) DO NOTHING",
+                )
+                .bind(event_id)
+                .bind(now)
+                .bind(body)
+                .execute(pool)
+                .await?
+            }
+            .rows_affected(),
+        };
+        Ok(done == 1)
+    }
+}
+
+/// `--serve-reference-pg ADDR --pg-url URL`: serve until killed. The database's
+/// durability is left as it is (`synchronous_commit = on` by default).
+pub fn serve_reference_pg(addr: SocketAddr, url: String) -> anyhow::Result<()> {
+    serve(addr, async move {
+        let options = url
+            .parse::<PgConnectOptions>()
+            .context("--pg-url is not a PostgreSQL URL")?
+            .disable_statement_logging();
+        let pool = PgPoolOptions::new()
+            .max_connections(REFERENCE_PG_CONNECTIONS)
+            .connect_with(options)
+            .await
+            .context("connecting to PostgreSQL")?;
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS events (
+                 id BIGSERIAL PRIMARY KEY,
+                 event_id TEXT NOT NULL UNIQUE,
+                 received_at BIGINT NOT NULL,
+                 body BYTEA NOT NULL
+             )",
+        )
+        .execute(&pool)
+        .await
+        .context("creating the events table")?;
+        Ok(reference_app(Store::Postgres(pool)))
+    })
 }
 
 /// `--serve-reference ADDR --db PATH`: serve until killed.
@@ -98,10 +176,14 @@ pub fn serve_reference(addr: SocketAddr, db: PathBuf) -> anyhow::Result<()> {
         .execute(&pool)
         .await
         .context("creating the events table")?;
-        Ok(Router::new()
-            .route(&webhook_path(), post(reference))
-            .with_state(pool))
+        Ok(reference_app(Store::Sqlite(pool)))
     })
+}
+
+fn reference_app(store: Store) -> Router {
+    Router::new()
+        .route(&webhook_path(), post(reference))
+        .with_state(store)
 }
 
 fn webhook_path() -> String {
@@ -119,7 +201,9 @@ fn serve(
         .build()
         .context("cannot start the tokio runtime")?;
     runtime.block_on(async {
-        let app = app.await?;
+        let app = app
+            .await?
+            .layer(DefaultBodyLimit::max(crate::event::MAX_BODY_BYTES));
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot bind {addr}"))?;
@@ -141,7 +225,7 @@ async fn ceiling(body: Bytes) -> axum::response::Response {
 }
 
 async fn reference(
-    State(pool): State<SqlitePool>,
+    State(store): State<Store>,
     headers: HeaderMap,
     body: Bytes,
 ) -> axum::response::Response {
@@ -165,18 +249,9 @@ async fn reference(
     let Some(event_id) = event.get("id").and_then(|id| id.as_str()) else {
         return json(StatusCode::BAD_REQUEST, r#"{"error":"no event id"}"#);
     };
-    let inserted = sqlx::query(
-        "INSERT INTO events (event_id, received_at, body) VALUES (?, ?, ?)
-         ON CONFLICT (event_id) DO NOTHING",
-    )
-    .bind(event_id)
-    .bind(now)
-    .bind(&body[..])
-    .execute(&pool)
-    .await;
-    match inserted {
-        Ok(done) if done.rows_affected() == 1 => json(StatusCode::OK, ACCEPTED),
-        Ok(_) => json(StatusCode::OK, DUPLICATE),
+    match store.insert(event_id, now, &body).await {
+        Ok(true) => json(StatusCode::OK, ACCEPTED),
+        Ok(false) => json(StatusCode::OK, DUPLICATE),
         Err(_) => json(
             StatusCode::SERVICE_UNAVAILABLE,
             r#"{"error":"store unavailable"}"#,
@@ -225,8 +300,8 @@ pub struct Receiver {
 
 impl Receiver {
     /// Start `kind` on a loopback port chosen by the child; its stderr goes to
-    /// `{dir}/{kind}.log`, and the reference's database is `{dir}/reference.db`.
-    pub async fn start(kind: Kind, dir: &Path) -> anyhow::Result<Receiver> {
+    /// `{dir}/{kind}.log`, and the SQLite reference's database is `{dir}/reference.db`.
+    pub async fn start(kind: &Kind, dir: &Path) -> anyhow::Result<Receiver> {
         let exe = std::env::current_exe().context("cannot locate this executable")?;
         let log = dir.join(format!("{}.log", kind.name()));
         let stderr = std::fs::File::create(&log).context("creating the receiver's log")?;
@@ -239,6 +314,11 @@ impl Receiver {
                 command
                     .args(["--serve-reference", "127.0.0.1:0", "--db"])
                     .arg(dir.join("reference.db"));
+            }
+            Kind::ReferencePg(url) => {
+                command
+                    .args(["--serve-reference-pg", "127.0.0.1:0", "--pg-url"])
+                    .arg(url);
             }
         }
         let mut child = command
@@ -284,6 +364,11 @@ impl Receiver {
         Ok(receiver)
     }
 
+    /// The process id, for its CPU time and memory.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -294,5 +379,28 @@ impl Drop for Receiver {
         // Already gone is fine; there is nothing more to do on failure.
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::StripeEvent;
+
+    #[test]
+    fn the_reference_accepts_the_bench_s_events_and_nothing_else() -> anyhow::Result<()> {
+        let now = 1_700_000_000;
+        let (mut body, signature) = StripeEvent::new(1024, now)?.signed(1, now)?;
+        let secret = crate::SECRET.as_bytes();
+        assert!(stripe_signature_valid(secret, &signature, &body, now));
+        assert!(!stripe_signature_valid(
+            secret,
+            &signature,
+            &body,
+            now + TOLERANCE_SECS + 1
+        ));
+        body[10] ^= 1;
+        assert!(!stripe_signature_valid(secret, &signature, &body, now));
+        Ok(())
     }
 }
