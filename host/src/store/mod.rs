@@ -12,6 +12,7 @@
 mod delivery;
 mod operator;
 mod postgres;
+mod seen;
 mod sqlite;
 mod writer;
 
@@ -23,12 +24,17 @@ pub use sqlite::{ReceiptRow, single_commit_rate};
 pub use postgres::PgStore;
 use sqlite::SqliteStore;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Handle to the store, whichever database holds it; cheap to clone. Every method
 /// keeps the same promises on every backend.
 #[derive(Debug, Clone)]
-pub struct Store(Backend);
+pub struct Store {
+    backend: Backend,
+    /// Exact duplicates answered from memory (see [`seen`]).
+    seen: Arc<seen::Seen>,
+}
 
 #[derive(Debug, Clone)]
 enum Backend {
@@ -42,14 +48,45 @@ impl Store {
         match config {
             crate::config::StoreConfig::Sqlite(path) => Store::open_sqlite(path).await,
             crate::config::StoreConfig::Postgres(pg) => {
-                Ok(Store(Backend::Postgres(PgStore::open(pg).await?)))
+                Ok(Store::on(Backend::Postgres(PgStore::open(pg).await?)))
             }
         }
     }
 
     /// Open (creating if needed) the SQLite file, apply migrations, start the writer.
     pub async fn open_sqlite(path: &Path) -> Result<Store, StoreError> {
-        Ok(Store(Backend::Sqlite(SqliteStore::open(path).await?)))
+        Ok(Store::on(Backend::Sqlite(SqliteStore::open(path).await?)))
+    }
+
+    fn on(backend: Backend) -> Store {
+        Store {
+            backend,
+            seen: Arc::default(),
+        }
+    }
+
+    /// Store a verified request: dedupe, version gate, inbox, one durable commit.
+    /// An exact duplicate of a receipt this process saw committed is answered at
+    /// once: no store read, no wait for another request's commit.
+    pub async fn record(&self, receipt: NewReceipt) -> Result<Outcome, StoreError> {
+        let seen = &self.seen;
+        if seen.contains(&receipt.endpoint, &receipt.event_id, &receipt.body_sha256) {
+            return Ok(Outcome::Duplicate);
+        }
+        let key = (
+            receipt.endpoint.clone(),
+            receipt.event_id.clone(),
+            receipt.body_sha256,
+        );
+        let outcome = match &self.backend {
+            Backend::Sqlite(store) => store.record(receipt).await,
+            Backend::Postgres(store) => store.record(receipt).await,
+        }?;
+        // Every outcome but a conflict means this exact receipt is now durable.
+        if outcome != Outcome::Conflict {
+            seen.insert(&key.0, &key.1, &key.2);
+        }
+        Ok(outcome)
     }
 }
 
@@ -63,7 +100,7 @@ macro_rules! forward {
             $(
                 $(#[$doc])*
                 pub async fn $name(&self $(, $arg: $ty)*) -> $ret {
-                    match &self.0 {
+                    match &self.backend {
                         Backend::Sqlite(store) => store.$name($($arg),*).await,
                         Backend::Postgres(store) => store.$name($($arg),*).await,
                     }
@@ -74,8 +111,6 @@ macro_rules! forward {
 }
 
 forward! {
-    /// Store a verified request: dedupe, version gate, inbox, one durable commit.
-    fn record(&self, receipt: NewReceipt) -> Result<Outcome, StoreError>;
     /// Resolves when new events may be due; the worker pool waits on it between polls.
     fn due_events(&self) -> ();
     /// One receipt, if stored.

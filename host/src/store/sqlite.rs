@@ -92,23 +92,7 @@ impl SqliteStore {
 
     /// Store a verified request: dedupe, version gate, inbox, one durable commit.
     pub async fn record(&self, receipt: NewReceipt) -> Result<Outcome, StoreError> {
-        // Fast path: an exact duplicate of a committed receipt needs no write and no
-        // wait for a commit; a durable row already proves it was received.
-        if self.is_exact_duplicate(&receipt).await? {
-            return Ok(Outcome::Duplicate);
-        }
         self.writer.record(receipt).await
-    }
-
-    async fn is_exact_duplicate(&self, receipt: &NewReceipt) -> Result<bool, StoreError> {
-        let digest: Option<Vec<u8>> = sqlx::query_scalar(
-            "SELECT body_sha256 FROM receipts WHERE endpoint = ? AND event_id = ?",
-        )
-        .bind(&receipt.endpoint)
-        .bind(&receipt.event_id)
-        .fetch_optional(&self.readers)
-        .await?;
-        Ok(digest.is_some_and(|d| d == receipt.body_sha256))
     }
 
     /// Resolves when new events may be due (a receipt was accepted, an event replayed

@@ -8,7 +8,8 @@
 
 use super::delivery::{FinishRequest, LeaseRequest, finish_all, lease_in};
 use super::{Leased, NewReceipt, Outcome, Resource, StoreError};
-use sqlx::{Connection, Sqlite, SqliteConnection, Transaction};
+use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection, Transaction};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -180,10 +181,22 @@ async fn commit(conn: &mut SqliteConnection, batch: &[Work]) -> Result<Vec<Done>
         })
         .collect();
     finish_all(&mut tx, &finished).await?;
+    // Then every receipt of the batch, in arrival order, in a fixed number of
+    // statements; leases come last and so can take what this batch accepted.
+    let receipts: Vec<&NewReceipt> = batch
+        .iter()
+        .filter_map(|work| match work {
+            Work::Record(receipt, _) => Some(&**receipt),
+            _ => None,
+        })
+        .collect();
+    let mut outcomes = record_all(&mut tx, &receipts).await?.into_iter();
     let mut done = Vec::with_capacity(batch.len());
     for work in batch {
         done.push(match work {
-            Work::Record(receipt, _) => Done::Record(record_one(&mut tx, receipt).await?),
+            Work::Record(..) => Done::Record(outcomes.next().ok_or_else(|| {
+                StoreError::Unavailable("a receipt of the batch was not recorded".into())
+            })?),
             Work::Lease(request, _) => Done::Lease(lease_in(&mut tx, request).await?),
             Work::Finish(..) => Done::Finish,
         });
@@ -201,88 +214,173 @@ async fn commit(conn: &mut SqliteConnection, batch: &[Work]) -> Result<Vec<Done>
     Ok(done)
 }
 
-/// Dedupe, then the version gate, then the insert: all inside the batch's transaction.
-async fn record_one(
+/// Dedupe, version gate and insert for every receipt of a batch, inside the batch's
+/// transaction, in four statements whatever the batch's size: one read of what the
+/// store holds for the batch's event ids and resources, then one insert per table.
+/// (Each statement is a round trip to SQLite's thread, and the writer is one task.)
+/// Receipts are judged in arrival order against that read plus the effects of the
+/// batch's earlier receipts, exactly as if each had been its own transaction.
+async fn record_all(
     tx: &mut Transaction<'_, Sqlite>,
-    r: &NewReceipt,
-) -> Result<Outcome, StoreError> {
-    // One statement reads both what the dedupe and what the version gate need: each
-    // statement is a round trip to SQLite's thread, and the writer is one task.
-    let resource = r.resource.as_ref();
-    let (existing, version, deleted): (Option<Vec<u8>>, Option<i64>, Option<bool>) =
-        sqlx::query_as(
-            "SELECT r.body_sha256, v.version, v.deleted FROM (SELECT 1)
-             LEFT JOIN receipts AS r ON r.endpoint = ?1 AND r.event_id = ?2
-             LEFT JOIN resource_versions AS v
-                ON v.endpoint = ?1 AND v.resource_kind = ?3 AND v.resource_id = ?4",
-        )
-        .bind(&r.endpoint)
-        .bind(&r.event_id)
-        .bind(resource.map(|x| &x.kind))
-        .bind(resource.map(|x| &x.id))
-        .fetch_one(&mut **tx)
-        .await?;
-    let current = version.zip(deleted);
-    let headers = serde_json::to_string(&r.headers).unwrap_or_else(|_| "[]".into());
-    if let Some(digest) = existing {
-        if digest == r.body_sha256 {
-            return Ok(Outcome::Duplicate);
+    receipts: &[&NewReceipt],
+) -> Result<Vec<Outcome>, StoreError> {
+    if receipts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys = serde_json::Value::from(
+        receipts
+            .iter()
+            .map(|r| {
+                let resource = r.resource.as_ref();
+                serde_json::json!([
+                    r.endpoint,
+                    r.event_id,
+                    resource.map(|x| &x.kind),
+                    resource.map(|x| &x.id)
+                ])
+            })
+            .collect::<Vec<_>>(),
+    );
+    let held: Vec<(i64, Option<Vec<u8>>, Option<i64>, Option<bool>)> = sqlx::query_as(
+        "SELECT k.key, r.body_sha256, v.version, v.deleted FROM json_each(?1) AS k
+         LEFT JOIN receipts AS r ON r.endpoint = k.value->>0 AND r.event_id = k.value->>1
+         LEFT JOIN resource_versions AS v
+            ON v.endpoint = k.value->>0 AND v.resource_kind = k.value->>2
+           AND v.resource_id = k.value->>3",
+    )
+    .bind(keys.to_string())
+    .fetch_all(&mut **tx)
+    .await?;
+
+    // What the store holds, updated as each receipt of the batch is judged.
+    let mut digests: HashMap<(&str, &str), &[u8]> = HashMap::new();
+    let mut versions: HashMap<(&str, &str, &str), (i64, bool)> = HashMap::new();
+    for (index, digest, version, deleted) in &held {
+        let Some(r) = usize::try_from(*index).ok().and_then(|i| receipts.get(i)) else {
+            continue;
+        };
+        if let Some(digest) = digest {
+            digests.insert((&r.endpoint, &r.event_id), digest);
         }
-        sqlx::query(
-            "INSERT INTO conflicts (endpoint, event_id, body_sha256, body, headers, secret_index, received_at_ms)
-             VALUES (?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&r.endpoint)
-        .bind(&r.event_id)
-        .bind(r.body_sha256.as_slice())
-        .bind(&r.body)
-        .bind(&headers)
-        .bind(r.secret_index as i64)
-        .bind(r.received_at_ms)
-        .execute(&mut **tx)
-        .await?;
-        return Ok(Outcome::Conflict);
+        if let (Some(x), Some(version), Some(deleted)) = (&r.resource, version, deleted) {
+            versions.insert((&r.endpoint, &x.kind, &x.id), (*version, *deleted));
+        }
     }
 
-    let verdict = match (&r.ignore, &r.resource) {
-        (Some(reason), _) => Verdict::Ignored(reason.clone()),
-        (None, Some(resource)) => gate(tx, r, resource, current).await?,
-        (None, None) => Verdict::Pending,
-    };
-    let (state, reason) = verdict.state();
-    sqlx::query(
-        "INSERT INTO receipts (endpoint, event_id, body_sha256, body, headers, secret_index,
-            plugin, plugin_version, plugin_digest, message_id, event_type,
-            resource_kind, resource_id, resource_version, deleted,
-            occurred_at, signed_at, received_at_ms, state, state_reason)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(&r.endpoint)
-    .bind(&r.event_id)
-    .bind(r.body_sha256.as_slice())
-    .bind(&r.body)
-    .bind(&headers)
-    .bind(r.secret_index as i64)
-    .bind(&r.plugin)
-    .bind(&r.plugin_version)
-    .bind(&r.plugin_digest)
-    .bind(&r.message_id)
-    .bind(&r.event_type)
-    .bind(resource.map(|x| &x.kind))
-    .bind(resource.map(|x| &x.id))
-    .bind(resource.and_then(|x| x.version).map(version_i64))
-    .bind(resource.is_some_and(|x| x.deleted))
-    .bind(r.occurred_at)
-    .bind(r.signed_at)
-    .bind(r.received_at_ms)
-    .bind(state)
-    .bind(reason)
-    .execute(&mut **tx)
-    .await?;
-    Ok(verdict.into())
+    let mut outcomes = Vec::with_capacity(receipts.len());
+    let mut stored: Vec<(&NewReceipt, Verdict)> = Vec::new();
+    let mut conflicts: Vec<&NewReceipt> = Vec::new();
+    // (endpoint, kind, id) → the newest accepted (version, event id, deleted).
+    let mut gated: Vec<((&str, &str, &str), (i64, &str, bool))> = Vec::new();
+    for &r in receipts {
+        let key = (r.endpoint.as_str(), r.event_id.as_str());
+        if let Some(digest) = digests.get(&key) {
+            if *digest == r.body_sha256.as_slice() {
+                outcomes.push(Outcome::Duplicate);
+            } else {
+                conflicts.push(r);
+                outcomes.push(Outcome::Conflict);
+            }
+            continue;
+        }
+        let verdict = match (&r.ignore, &r.resource) {
+            (Some(reason), _) => Verdict::Ignored(reason.clone()),
+            (None, Some(x)) => {
+                let at = (r.endpoint.as_str(), x.kind.as_str(), x.id.as_str());
+                let (verdict, newer) = gate(x, versions.get(&at).copied());
+                if let Some(version) = newer {
+                    versions.insert(at, (version, x.deleted));
+                    gated.retain(|(key, _)| *key != at);
+                    gated.push((at, (version, &r.event_id, x.deleted)));
+                }
+                verdict
+            }
+            (None, None) => Verdict::Pending,
+        };
+        digests.insert(key, &r.body_sha256);
+        outcomes.push(verdict.clone().into());
+        stored.push((r, verdict));
+    }
+
+    if !stored.is_empty() {
+        let mut insert = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO receipts (endpoint, event_id, body_sha256, body, headers, secret_index,
+                plugin, plugin_version, plugin_digest, message_id, event_type,
+                resource_kind, resource_id, resource_version, deleted,
+                occurred_at, signed_at, received_at_ms, state, state_reason) ",
+        );
+        insert.push_values(&stored, |mut row, (r, verdict)| {
+            let (state, reason) = verdict.state();
+            let resource = r.resource.as_ref();
+            row.push_bind(&r.endpoint)
+                .push_bind(&r.event_id)
+                .push_bind(r.body_sha256.as_slice())
+                .push_bind(&r.body)
+                .push_bind(headers_json(r))
+                .push_bind(r.secret_index as i64)
+                .push_bind(&r.plugin)
+                .push_bind(&r.plugin_version)
+                .push_bind(&r.plugin_digest)
+                .push_bind(&r.message_id)
+                .push_bind(&r.event_type)
+                .push_bind(resource.map(|x| &x.kind))
+                .push_bind(resource.map(|x| &x.id))
+                .push_bind(resource.and_then(|x| x.version).map(version_i64))
+                .push_bind(resource.is_some_and(|x| x.deleted))
+                .push_bind(r.occurred_at)
+                .push_bind(r.signed_at)
+                .push_bind(r.received_at_ms)
+                .push_bind(state)
+                .push_bind(reason.map(str::to_owned));
+        });
+        insert.build().execute(&mut **tx).await?;
+    }
+    if !gated.is_empty() {
+        let mut upsert = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO resource_versions (endpoint, resource_kind, resource_id, version, event_id, deleted) ",
+        );
+        upsert.push_values(
+            &gated,
+            |mut row, ((endpoint, kind, id), (version, event_id, deleted))| {
+                row.push_bind(*endpoint)
+                    .push_bind(*kind)
+                    .push_bind(*id)
+                    .push_bind(*version)
+                    .push_bind(*event_id)
+                    .push_bind(*deleted);
+            },
+        );
+        upsert.push(
+            " ON CONFLICT (endpoint, resource_kind, resource_id)
+             DO UPDATE SET version = excluded.version, event_id = excluded.event_id,
+                           deleted = excluded.deleted",
+        );
+        upsert.build().execute(&mut **tx).await?;
+    }
+    if !conflicts.is_empty() {
+        let mut insert = QueryBuilder::<Sqlite>::new(
+            "INSERT INTO conflicts (endpoint, event_id, body_sha256, body, headers, secret_index, received_at_ms) ",
+        );
+        insert.push_values(&conflicts, |mut row, r| {
+            row.push_bind(&r.endpoint)
+                .push_bind(&r.event_id)
+                .push_bind(r.body_sha256.as_slice())
+                .push_bind(&r.body)
+                .push_bind(headers_json(r))
+                .push_bind(r.secret_index as i64)
+                .push_bind(r.received_at_ms);
+        });
+        insert.build().execute(&mut **tx).await?;
+    }
+    Ok(outcomes)
+}
+
+fn headers_json(r: &NewReceipt) -> String {
+    serde_json::to_string(&r.headers).unwrap_or_else(|_| "[]".into())
 }
 
 /// What happens to a receipt that is new to the store.
+#[derive(Clone)]
 pub(super) enum Verdict {
     Pending,
     Stale,
@@ -317,45 +415,149 @@ impl From<Verdict> for Outcome {
 }
 
 /// The version gate for one resource, given its `current` (version, tombstone): older →
-/// stale, equal under another event id → ignored, newer → accepted and recorded; a
-/// delete leaves a tombstone at its version.
-async fn gate(
-    tx: &mut Transaction<'_, Sqlite>,
-    r: &NewReceipt,
-    resource: &Resource,
-    current: Option<(i64, bool)>,
-) -> Result<Verdict, StoreError> {
+/// stale, equal under another event id → ignored, newer → accepted, and the version to
+/// record for the resource (a delete leaves a tombstone at its version).
+fn gate(resource: &Resource, current: Option<(i64, bool)>) -> (Verdict, Option<i64>) {
     let Some(version) = resource.version.map(version_i64) else {
         // No version to order it by: only a tombstone can refuse it.
-        return Ok(match current {
+        let verdict = match current {
             Some((_, true)) => Verdict::ResourceDeleted,
             _ => Verdict::Pending,
-        });
+        };
+        return (verdict, None);
     };
     match current {
-        Some((accepted, _)) if version < accepted => return Ok(Verdict::Stale),
-        Some((accepted, _)) if version == accepted => return Ok(Verdict::SameVersion),
-        _ => {}
+        Some((accepted, _)) if version < accepted => (Verdict::Stale, None),
+        Some((accepted, _)) if version == accepted => (Verdict::SameVersion, None),
+        _ => (Verdict::Pending, Some(version)),
     }
-    sqlx::query(
-        "INSERT INTO resource_versions (endpoint, resource_kind, resource_id, version, event_id, deleted)
-         VALUES (?, ?, ?, ?, ?, ?)
-         ON CONFLICT (endpoint, resource_kind, resource_id)
-         DO UPDATE SET version = excluded.version, event_id = excluded.event_id, deleted = excluded.deleted",
-    )
-    .bind(&r.endpoint)
-    .bind(&resource.kind)
-    .bind(&resource.id)
-    .bind(version)
-    .bind(&r.event_id)
-    .bind(resource.deleted)
-    .execute(&mut **tx)
-    .await?;
-    Ok(Verdict::Pending)
 }
 
 /// Versions are u64 on the wire; SQLite integers are i64. Versions past i64::MAX
 /// (no provider uses them) saturate, which keeps the order of every real version.
 pub(super) fn version_i64(version: u64) -> i64 {
     i64::try_from(version).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sha2::Digest as _;
+    use sqlx::ConnectOptions as _;
+
+    fn receipt(id: &str, body: &str, version: Option<u64>, deleted: bool) -> NewReceipt {
+        NewReceipt {
+            endpoint: "stripe".into(),
+            event_id: id.into(),
+            body_sha256: sha2::Sha256::digest(body).into(),
+            body: body.into(),
+            headers: vec![],
+            secret_index: 0,
+            plugin: "stripe".into(),
+            plugin_version: "test".into(),
+            plugin_digest: "test".into(),
+            message_id: None,
+            event_type: "customer.updated".into(),
+            resource: Some(Resource {
+                kind: "customer".into(),
+                id: "cus_1".into(),
+                version,
+                deleted,
+            }),
+            occurred_at: None,
+            signed_at: None,
+            received_at_ms: 0,
+            ignore: None,
+        }
+    }
+
+    /// One batch holds what separate transactions would have seen one after the other:
+    /// each receipt is judged against the store plus the batch's earlier receipts.
+    #[tokio::test]
+    async fn one_batch_judges_its_receipts_in_arrival_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(dir.path().join("batch.db"))
+            .create_if_missing(true)
+            .connect()
+            .await
+            .expect("open");
+        sqlx::migrate!("./migrations/sqlite")
+            .run(&mut conn)
+            .await
+            .expect("migrate");
+        // Already in the store before the batch: evt_0 at version 1.
+        let before = [work(receipt("evt_0", "zero", Some(1), false))];
+        commit(&mut conn, &before).await.expect("first commit");
+
+        let batch = [
+            work(receipt("evt_0", "zero", Some(1), false)), // held by the store
+            work(receipt("evt_2", "two", Some(2), false)),
+            work(receipt("evt_old", "old", Some(1), false)), // older than evt_2
+            work(receipt("evt_2", "two", Some(2), false)),   // earlier in this batch
+            work(receipt("evt_2", "TWO", Some(2), false)),   // same id, other body
+            work(receipt("evt_2b", "2b", Some(2), false)),   // same version, other id
+            work(receipt("evt_3", "three", Some(3), true)),  // newer: a delete
+            work(receipt("evt_none", "none", None, false)),  // unversioned, after it
+        ];
+        let done = commit(&mut conn, &batch).await.expect("batch commit");
+        let outcomes: Vec<Outcome> = done
+            .into_iter()
+            .map(|d| match d {
+                Done::Record(outcome) => outcome,
+                _ => panic!("a receipt answered as another kind of work"),
+            })
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::Duplicate,
+                Outcome::Accepted,
+                Outcome::StaleVersion,
+                Outcome::Duplicate,
+                Outcome::Conflict,
+                Outcome::SameVersion,
+                Outcome::Accepted,
+                Outcome::ResourceDeleted,
+            ]
+        );
+        let states: Vec<(String, String)> =
+            sqlx::query_as("SELECT event_id, state FROM receipts ORDER BY rowid")
+                .fetch_all(&mut conn)
+                .await
+                .expect("receipts");
+        let states: Vec<(&str, &str)> = states
+            .iter()
+            .map(|(id, state)| (id.as_str(), state.as_str()))
+            .collect();
+        assert_eq!(
+            states,
+            [
+                ("evt_0", "pending"),
+                ("evt_2", "pending"),
+                ("evt_old", "stale"),
+                ("evt_2b", "ignored"),
+                ("evt_3", "pending"),
+                ("evt_none", "ignored"),
+            ]
+        );
+        let version: (i64, String, bool) = sqlx::query_as(
+            "SELECT version, event_id, deleted FROM resource_versions WHERE resource_id = 'cus_1'",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .expect("version");
+        assert_eq!(version, (3, "evt_3".to_string(), true));
+        let conflicts: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM conflicts")
+            .fetch_one(&mut conn)
+            .await
+            .expect("conflicts");
+        assert_eq!(conflicts, 1);
+    }
+
+    fn work(receipt: NewReceipt) -> Work {
+        // The answer goes nowhere: `commit` is judged by what it returns and stores.
+        let (reply, _) = oneshot::channel();
+        Work::Record(Box::new(receipt), reply)
+    }
 }
