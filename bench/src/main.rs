@@ -17,7 +17,10 @@
 //!    loopback HTTP/1.1 keep-alive connections with new, correctly signed events at
 //!    every `--matrix-concurrency` × `--bodies`: accepted/s, p50, p99, the receiver's CPU
 //!    per request and peak resident memory (`usage`), and the load generator's own CPU.
-//!    Then duplicates: one event POSTed to hookhost again and again.
+//!    Then duplicates: one event POSTed to hookhost again and again, closed loop at each
+//!    `--duplicate-concurrency`, then open loop at half the rate saturated at 64
+//!    connections, which is what the p99 target is judged on (closed-loop latency at
+//!    saturation is only connections ÷ rate).
 //! 5. With `--postgres`: hookhost into PostgreSQL (one process, then two sharing the
 //!    database) and the reference on PostgreSQL, at 64 connections, 1 KiB events.
 //! 6. Delivery: a second server whose endpoint delivers to a downstream HTTP server
@@ -265,7 +268,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     let rest = runtime.block_on(at_rest(&binary, dir.path()))?;
 
     // 4. The load matrix and the duplicates, over loopback.
-    let (cells, duplicates) =
+    let (cells, duplicates, paced_duplicates) =
         runtime.block_on(matrix_phases(args, &binary, dir.path(), &bodies, created))?;
 
     // 5. PostgreSQL: hookhost with one process, the reference, hookhost with two.
@@ -301,18 +304,36 @@ fn run(args: &Args) -> anyhow::Result<()> {
     rest.rows(&mut table);
     matrix_rows(&mut table, &cells, commit_rate);
     for (c, dup) in &duplicates {
-        let judged = *c == JUDGED_CONCURRENCY;
-        let p99 = dup.percentile(0.99);
         table.row(
-            &format!("duplicates, concurrency {c}"),
+            &format!("duplicates, concurrency {c} (closed loop, saturated)"),
             throughput(dup),
-            if judged {
-                format!("p99 ≤ {DUPLICATE_P99_TARGET_MS} ms")
-            } else {
-                String::new()
-            },
-            judged.then(|| p99.is_some_and(|p| p.as_secs_f64() * 1e3 <= DUPLICATE_P99_TARGET_MS)),
+            String::new(),
+            None,
         );
+    }
+    match &paced_duplicates {
+        Some(paced) => {
+            let p99 = paced.result.percentile(0.99);
+            table.row(
+                &format!(
+                    "duplicates at half that rate ({:.0}/s), {JUDGED_CONCURRENCY} connections",
+                    paced.rate
+                ),
+                format!(
+                    "{}, {} sent > 10 ms late",
+                    throughput(&paced.result),
+                    paced.late
+                ),
+                format!("p99 ≤ {DUPLICATE_P99_TARGET_MS} ms"),
+                Some(p99.is_some_and(|p| p.as_secs_f64() * 1e3 <= DUPLICATE_P99_TARGET_MS)),
+            );
+        }
+        None => table.row(
+            "duplicates, paced",
+            format!("not measured (add {JUDGED_CONCURRENCY} to --duplicate-concurrency)"),
+            format!("p99 ≤ {DUPLICATE_P99_TARGET_MS} ms"),
+            None,
+        ),
     }
     postgres_rows(&mut table, &postgres);
     if let Some(delivery) = &delivery {
@@ -369,6 +390,11 @@ fn run(args: &Args) -> anyhow::Result<()> {
             duplicates
                 .iter()
                 .map(|(c, r)| (format!("duplicates, concurrency {c}"), r)),
+        )
+        .chain(
+            paced_duplicates
+                .iter()
+                .map(|p| (format!("duplicates paced at {:.0}/s", p.rate), &p.result)),
         )
         .chain(postgres.iter().map(|p| (p.label.clone(), &p.result)))
         .chain(delivery.iter().flat_map(|d| {
@@ -623,7 +649,7 @@ async fn matrix_phases(
     dir: &Path,
     bodies: &[(usize, Payload)],
     created: i64,
-) -> anyhow::Result<(Vec<Cell>, Vec<(u16, PhaseResult)>)> {
+) -> anyhow::Result<(Vec<Cell>, Vec<(u16, PhaseResult)>, Option<Paced>)> {
     let dir = dir.join("matrix");
     std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     eprintln!(
@@ -675,8 +701,32 @@ async fn matrix_phases(
             .await?,
         ));
     }
+    // Closed-loop latency at saturation is connections ÷ rate (Little's law), whatever
+    // the server: the target is judged open loop, at half that saturated rate, spread
+    // over the same 64 connections.
+    let paced = match duplicates.iter().find(|(c, _)| *c == JUDGED_CONCURRENCY) {
+        Some((_, saturated)) if saturated.rate() >= 2.0 => {
+            let rate = saturated.rate() / 2.0;
+            eprintln!(
+                "hookhost: one event repeated at {rate:.0}/s over {JUDGED_CONCURRENCY} connections for {} s…",
+                args.duration_secs
+            );
+            Some(
+                load::drive_paced(
+                    target,
+                    JUDGED_CONCURRENCY.into(),
+                    rate,
+                    Duration::from_secs(args.duration_secs),
+                    &same,
+                    "duplicate",
+                )
+                .await?,
+            )
+        }
+        _ => None,
+    };
     drop(server); // killed here, before the temporary directory goes
-    Ok((cells, duplicates))
+    Ok((cells, duplicates, paced))
 }
 
 /// `whsec_` + base64 of the destination key, as the server's configuration takes it.
