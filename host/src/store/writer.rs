@@ -214,6 +214,13 @@ async fn commit(conn: &mut SqliteConnection, batch: &[Work]) -> Result<Vec<Done>
     Ok(done)
 }
 
+/// For each receipt of a batch (by its index): the body digest stored under its event
+/// id, and its resource's accepted version and tombstone.
+type Held = (i64, Option<Vec<u8>>, Option<i64>, Option<bool>);
+
+/// (endpoint, resource kind, resource id).
+type ResourceKey<'a> = (&'a str, &'a str, &'a str);
+
 /// Dedupe, version gate and insert for every receipt of a batch, inside the batch's
 /// transaction, in four statements whatever the batch's size: one read of what the
 /// store holds for the batch's event ids and resources, then one insert per table.
@@ -241,7 +248,7 @@ async fn record_all(
             })
             .collect::<Vec<_>>(),
     );
-    let held: Vec<(i64, Option<Vec<u8>>, Option<i64>, Option<bool>)> = sqlx::query_as(
+    let held: Vec<Held> = sqlx::query_as(
         "SELECT k.key, r.body_sha256, v.version, v.deleted FROM json_each(?1) AS k
          LEFT JOIN receipts AS r ON r.endpoint = k.value->>0 AND r.event_id = k.value->>1
          LEFT JOIN resource_versions AS v
@@ -254,7 +261,7 @@ async fn record_all(
 
     // What the store holds, updated as each receipt of the batch is judged.
     let mut digests: HashMap<(&str, &str), &[u8]> = HashMap::new();
-    let mut versions: HashMap<(&str, &str, &str), (i64, bool)> = HashMap::new();
+    let mut versions: HashMap<ResourceKey<'_>, (i64, bool)> = HashMap::new();
     for (index, digest, version, deleted) in &held {
         let Some(r) = usize::try_from(*index).ok().and_then(|i| receipts.get(i)) else {
             continue;
@@ -271,7 +278,7 @@ async fn record_all(
     let mut stored: Vec<(&NewReceipt, Verdict)> = Vec::new();
     let mut conflicts: Vec<&NewReceipt> = Vec::new();
     // (endpoint, kind, id) → the newest accepted (version, event id, deleted).
-    let mut gated: Vec<((&str, &str, &str), (i64, &str, bool))> = Vec::new();
+    let mut gated: Vec<(ResourceKey<'_>, (i64, &str, bool))> = Vec::new();
     for &r in receipts {
         let key = (r.endpoint.as_str(), r.event_id.as_str());
         if let Some(digest) = digests.get(&key) {
