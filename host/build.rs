@@ -4,6 +4,7 @@
 //! any source file listed in the guests' dep-info changes. Plugins are embedded as
 //! built-ins; a plugin without `fixtures/vectors/<name>.json` fails the build.
 
+use sha2::{Digest as _, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::{env, fs};
@@ -91,13 +92,22 @@ fn main() {
 
     let wasm_dir = target_dir.join(TARGET).join("release");
     let mut builtin = String::from(
-        "/// Built-in plugins: (name, component bytes).\npub const BUILTIN: &[(&str, &[u8])] = &[\n",
+        "/// Built-in plugins, one per `plugins/<name>` crate.\nconst BUILTIN: &[Builtin] = &[\n",
     );
+    // Each component is embedded from a copy in OUT_DIR, written with its digest: the
+    // shared guest target directory may be rebuilt by another build of this script
+    // (clippy, a test build with other features) into different bytes, which must never
+    // be embedded under this run's digest.
+    let embedded = out.join("plugins");
+    fs::create_dir_all(&embedded).expect("create OUT_DIR/plugins");
     for (name, package) in &plugins {
-        let wasm = artifact(&wasm_dir, package);
+        let bytes = fs::read(artifact(&wasm_dir, package)).expect("read a built plugin");
+        let copy = embedded.join(format!("{name}.wasm"));
+        fs::write(&copy, &bytes).expect("copy a built plugin into OUT_DIR");
         builtin.push_str(&format!(
-            "    ({name:?}, include_bytes!({:?})),\n",
-            wasm.display().to_string()
+            "    Builtin {{ name: {name:?}, bytes: include_bytes!({:?}), sha256: {:?} }},\n",
+            copy.display().to_string(),
+            <[u8; 32]>::from(Sha256::digest(&bytes)),
         ));
     }
     builtin.push_str("];\n");

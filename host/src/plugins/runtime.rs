@@ -157,31 +157,159 @@ impl wasmtime_wasi::HostMonotonicClock for ZeroClock {
     }
 }
 
+/// Compiled plugins kept on disk beyond this many are evicted, oldest first, when a new
+/// one is written: 36 built-ins for a few hookhost versions plus drop-ins, at ~1 MiB each.
+const CACHE_ENTRIES: usize = 256;
+/// A temporary file this old is left over from a crash, not a write in progress.
+const CACHE_STALE_TEMP: Duration = Duration::from_secs(3600);
+
 /// Where compiled plugins are kept between runs, so a start loads machine code instead
 /// of compiling every component again: `HOOKHOST_CACHE_DIR`, else
 /// `$XDG_CACHE_HOME/hookhost`, else `~/.cache/hookhost`; `HOOKHOST_CACHE_DIR=off`
-/// compiles every time. Entries are keyed by the component's bytes and the engine's
-/// settings and version (wasmtime's own cache), so a changed plugin or a new hookhost
-/// never loads stale code. Without a usable directory hookhost compiles, and says so.
-fn compilation_cache() -> Option<wasmtime::Cache> {
-    let dir = match std::env::var_os("HOOKHOST_CACHE_DIR") {
-        Some(dir) if dir == "off" => return None,
-        Some(dir) => PathBuf::from(dir),
-        None => std::env::var_os("XDG_CACHE_HOME")
-            .map(|d| PathBuf::from(d).join("hookhost"))
-            .or_else(|| {
-                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hookhost"))
-            })?,
-    };
-    let mut config = wasmtime::CacheConfig::new();
-    config.with_directory(dir.join("compiled"));
-    match wasmtime::Cache::new(config) {
-        Ok(cache) => Some(cache),
-        Err(error) => {
+/// compiles every time. Without a usable directory hookhost compiles, and says so.
+///
+/// Entries are plain `Engine::precompile_component` output, named by the component's
+/// SHA-256 and the engine's compatibility hash (wasmtime version and settings), so a
+/// changed plugin or a new hookhost never loads stale code. They are uncompressed on
+/// purpose: a start maps them (`Component::deserialize_file`) instead of copying them
+/// into anonymous memory, so their machine code is clean, shareable, file-backed pages
+/// of which only those touched become resident (wasmtime's own cache is compressed, so
+/// every byte of every plugin was decompressed into the heap and copied at each start).
+struct CodeCache {
+    dir: PathBuf,
+    /// The engine's `precompile_compatibility_hash`, hex.
+    engine_key: String,
+}
+
+fn code_cache() -> Option<&'static CodeCache> {
+    static CACHE: OnceLock<Option<CodeCache>> = OnceLock::new();
+    CACHE.get_or_init(CodeCache::open).as_ref()
+}
+
+impl CodeCache {
+    fn open() -> Option<CodeCache> {
+        let dir = match std::env::var_os("HOOKHOST_CACHE_DIR") {
+            Some(dir) if dir == "off" => return None,
+            Some(dir) => PathBuf::from(dir),
+            None => std::env::var_os("XDG_CACHE_HOME")
+                .map(|d| PathBuf::from(d).join("hookhost"))
+                .or_else(|| {
+                    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hookhost"))
+                })?,
+        };
+        let dir = dir.join("components");
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        // The directory holds code hookhost will run: only its user may write there.
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        if let Err(error) = builder.create(&dir) {
             tracing::warn!(%error, dir = %dir.display(), "no compiled-plugin cache; compiling at every start");
-            None
+            return None;
+        }
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&engine().precompile_compatibility_hash(), &mut hasher);
+        let engine_key = format!("{:016x}", std::hash::Hasher::finish(&hasher));
+        Some(CodeCache { dir, engine_key })
+    }
+
+    /// The compiled component for `bytes` (whose SHA-256 is `digest`): mapped from the
+    /// cache, or compiled, written to the cache and mapped from there.
+    fn component(&self, bytes: &[u8], digest: &[u8; 32]) -> wasmtime::Result<Component> {
+        let path = self
+            .dir
+            .join(format!("{}-{}.cwasm", hex::encode(digest), self.engine_key));
+        if path.is_file() {
+            match map_compiled(&path) {
+                Ok(component) => return Ok(component),
+                // Replaced below (by rename, so other processes' mappings stay intact).
+                Err(error) => {
+                    tracing::warn!(error = %format!("{error:#}"), path = %path.display(), "compiled plugin unusable; compiling again");
+                }
+            }
+        }
+        let compiled = engine().precompile_component(bytes)?;
+        match self.store(&path, &compiled) {
+            Ok(()) => {
+                self.evict();
+                map_compiled(&path)
+            }
+            Err(error) => {
+                tracing::warn!(%error, path = %path.display(), "cannot write the compiled-plugin cache");
+                load_compiled(&compiled)
+            }
         }
     }
+
+    /// Write an entry whole or not at all: a temporary file, synced, then renamed, so a
+    /// reader never maps a partial file and a mapped file is never changed in place.
+    fn store(&self, path: &Path, compiled: &[u8]) -> std::io::Result<()> {
+        use std::io::Write as _;
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let temp = path.with_extension(format!("{}-{n}.tmp", std::process::id()));
+        let written = std::fs::File::create(&temp).and_then(|mut file| {
+            file.write_all(compiled)?;
+            file.sync_all()
+        });
+        let renamed = written.and_then(|()| std::fs::rename(&temp, path));
+        if renamed.is_err() {
+            let _ = std::fs::remove_file(&temp);
+        }
+        renamed
+    }
+
+    /// Keep at most [`CACHE_ENTRIES`] entries (the oldest written go first) and drop
+    /// temporary files a crashed writer left. Removing a file another process has
+    /// mapped is harmless: the mapping keeps it alive.
+    fn evict(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let now = std::time::SystemTime::now();
+        let mut compiled = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(modified) = entry.metadata().and_then(|m| m.modified()) else {
+                continue;
+            };
+            match path.extension().and_then(|e| e.to_str()) {
+                Some("cwasm") => compiled.push((modified, path)),
+                Some("tmp")
+                    if now.duration_since(modified).unwrap_or_default() > CACHE_STALE_TEMP =>
+                {
+                    let _ = std::fs::remove_file(&path);
+                }
+                _ => {}
+            }
+        }
+        if compiled.len() > CACHE_ENTRIES {
+            compiled.sort();
+            for (_, path) in &compiled[..compiled.len() - CACHE_ENTRIES] {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}
+
+/// Map a compiled component from the cache.
+#[allow(unsafe_code)] // wasmtime cannot check machine code; see the SAFETY note
+fn map_compiled(path: &Path) -> wasmtime::Result<Component> {
+    // SAFETY: `deserialize_file` runs the file's machine code, so the file must be
+    // what `Engine::precompile_component` wrote and must not change while mapped.
+    // Only hookhost writes this directory (created 0700; the README tells operators to
+    // keep it so, as for wasmtime's own cache), it writes whole files by rename and
+    // never in place, and wasmtime refuses a file from another version, another
+    // engine configuration or another host before using it.
+    unsafe { Component::deserialize_file(engine(), path) }
+}
+
+/// Load a component this process just compiled (when the cache cannot take it).
+#[allow(unsafe_code)] // wasmtime cannot check machine code; see the SAFETY note
+fn load_compiled(compiled: &[u8]) -> wasmtime::Result<Component> {
+    // SAFETY: the bytes are `Engine::precompile_component` output of this very engine,
+    // produced a moment ago and never out of this process's hands.
+    unsafe { Component::deserialize(engine(), compiled) }
 }
 
 /// The process's one engine, with epoch interruption and a ticker thread.
@@ -197,7 +325,13 @@ fn engine() -> &'static Engine {
             // Reset by memset instead of returning pages to the kernel and faulting them
             // in again: covers a built-in plugin's whole memory (stack, data, heap).
             .linear_memory_keep_resident(512 * 1024)
-            .table_keep_resident(64 * 1024);
+            .table_keep_resident(64 * 1024)
+            // A freed slot is reused, whichever plugin ran in it, before a never-used one
+            // is taken: with no copy-on-write images there is nothing to gain from keeping
+            // a slot for one plugin, and each slot ever used keeps its memory resident
+            // (above). So the slots in use at once bound the resident memory, instead of
+            // one slot per plugin that ever ran (every plugin runs at load).
+            .max_unused_warm_slots(0);
         let mut config = wasmtime::Config::new();
         config.epoch_interruption(true);
         config.wasm_component_model(true);
@@ -208,7 +342,6 @@ fn engine() -> &'static Engine {
         if std::env::var_os("HOOKHOST_PERF_MAP").is_some() {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }
-        config.cache(compilation_cache());
         let mut on_demand = config.clone();
         // Reserve only what a plugin may use (explicit bounds checks instead of 4 GiB
         // guard regions), so the fallback fits a tight address-space limit.
@@ -260,7 +393,10 @@ fn compile(bytes: &[u8], digest: &[u8; 32]) -> wasmtime::Result<Component> {
     if let Some(hit) = cache.lock().ok().and_then(|c| c.get(digest).cloned()) {
         return Ok(hit);
     }
-    let component = Component::new(engine(), bytes)?;
+    let component = match code_cache() {
+        Some(code) => code.component(bytes, digest)?,
+        None => Component::new(engine(), bytes)?,
+    };
     if let Ok(mut c) = cache.lock() {
         c.insert(*digest, component.clone());
     }
@@ -270,6 +406,17 @@ fn compile(bytes: &[u8], digest: &[u8; 32]) -> wasmtime::Result<Component> {
 impl Plugin {
     /// Validate, compile and pre-instantiate a component; `path` names it in errors.
     pub fn load(bytes: &[u8], origin: Origin, limits: PluginLimits) -> Result<Plugin, LoadError> {
+        Plugin::load_with_digest(bytes, Sha256::digest(bytes).into(), origin, limits)
+    }
+
+    /// [`Plugin::load`] of a component whose SHA-256 is already known (a built-in's,
+    /// from the build): with its compiled code cached, `bytes` are then never read.
+    pub(super) fn load_with_digest(
+        bytes: &[u8],
+        digest: [u8; 32],
+        origin: Origin,
+        limits: PluginLimits,
+    ) -> Result<Plugin, LoadError> {
         let path = match &origin {
             Origin::Builtin => "built-in".to_string(),
             Origin::File(p) => p.display().to_string(),
@@ -278,14 +425,15 @@ impl Plugin {
             path: path.clone(),
             reason,
         };
-        if bytes.get(..8) == Some(b"\0asm\x01\0\0\0".as_slice()) {
-            return Err(refuse(
-                "a core wasm module, not a component: build it for wasm32-wasip2".into(),
-            ));
-        }
-        let digest: [u8; 32] = Sha256::digest(bytes).into();
-        let component =
-            compile(bytes, &digest).map_err(|e| refuse(format!("not a valid component: {e}")))?;
+        // The bytes are looked at only when they fail to compile: a built-in whose
+        // compiled code is cached is never read (see `builtin::Builtin::sha256`).
+        let component = compile(bytes, &digest).map_err(|e| {
+            if bytes.starts_with(b"\0asm\x01\0\0\0") {
+                refuse("a core wasm module, not a component: build it for wasm32-wasip2".into())
+            } else {
+                refuse(format!("not a valid component: {e}"))
+            }
+        })?;
         let interface = check_contract(&component).map_err(refuse)?;
         let pre = linker()
             .instantiate_pre(&component)
