@@ -12,6 +12,11 @@ use std::time::Duration;
 
 /// Default body cap: larger than any provider's documented payload limit.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Default budget for request bodies held in memory at once, across all requests:
+/// 32 concurrent bodies at the default cap (each costs a few times its size on its way
+/// to disk), a bounded share of a small server's memory. Past it, requests wait before reading (TCP slows the senders); none is
+/// refused. Raised to `max_body_bytes` when only that is raised past it.
+pub const DEFAULT_MAX_BODIES_IN_FLIGHT_BYTES: usize = 32 * 1024 * 1024;
 /// Default SQLite file name, created beside the configuration file.
 pub const DEFAULT_STORE_FILE: &str = "hookhost.db";
 /// PostgreSQL connections per process. Each ingest request holds one for its short
@@ -124,6 +129,9 @@ fn days(n: u64) -> Duration {
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_body_bytes: usize,
+    /// Bytes of request bodies held at once, across all requests; at least
+    /// `max_body_bytes`.
+    pub max_bodies_in_flight_bytes: usize,
     pub plugin: PluginLimits,
 }
 
@@ -268,6 +276,7 @@ struct RawDestination {
 #[serde(deny_unknown_fields)]
 struct RawLimits {
     max_body_bytes: Option<usize>,
+    max_bodies_in_flight_bytes: Option<usize>,
     plugin_memory_bytes: Option<usize>,
     plugin_time_ms: Option<u64>,
     plugin_output_bytes: Option<usize>,
@@ -473,6 +482,19 @@ impl Config {
                 "must be greater than 0".into(),
             ));
         }
+        let max_bodies_in_flight_bytes = raw
+            .limits
+            .max_bodies_in_flight_bytes
+            .unwrap_or(DEFAULT_MAX_BODIES_IN_FLIGHT_BYTES.max(max_body_bytes));
+        if max_bodies_in_flight_bytes < max_body_bytes {
+            return Err(invalid(
+                "limits.max_bodies_in_flight_bytes",
+                format!(
+                    "must be at least limits.max_body_bytes ({max_body_bytes}): a body of \
+                     the largest size must fit in the budget"
+                ),
+            ));
+        }
 
         let mut endpoints = Vec::new();
         let mut literal_secrets = Vec::new();
@@ -631,6 +653,7 @@ impl Config {
             plugins_dir: raw.plugins_dir.map(|p| beside(&p)),
             limits: Limits {
                 max_body_bytes,
+                max_bodies_in_flight_bytes,
                 plugin,
             },
             endpoints,
@@ -673,6 +696,7 @@ mod tests {
             StoreConfig::Sqlite(PathBuf::from("/etc/hookhost/hookhost.db"))
         );
         assert_eq!(config.limits.max_body_bytes, 1024 * 1024);
+        assert_eq!(config.limits.max_bodies_in_flight_bytes, 32 * 1024 * 1024);
         let endpoint = &config.endpoints[0];
         assert_eq!(
             endpoint.secrets,
@@ -717,6 +741,11 @@ mod tests {
         assert!(error("[retention]\ndead_days = 0").contains("retention.dead_days: "));
         assert!(error("public_url = \"ftp://x\"").contains("public_url: "));
         assert!(error("[limits]\nplugin_memory_bytes = 10").contains("limits.plugin_memory_bytes"));
+        assert_eq!(
+            error("[limits]\nmax_body_bytes = 2048\nmax_bodies_in_flight_bytes = 2047"),
+            "/etc/hookhost/hookhost.toml: limits.max_bodies_in_flight_bytes: must be at least \
+             limits.max_body_bytes (2048): a body of the largest size must fit in the budget"
+        );
         let dup = "[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"x\"]\n";
         assert!(error(&format!("{dup}{dup}")).contains("duplicate endpoint id"));
         assert!(
@@ -730,6 +759,24 @@ mod tests {
         assert!(
             error("[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"file:/nonexistent/s\"]")
                 .contains("cannot read /nonexistent/s")
+        );
+    }
+
+    #[test]
+    fn the_bodies_in_flight_budget_is_at_least_one_body() {
+        let limits = |text: &str| parse(text).expect("valid").limits;
+        let set = limits("[limits]\nmax_body_bytes = 2048\nmax_bodies_in_flight_bytes = 2048");
+        assert_eq!(
+            (set.max_body_bytes, set.max_bodies_in_flight_bytes),
+            (2048, 2048)
+        );
+        // Raising only the body cap past the default budget raises the budget with it.
+        let big = limits("[limits]\nmax_body_bytes = 134217728");
+        assert_eq!(big.max_bodies_in_flight_bytes, 134_217_728);
+        let small = limits("[limits]\nmax_body_bytes = 4096");
+        assert_eq!(
+            small.max_bodies_in_flight_bytes,
+            DEFAULT_MAX_BODIES_IN_FLIGHT_BYTES
         );
     }
 

@@ -63,9 +63,9 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
         max_body_bytes: config.limits.max_body_bytes,
         delivery: config.delivery,
         retention: config.retention,
-        plugin_slots: tokio::sync::Semaphore::new(
-            std::thread::available_parallelism().map_or(2, std::num::NonZero::get),
-        ),
+        bodies: http::bodies::BodyBudget::new(config.limits.max_bodies_in_flight_bytes),
+        plugin_threads: plugins::threads::PluginThreads::per_core()
+            .context("cannot start the plugin threads")?,
     }))
 }
 
@@ -175,7 +175,15 @@ pub async fn replay(app: &http::App, filter: &store::Filter, remap: bool) -> any
         };
         let headers: Vec<(String, String)> =
             serde_json::from_str(&receipt.headers).unwrap_or_default();
-        let described = verify::redescribe(&endpoint, &app.public_url, &headers, &receipt.body)
+        // A plugin call: on a plugin thread, as at ingest.
+        let (on_thread, public_url, body) =
+            (endpoint.clone(), app.public_url.clone(), receipt.body);
+        let described = app
+            .plugin_threads
+            .run(move || verify::redescribe(&on_thread, &public_url, &headers, &body))
+            .await
+            .map_err(http::IngestError::from)
+            .and_then(|described| described)
             .map_err(|e| {
                 anyhow::anyhow!("{}/{}: describe-event: {e}", event.endpoint, event.event_id)
             })?;

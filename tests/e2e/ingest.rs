@@ -206,6 +206,127 @@ async fn fifty_concurrent_identical_requests_store_one_receipt() {
 }
 }
 
+/// A signed Stripe event of exactly `size` bytes, for its own customer.
+fn event_of_size(id: &str, t: i64, size: usize) -> String {
+    let event = |pad: usize| {
+        json!({
+            "id": id,
+            "object": "event",
+            "type": "customer.updated",
+            "created": t,
+            "data": { "object": { "id": format!("cus_{id}"), "object": "customer", "pad": "x".repeat(pad) } }
+        })
+        .to_string()
+    };
+    let event = event(size - event(0).len());
+    assert_eq!(event.len(), size);
+    event
+}
+
+/// A sender on a raw connection that declares its whole body, sends part of it, and
+/// stops until told to send the rest.
+struct SlowSender {
+    stream: tokio::net::TcpStream,
+    rest: Vec<u8>,
+}
+
+impl SlowSender {
+    async fn start(addr: std::net::SocketAddr, body: &str, sent: usize) -> SlowSender {
+        use tokio::io::AsyncWriteExt as _;
+        let mut request = format!(
+            "POST /webhooks/stripe HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
+            body.len()
+        );
+        for (name, value) in stripe_headers(&[STRIPE_SECRET], now(), body) {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        let mut request = request.into_bytes();
+        request.extend_from_slice(&body.as_bytes()[..sent]);
+        let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        stream.write_all(&request).await.expect("send the head");
+        SlowSender {
+            stream,
+            rest: body.as_bytes()[sent..].to_vec(),
+        }
+    }
+
+    /// Send the rest; the answer's status line.
+    async fn finish(mut self) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        self.stream
+            .write_all(&self.rest)
+            .await
+            .expect("send the rest");
+        let mut answer = Vec::new();
+        self.stream.read_to_end(&mut answer).await.expect("answer");
+        let answer = String::from_utf8_lossy(&answer);
+        answer.lines().next().unwrap_or_default().to_string()
+    }
+}
+
+crate::both_stores! {
+async fn bodies_past_the_in_flight_budget_wait_and_are_all_accepted() {
+    // Room for three bodies in memory at once.
+    const BODY: usize = 128 * 1024;
+    let server = std::sync::Arc::new(
+        Server::start(&stripe_config(&format!(
+            "[limits]\nmax_body_bytes = {BODY}\nmax_bodies_in_flight_bytes = {}",
+            3 * BODY
+        )))
+        .await,
+    );
+    let budget = &server.app.bodies;
+    assert_eq!(budget.available_bytes(), 3 * BODY);
+    let t = now();
+
+    // Three senders declare a full body and send half: they hold the whole budget.
+    let mut slow = Vec::new();
+    for i in 0..3 {
+        let body = event_of_size(&format!("evt_slow_{i}"), t, BODY);
+        slow.push(SlowSender::start(server.addr, &body, BODY / 2).await);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while budget.available_bytes() > 0 {
+        assert!(std::time::Instant::now() < deadline, "the slow senders never reserved");
+        tokio::task::yield_now().await;
+    }
+    // A fourth, sent whole, waits for room instead of being refused or read.
+    let fourth = {
+        let server = server.clone();
+        let body = event_of_size("evt_waits", t, BODY);
+        tokio::spawn(async move { server.post_stripe(&[STRIPE_SECRET], t, &body).await })
+    };
+    let mut fourth = std::pin::pin!(fourth);
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(300), &mut fourth)
+            .await
+            .is_err(),
+        "a request was served past the budget"
+    );
+    for sender in slow {
+        assert_eq!(sender.finish().await, "HTTP/1.1 200 OK");
+    }
+    let (status, answer) = fourth.await.expect("task");
+    assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")));
+
+    // Many at once, ten times the budget: all wait their turn, all are accepted.
+    let tasks: Vec<_> = (0..30)
+        .map(|i| {
+            let server = server.clone();
+            let body = event_of_size(&format!("evt_many_{i}"), t, BODY);
+            tokio::spawn(async move { server.post_stripe(&[STRIPE_SECRET], t, &body).await })
+        })
+        .collect();
+    for task in tasks {
+        let (status, answer) = task.await.expect("task");
+        assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")), "{answer}");
+    }
+    assert_eq!(server.count_receipts("stripe").await, 34);
+    assert_eq!(budget.available_bytes(), 3 * BODY);
+}
+}
+
 crate::both_stores! {
 async fn a_conflicting_duplicate_keeps_the_first_evidence() {
     let server = Server::start(&stripe_config("")).await;

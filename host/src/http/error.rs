@@ -57,6 +57,14 @@ impl IngestError {
     }
 }
 
+impl From<crate::plugins::threads::ThreadFailure> for IngestError {
+    /// A plugin call that panicked the host or found no thread is the plugin's 500,
+    /// never a hang and never the sender's fault.
+    fn from(_: crate::plugins::threads::ThreadFailure) -> Self {
+        IngestError::PluginFailed
+    }
+}
+
 impl IntoResponse for IngestError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();

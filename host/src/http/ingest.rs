@@ -1,6 +1,12 @@
 //! `POST /webhooks/{endpoint}`: the request path of ARCHITECTURE.md, in its fixed order.
 //! (`GET` reaches the plugin only as a handshake.)
+//!
+//! The async task reads the body (within the body budget) and waits; steps 3–6 and
+//! building the receipt run on a plugin thread, which takes the request's owned parts
+//! and hands back the receipt (holding the body, never copied after it was read) or a
+//! handshake's answer.
 
+use super::bodies::{BodyBudget, Reservation};
 use super::{App, IngestError};
 use crate::endpoints::Endpoint;
 use crate::store::{NewReceipt, Outcome, Resource};
@@ -11,7 +17,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use hookhost_plugin_sdk::Disposition;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
+use hyper::body::Body as _;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use tracing::Instrument;
@@ -48,74 +55,109 @@ async fn handle(
         return Err(IngestError::MethodNotAllowed);
     }
 
-    // 2. The raw body, capped while reading; nothing has parsed it yet.
-    let body = read_capped(&headers, body, app.max_body_bytes).await?;
+    // 2. The raw body, capped while reading; nothing has parsed it yet. Its room in
+    // the budget for bodies in memory is held until the answer is ready.
+    let (body, _room) = read_capped(&app.bodies, body, app.max_body_bytes).await?;
     let received_at_ms = crate::clock::now_ms();
-    let headers = raw_headers(&headers);
     let url = format!(
         "{}{}",
         app.public_url,
         uri.path_and_query().map_or("", |p| p.as_str())
     );
-    let request = MessageSource {
-        method: method.as_str(),
-        url: &url,
-        headers: &headers,
-        body: &body,
-    };
 
     // 3–6. Plugin plans; host checks every candidate against every key in constant
     // time; timestamp window; plugin describes the event. A handshake is answered here.
-    let slot = app
-        .plugin_slots
-        .acquire()
+    // All of it on a plugin thread; this task only waits for the answer.
+    let span = tracing::Span::current();
+    let judged = app
+        .plugin_threads
+        .run(move || {
+            let _in_request = span.enter();
+            judge(&endpoint, &method, &url, &headers, body, received_at_ms)
+        })
         .await
-        .map_err(|_| IngestError::PluginFailed)?;
-    let decision = off_the_reactor(|| verify::decide(&endpoint, &request, received_at_ms / 1000))?;
-    drop(slot);
-    let verified = match decision {
-        Decision::Store(verified) => *verified,
-        Decision::Answer(answer) => return Ok(handshake(answer)),
+        .inspect_err(|failure| tracing::error!(%failure, "plugin call did not answer"))??;
+    let receipt = match judged {
+        Judged::Store(receipt) => *receipt,
+        Judged::Answer(answer) => return Ok(handshake(answer)),
     };
-    tracing::debug!(event_id = %verified.event_id, event_type = %verified.event.event_type, "verified");
 
     // 7–8. One transaction: receipt, dedupe, version gate, inbox. 2xx only after commit.
-    let receipt = receipt(&endpoint, &verified, &request, received_at_ms);
+    let (event_id, event_type) = (receipt.event_id.clone(), receipt.event_type.clone());
     let outcome = app.store.record(receipt).await.map_err(|error| {
-        tracing::error!(%error, event_id = %verified.event_id, "receipt not stored");
+        tracing::error!(%error, %event_id, "receipt not stored");
         IngestError::StoreUnavailable
     })?;
-    tracing::info!(event_id = %verified.event_id, event_type = %verified.event.event_type, ?outcome, "received");
-    Ok(answer(&verified.event_id, outcome))
+    tracing::info!(%event_id, %event_type, ?outcome, "received");
+    Ok(answer(&event_id, outcome))
 }
 
-/// Plugin calls are synchronous CPU work, bounded by the plugin time limit, and the
-/// sandbox's WASI shims block on the runtime when a plugin touches them: step off the
-/// async worker for the call so neither stalls the reactor.
-fn off_the_reactor<T: Send>(work: impl FnOnce() -> T + Send) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
-        Ok(_) => std::thread::scope(|s| s.spawn(work).join())
-            .unwrap_or_else(|p| std::panic::resume_unwind(p)),
-        Err(_) => work(),
-    }
+/// What a plugin thread hands back: a receipt to store, or a handshake's answer.
+enum Judged {
+    Store(Box<NewReceipt>),
+    Answer(Answer),
 }
 
-/// Read at most `cap` bytes; a declared or actual length past it is 413.
-async fn read_capped(headers: &HeaderMap, body: Body, cap: usize) -> Result<Vec<u8>, IngestError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > cap as u64) {
+/// Steps 3–6 and the receipt, on a plugin thread: the plugin calls, the MACs over the
+/// body and its digest are all CPU work. The body moves into the receipt, uncopied.
+fn judge(
+    endpoint: &Endpoint,
+    method: &Method,
+    url: &str,
+    headers: &HeaderMap,
+    body: Vec<u8>,
+    received_at_ms: i64,
+) -> Result<Judged, IngestError> {
+    let headers = raw_headers(headers);
+    let request = MessageSource {
+        method: method.as_str(),
+        url,
+        headers: &headers,
+        body: &body,
+    };
+    let verified = match verify::decide(endpoint, &request, received_at_ms / 1000)? {
+        Decision::Store(verified) => *verified,
+        Decision::Answer(answer) => return Ok(Judged::Answer(answer)),
+    };
+    tracing::debug!(event_id = %verified.event_id, event_type = %verified.event.event_type, "verified");
+    let receipt = receipt(endpoint, verified, headers, body, received_at_ms);
+    Ok(Judged::Store(Box::new(receipt)))
+}
+
+/// Read at most `cap` bytes into one buffer; a declared or actual length past it is
+/// 413. Room for the body is reserved in `budget` first (the declared length, or the
+/// cap when none is declared, trimmed once read); the caller holds it while it keeps
+/// the body.
+async fn read_capped<'a>(
+    budget: &'a BodyBudget,
+    mut body: Body,
+    cap: usize,
+) -> Result<(Vec<u8>, Reservation<'a>), IngestError> {
+    let hint = body.size_hint();
+    if hint.lower() > cap as u64 {
         return Err(IngestError::BodyTooLarge);
     }
-    match Limited::new(body, cap).collect().await {
-        Ok(collected) => Ok(collected.to_bytes().to_vec()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(IngestError::BodyTooLarge),
-        Err(_) => Err(IngestError::BodyUnreadable),
+    // `Content-Length` makes the hint exact, and the HTTP layer holds the body to it.
+    let declared = hint.exact().and_then(|len| usize::try_from(len).ok());
+    let mut room = budget.reserve(declared.unwrap_or(cap)).await;
+    // One buffer of the declared size (at most `cap`): each chunk is copied once,
+    // into the bytes the receipt will keep.
+    let mut bytes = Vec::with_capacity(declared.unwrap_or(0));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|_| IngestError::BodyUnreadable)?;
+        if let Ok(chunk) = frame.into_data() {
+            if bytes.len() + chunk.len() > cap {
+                return Err(IngestError::BodyTooLarge);
+            }
+            bytes.extend_from_slice(&chunk);
+        }
     }
+    if declared.is_none() {
+        // Grown by doubling: give back the unused part of the buffer and of the room.
+        bytes.shrink_to_fit();
+        room.shrink_to(bytes.len());
+    }
+    Ok((bytes, room))
 }
 
 /// Headers as the plugin sees them: lower-case names (the `http` crate's), raw bytes.
@@ -138,35 +180,44 @@ const CREDENTIAL_HEADERS: &[&str] = &[
 
 fn receipt(
     endpoint: &Endpoint,
-    v: &Verified,
-    request: &MessageSource<'_>,
+    verified: Verified,
+    headers: Vec<(String, Vec<u8>)>,
+    body: Vec<u8>,
     received_at_ms: i64,
 ) -> NewReceipt {
-    let event = &v.event;
-    let resource = Resource::of(event);
+    let Verified {
+        secret_index,
+        plan,
+        event,
+        event_id,
+    } = verified;
+    let resource = Resource::of(&event);
     NewReceipt {
         endpoint: endpoint.id.clone(),
-        event_id: v.event_id.clone(),
-        body_sha256: Sha256::digest(request.body).into(),
-        body: request.body.to_vec(),
-        headers: request
-            .headers
-            .iter()
+        event_id,
+        body_sha256: Sha256::digest(&body).into(),
+        body,
+        headers: headers
+            .into_iter()
             .filter(|(name, _)| !CREDENTIAL_HEADERS.contains(&name.as_str()))
-            .map(|(name, value)| (name.clone(), String::from_utf8_lossy(value).into_owned()))
+            .map(|(name, value)| {
+                let value = String::from_utf8(value)
+                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+                (name, value)
+            })
             .collect(),
-        secret_index: v.secret_index,
+        secret_index,
         plugin: endpoint.plugin.info.name.clone(),
         plugin_version: endpoint.plugin.info.version.clone(),
         plugin_digest: endpoint.plugin.digest.clone(),
-        message_id: v.plan.message_id.clone(),
-        event_type: event.event_type.clone(),
+        message_id: plan.message_id,
+        event_type: event.event_type,
         resource,
         occurred_at: event.occurred_at,
-        signed_at: v.plan.timestamp,
+        signed_at: plan.timestamp,
         received_at_ms,
-        ignore: match &event.disposition {
-            Disposition::Ignore(reason) => Some(reason.clone()),
+        ignore: match event.disposition {
+            Disposition::Ignore(reason) => Some(reason),
             Disposition::Process | Disposition::Reject(_) | Disposition::Answer(_) => None,
         },
     }

@@ -1,10 +1,12 @@
 //! HTTP: the ingest route and the status-code contract with the sender's retry loop.
 //!
-//! Owns reading the raw body (capped, before anything parses it), the order of the
-//! request path, and mapping every outcome to a status and a stable error code.
-//! Never answers 2xx before the receipt is committed.
+//! Owns reading the raw body (capped, before anything parses it, within the budget
+//! for bodies held at once), the order of the request path, and mapping every outcome
+//! to a status and a stable error code. Plugin calls go to the plugin threads; the
+//! async workers only wait for them. Never answers 2xx before the receipt is committed.
 
 pub mod admin;
+pub mod bodies;
 mod error;
 pub mod ingest;
 
@@ -23,10 +25,12 @@ pub struct App {
     pub store: Store,
     pub public_url: String,
     pub max_body_bytes: usize,
-    /// Plugin calls running at once. As many as cores: the time limit is measured on
-    /// the wall clock, so a call must not wait for a core while it runs; requests
-    /// beyond this wait here, before their plugin starts.
-    pub plugin_slots: tokio::sync::Semaphore,
+    /// Request bodies held in memory at once, across all requests.
+    pub bodies: bodies::BodyBudget,
+    /// Where plugin calls run: one thread per core. The time limit is measured on the
+    /// wall clock, so a call must not wait for a core while it runs; requests beyond
+    /// the threads wait in its queue, before their plugin starts.
+    pub plugin_threads: crate::plugins::threads::PluginThreads,
     /// The worker pool's settings.
     pub delivery: crate::config::DeliveryConfig,
     /// How long settled receipts are kept (the purge job).

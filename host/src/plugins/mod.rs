@@ -5,12 +5,14 @@
 //! request (or tenant) to the next. The WASI context is empty: no files, no
 //! environment, no sockets, a clock stuck at zero. Each call is bounded in memory,
 //! CPU time (epoch deadline) and output size. A trap is a [`PluginFailure`], never a
-//! rejection. Never sees a secret and never touches the store.
+//! rejection. Never sees a secret and never touches the store. Request-time calls run
+//! on the plugin threads ([`threads`]), never on an async worker.
 
 mod bindings;
 mod builtin;
 mod runtime;
 mod stderr;
+pub mod threads;
 
 pub use bindings::PLUGIN_INTERFACES;
 pub use builtin::BUILTIN_NAMES;

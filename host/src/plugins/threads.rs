@@ -1,0 +1,179 @@
+//! The plugin threads: a few plain threads that run plugin calls for requests.
+//!
+//! A plugin call is synchronous CPU work (bounded by the plugin time limit), so it must
+//! not run on an async worker. `block_in_place` would hand the worker's core to a new
+//! thread on every request, and under load that churn of context switches costs more
+//! than the calls themselves. Instead, one thread per core waits on a bounded queue:
+//! a request sends its call as a job and awaits the answer. When every thread is busy
+//! and the queue is full, sending waits (without blocking a worker), so requests
+//! beyond the pool's size wait before their plugin starts and a call never waits for
+//! a core while its wall-clock time limit runs.
+//!
+//! The threads are plain threads with no Tokio context on purpose: the sandbox's sync
+//! WASI shims (`wasmtime_wasi::runtime::in_tokio`, reached when a plugin writes to
+//! stderr, say) block on the ambient runtime when there is one, which panics on an
+//! async worker; without one they use wasmtime-wasi's own, made on the first such call.
+//!
+//! A job that panics answers [`ThreadFailure::Panicked`] and its thread goes on to the
+//! next job; a pool that cannot take or answer a job answers [`ThreadFailure::Stopped`]
+//! instead of leaving the request waiting. Dropping the pool lets its threads finish
+//! the queued jobs and exit.
+
+use std::num::NonZero;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use tokio::sync::oneshot;
+
+/// Jobs that wait in the queue, per thread: a thread that finishes a call finds the
+/// next one ready; requests beyond that wait in `send_async`, on their own tasks.
+const QUEUED_PER_THREAD: usize = 1;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A job that did not produce its answer. Never the sender's fault: HTTP 500.
+#[derive(Debug, thiserror::Error, Clone, Copy, PartialEq, Eq)]
+pub enum ThreadFailure {
+    #[error("the plugin call panicked")]
+    Panicked,
+    #[error("the plugin threads have stopped")]
+    Stopped,
+}
+
+/// Threads named `hookhost-plugin-N` fed by one bounded queue.
+#[derive(Debug)]
+pub struct PluginThreads {
+    jobs: flume::Sender<Job>,
+    threads: usize,
+}
+
+impl PluginThreads {
+    /// One thread per core (at least one): the plugin calls that run at once.
+    pub fn per_core() -> std::io::Result<PluginThreads> {
+        PluginThreads::start(std::thread::available_parallelism().map_or(1, NonZero::get))
+    }
+
+    /// `threads` threads (at least one).
+    pub fn start(threads: usize) -> std::io::Result<PluginThreads> {
+        let threads = threads.max(1);
+        let (jobs, queue) = flume::bounded::<Job>(threads * QUEUED_PER_THREAD);
+        for n in 0..threads {
+            let queue = queue.clone();
+            // On an error the threads already started exit when `jobs` drops.
+            std::thread::Builder::new()
+                .name(format!("hookhost-plugin-{n}"))
+                .spawn(move || work(&queue))?;
+        }
+        Ok(PluginThreads { jobs, threads })
+    }
+
+    /// How many calls run at once.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Run `call` on a plugin thread and hand back its answer. Waits (asynchronously)
+    /// for room in the queue first. A caller that goes away before its job starts
+    /// (the sender hung up) costs no plugin call.
+    pub async fn run<T, F>(&self, call: F) -> Result<T, ThreadFailure>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let (answer, answered) = oneshot::channel();
+        let job: Job = Box::new(move || {
+            if answer.is_closed() {
+                return;
+            }
+            let outcome = catch_unwind(AssertUnwindSafe(call)).map_err(|panic| {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("(no message)");
+                tracing::error!(panic = message, "plugin call panicked");
+                ThreadFailure::Panicked
+            });
+            let _ = answer.send(outcome);
+        });
+        self.jobs
+            .send_async(job)
+            .await
+            .map_err(|_| ThreadFailure::Stopped)?;
+        // A job dropped unanswered (its thread gone) closes the channel: Stopped.
+        answered.await.map_err(|_| ThreadFailure::Stopped)?
+    }
+}
+
+/// A plugin thread: jobs until the pool is dropped.
+fn work(queue: &flume::Receiver<Job>) {
+    while let Ok(job) = queue.recv() {
+        // A job catches its own call's panic; this catches one from dropping a panic's
+        // payload, so no job can end the thread. That second payload is leaked rather
+        // than dropped, for the same reason.
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(job)) {
+            std::mem::forget(payload);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_runs_on_a_named_plain_thread() {
+        let pool = PluginThreads::start(2).expect("threads start");
+        let (name, tokio_context) = pool
+            .run(|| {
+                (
+                    std::thread::current().name().map(str::to_owned),
+                    tokio::runtime::Handle::try_current().is_ok(),
+                )
+            })
+            .await
+            .expect("the job answers");
+        assert!(
+            name.as_deref()
+                .is_some_and(|n| n.starts_with("hookhost-plugin-")),
+            "{name:?}"
+        );
+        assert!(
+            !tokio_context,
+            "a plugin thread must not have a Tokio context"
+        );
+        assert_eq!(pool.run(|| 6 * 7).await, Ok(42));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panicking_job_fails_alone_and_the_pool_keeps_working() {
+        // One thread, so the job after the panic runs on the very thread that panicked.
+        let pool = PluginThreads::start(1).expect("threads start");
+        let panicked = pool.run(|| -> u32 { panic!("a host bug") }).await;
+        assert_eq!(panicked, Err(ThreadFailure::Panicked));
+        let pool = std::sync::Arc::new(pool);
+        let calls: Vec<_> = (0..16)
+            .map(|i| {
+                let pool = pool.clone();
+                tokio::spawn(async move { pool.run(move || i * 2).await })
+            })
+            .collect();
+        for (i, call) in calls.into_iter().enumerate() {
+            assert_eq!(call.await.expect("task"), Ok(i * 2));
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_closed_pool_answers_stopped_instead_of_hanging() {
+        // A queue nobody serves: its receiving end is gone.
+        let (jobs, queue) = flume::bounded::<Job>(1);
+        drop(queue);
+        let pool = PluginThreads { jobs, threads: 1 };
+        assert_eq!(pool.run(|| 1).await, Err(ThreadFailure::Stopped));
+
+        // A job dropped without being run (its thread gone) also answers.
+        let (jobs, queue) = flume::bounded::<Job>(1);
+        let pool = PluginThreads { jobs, threads: 1 };
+        let dropper = std::thread::spawn(move || drop(queue.recv()));
+        assert_eq!(pool.run(|| 1).await, Err(ThreadFailure::Stopped));
+        dropper.join().expect("dropper thread");
+    }
+}
