@@ -121,7 +121,13 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = app.store.due_events() => {}
-                _ = stop.changed() => {}
+                // The sender gone means the server is going away: a stop, not a
+                // wake-up (else this loop would spin on the closed channel).
+                changed = stop.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                }
                 Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
                     record(&mut recording, done.ok().flatten());
                 }
