@@ -322,7 +322,8 @@ async fn record_all(
             row.push_bind(&r.endpoint)
                 .push_bind(&r.event_id)
                 .push_bind(r.body_sha256.as_slice())
-                .push_bind(&r.body)
+                // A slice binds borrowed; `&Vec` would be cloned for the statement.
+                .push_bind(r.body.as_slice())
                 .push_bind(headers_json(r))
                 .push_bind(r.secret_index as i64)
                 .push_bind(&r.plugin)
@@ -372,7 +373,8 @@ async fn record_all(
             row.push_bind(&r.endpoint)
                 .push_bind(&r.event_id)
                 .push_bind(r.body_sha256.as_slice())
-                .push_bind(&r.body)
+                // A slice binds borrowed; `&Vec` would be cloned for the statement.
+                .push_bind(r.body.as_slice())
                 .push_bind(headers_json(r))
                 .push_bind(r.secret_index as i64)
                 .push_bind(r.received_at_ms);
