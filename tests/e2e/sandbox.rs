@@ -18,6 +18,7 @@ fn config(probe_port: u16) -> String {
         ("loop-late", "loop", "describe"),
         ("stderr", "stderr", "plan"),
         ("probe", "probe", "describe"),
+        ("remember", "remember", "plan"),
     ] {
         text.push_str(&format!(
             "[[endpoint]]\nid = \"{id}\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n\
@@ -176,5 +177,45 @@ async fn drop_ins_that_do_not_fit_are_refused_with_the_file_named() {
             "{file}: {error}"
         );
         assert!(error.contains(expected), "{file}: {error}");
+    }
+}
+
+/// Every request gets a fresh plugin instance: a plugin that keeps state in globals
+/// sees none left by an earlier request, one after another or many at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_keeping_state_in_globals_never_sees_a_previous_request() {
+    let server = std::sync::Arc::new(
+        Server::start_in(with_test_guest(), &config(1))
+            .await
+            .expect("starts"),
+    );
+    let body = br#"{"n":3}"#;
+    let send = |id: String| {
+        let server = server.clone();
+        async move {
+            let answer = server
+                .post("remember", &guest_headers("s", &id, body), &body[..])
+                .await;
+            assert_eq!(answer.1["status"], "accepted", "{id}: {answer:?}");
+            id
+        }
+    };
+    let mut ids = Vec::new();
+    for n in 0..10 {
+        ids.push(send(format!("one-by-one-{n}")).await);
+    }
+    let together: Vec<_> = (0..40)
+        .map(|n| tokio::spawn(send(format!("together-{n}"))))
+        .collect();
+    for task in together {
+        ids.push(task.await.expect("request task"));
+    }
+    for id in &ids {
+        // Two calls in this instance (plan, describe), and no event id before its own.
+        assert_eq!(
+            server.receipt("remember", id).await.event_type,
+            "calls=2;previous=",
+            "{id}"
+        );
     }
 }

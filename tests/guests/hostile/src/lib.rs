@@ -7,7 +7,12 @@
 //! Modes: `ok`, `loop` (spins forever), `memory` (allocates without end), `trap`
 //! (panics), `huge-output` (returns megabytes), `stderr` (floods stderr, then answers),
 //! `probe` (tries env, files, network and clock, and reports what it saw as the event
-//! type); and two well-behaved answers: `reject` and `ignore` dispositions.
+//! type), `remember` (keeps state in globals and reports it as the event type: calls
+//! made in this instance and the event id a previous request left behind); and two
+//! well-behaved answers: `reject` and `ignore` dispositions.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
@@ -15,6 +20,16 @@ use hookhost_plugin_sdk::{
 };
 
 pub struct Hostile;
+
+/// `remember` mode's globals: plugin calls made in this instance, the last event id
+/// seen, and the one seen before the current request's.
+static CALLS: AtomicU32 = AtomicU32::new(0);
+static LAST_ID: Mutex<String> = Mutex::new(String::new());
+static PREVIOUS_ID: Mutex<String> = Mutex::new(String::new());
+
+fn remembering(req: &Request) -> bool {
+    req.config().get("mode").and_then(|m| m.as_str()) == Some("remember")
+}
 
 fn misbehave(req: &Request, phase: &str) -> Option<String> {
     let mode = req
@@ -98,6 +113,13 @@ impl Provider for Hostile {
     }
 
     fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
+        if remembering(req) {
+            CALLS.fetch_add(1, Ordering::SeqCst);
+            let id = req.header_str("x-test-id").unwrap_or_default().to_string();
+            let previous =
+                std::mem::replace(&mut *LAST_ID.lock().unwrap_or_else(|p| p.into_inner()), id);
+            *PREVIOUS_ID.lock().unwrap_or_else(|p| p.into_inner()) = previous;
+        }
         let flood = misbehave(req, "plan");
         let signature = decode::hex(req.signature_header("x-test-signature")?)?;
         let mut message = vec![Part::Body];
@@ -113,7 +135,15 @@ impl Provider for Hostile {
     }
 
     fn describe_event(req: &Request) -> Result<Event, Rejection> {
-        let event_type = misbehave(req, "describe").unwrap_or_else(|| "test.event".into());
+        let mut event_type = misbehave(req, "describe").unwrap_or_else(|| "test.event".into());
+        if remembering(req) {
+            let calls = CALLS.fetch_add(1, Ordering::SeqCst) + 1;
+            let previous = PREVIOUS_ID
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            event_type = format!("calls={calls};previous={previous}");
+        }
         let event = Event::new(event_type).maybe_id(req.header_str("x-test-id"));
         Ok(match req.config().get("mode").and_then(|m| m.as_str()) {
             Some("reject") => event.reject("test guest refuses this event"),
