@@ -13,10 +13,10 @@ use std::time::Duration;
 /// Default body cap: larger than any provider's documented payload limit.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Default budget for request bodies held in memory at once, across all requests:
-/// 32 concurrent bodies at the default cap (each costs a few times its size on its way
+/// 24 concurrent bodies at the default cap (each costs a few times its size on its way
 /// to disk), a bounded share of a small server's memory. Past it, requests wait before reading (TCP slows the senders); none is
 /// refused. Raised to `max_body_bytes` when only that is raised past it.
-pub const DEFAULT_MAX_BODIES_IN_FLIGHT_BYTES: usize = 32 * 1024 * 1024;
+pub const DEFAULT_MAX_BODIES_IN_FLIGHT_BYTES: usize = 24 * 1024 * 1024;
 /// Default SQLite file name, created beside the configuration file.
 pub const DEFAULT_STORE_FILE: &str = "hookhost.db";
 /// PostgreSQL connections per process. Each ingest request holds one for its short
@@ -696,7 +696,7 @@ mod tests {
             StoreConfig::Sqlite(PathBuf::from("/etc/hookhost/hookhost.db"))
         );
         assert_eq!(config.limits.max_body_bytes, 1024 * 1024);
-        assert_eq!(config.limits.max_bodies_in_flight_bytes, 32 * 1024 * 1024);
+        assert_eq!(config.limits.max_bodies_in_flight_bytes, 24 * 1024 * 1024);
         let endpoint = &config.endpoints[0];
         assert_eq!(
             endpoint.secrets,
