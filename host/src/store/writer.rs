@@ -261,7 +261,9 @@ async fn record_all(
 
     // What the store holds, updated as each receipt of the batch is judged.
     let mut digests: HashMap<(&str, &str), &[u8]> = HashMap::new();
-    let mut versions: HashMap<ResourceKey<'_>, (i64, bool)> = HashMap::new();
+    // Each resource's (version, tombstone), and the event id that moved it in this
+    // batch (None: as the store holds it): the moved ones are what the batch upserts.
+    let mut versions: HashMap<ResourceKey<'_>, (i64, bool, Option<&str>)> = HashMap::new();
     for (index, digest, version, deleted) in &held {
         let Some(r) = usize::try_from(*index).ok().and_then(|i| receipts.get(i)) else {
             continue;
@@ -270,15 +272,13 @@ async fn record_all(
             digests.insert((&r.endpoint, &r.event_id), digest);
         }
         if let (Some(x), Some(version), Some(deleted)) = (&r.resource, version, deleted) {
-            versions.insert((&r.endpoint, &x.kind, &x.id), (*version, *deleted));
+            versions.insert((&r.endpoint, &x.kind, &x.id), (*version, *deleted, None));
         }
     }
 
     let mut outcomes = Vec::with_capacity(receipts.len());
     let mut stored: Vec<(&NewReceipt, Verdict)> = Vec::new();
     let mut conflicts: Vec<&NewReceipt> = Vec::new();
-    // (endpoint, kind, id) → the newest accepted (version, event id, deleted).
-    let mut gated: Vec<(ResourceKey<'_>, (i64, &str, bool))> = Vec::new();
     for &r in receipts {
         let key = (r.endpoint.as_str(), r.event_id.as_str());
         if let Some(digest) = digests.get(&key) {
@@ -294,11 +294,12 @@ async fn record_all(
             (Some(reason), _) => Verdict::Ignored(reason.clone()),
             (None, Some(x)) => {
                 let at = (r.endpoint.as_str(), x.kind.as_str(), x.id.as_str());
-                let (verdict, newer) = gate(x, versions.get(&at).copied());
+                let current = versions
+                    .get(&at)
+                    .map(|&(version, deleted, _)| (version, deleted));
+                let (verdict, newer) = gate(x, current);
                 if let Some(version) = newer {
-                    versions.insert(at, (version, x.deleted));
-                    gated.retain(|(key, _)| *key != at);
-                    gated.push((at, (version, &r.event_id, x.deleted)));
+                    versions.insert(at, (version, x.deleted, Some(&r.event_id)));
                 }
                 verdict
             }
@@ -343,19 +344,25 @@ async fn record_all(
         });
         insert.build().execute(&mut **tx).await?;
     }
+    let gated: Vec<_> = versions
+        .iter()
+        .filter_map(|(key, &(version, deleted, by))| {
+            by.map(|event_id| (key, version, event_id, deleted))
+        })
+        .collect();
     if !gated.is_empty() {
         let mut upsert = QueryBuilder::<Sqlite>::new(
             "INSERT INTO resource_versions (endpoint, resource_kind, resource_id, version, event_id, deleted) ",
         );
         upsert.push_values(
             &gated,
-            |mut row, ((endpoint, kind, id), (version, event_id, deleted))| {
-                row.push_bind(*endpoint)
-                    .push_bind(*kind)
-                    .push_bind(*id)
-                    .push_bind(*version)
-                    .push_bind(*event_id)
-                    .push_bind(*deleted);
+            |mut row, &(&(endpoint, kind, id), version, event_id, deleted)| {
+                row.push_bind(endpoint)
+                    .push_bind(kind)
+                    .push_bind(id)
+                    .push_bind(version)
+                    .push_bind(event_id)
+                    .push_bind(deleted);
             },
         );
         upsert.push(
