@@ -607,16 +607,8 @@ async fn gate(
 ) -> Result<Verdict, StoreError> {
     let Some(version) = resource.version.map(version_i64) else {
         // No version to order it by: only a tombstone can refuse it.
-        let deleted: Option<bool> = sqlx::query_scalar(
-            "SELECT deleted FROM resource_versions
-             WHERE endpoint = $1 AND resource_kind = $2 AND resource_id = $3",
-        )
-        .bind(&r.endpoint)
-        .bind(&resource.kind)
-        .bind(&resource.id)
-        .fetch_optional(&mut **tx)
-        .await?;
-        return Ok(if deleted == Some(true) {
+        let current = accepted_version(tx, r, resource).await?;
+        return Ok(if current.is_some_and(|(_, deleted)| deleted) {
             Verdict::ResourceDeleted
         } else {
             Verdict::Pending
@@ -643,20 +635,31 @@ async fn gate(
     }
     // Not advanced: the accepted version is this one or newer (the upsert locked the
     // row, so this reads the version it was judged against).
-    let accepted: i64 = sqlx::query_scalar(
-        "SELECT version FROM resource_versions
-         WHERE endpoint = $1 AND resource_kind = $2 AND resource_id = $3",
-    )
-    .bind(&r.endpoint)
-    .bind(&resource.kind)
-    .bind(&resource.id)
-    .fetch_one(&mut **tx)
-    .await?;
+    let (accepted, _) = accepted_version(tx, r, resource)
+        .await?
+        .ok_or_else(|| StoreError::Unavailable("the resource's version row vanished".into()))?;
     Ok(if version < accepted {
         Verdict::Stale
     } else {
         Verdict::SameVersion
     })
+}
+
+/// The resource's accepted (version, tombstone), if any event of it was accepted.
+async fn accepted_version(
+    tx: &mut Transaction<'_, Postgres>,
+    r: &NewReceipt,
+    resource: &Resource,
+) -> Result<Option<(i64, bool)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT version, deleted FROM resource_versions
+         WHERE endpoint = $1 AND resource_kind = $2 AND resource_id = $3",
+    )
+    .bind(&r.endpoint)
+    .bind(&resource.kind)
+    .bind(&resource.id)
+    .fetch_optional(&mut **tx)
+    .await?)
 }
 
 fn leased(row: PgRow) -> Leased {
