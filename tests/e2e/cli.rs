@@ -221,12 +221,7 @@ fn serve_runs_logs_plugin_stderr_capped_and_stops_cleanly_on_sigterm() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
     runtime.block_on(async {
-        // Up to 30 s for start-up (plugin compilation); polls, does not sleep blindly.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while tokio::net::TcpStream::connect(addr).await.is_err() {
-            assert!(std::time::Instant::now() < deadline, "server did not start");
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        crate::support::wait_listening(addr, std::time::Duration::from_secs(30), "server").await;
         let t = now();
         let body = stripe_event("evt_bin", "invoice.paid", "in_9", t);
         let headers = stripe_headers(&["whsec_from_file"], t, &body);

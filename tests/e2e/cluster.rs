@@ -83,11 +83,7 @@ impl Process {
             .spawn()
             .expect("spawn hookhost");
         let addr = format!("127.0.0.1:{port}").parse().expect("addr");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while tokio::net::TcpStream::connect(addr).await.is_err() {
-            assert!(Instant::now() < deadline, "hookhost {name} did not start");
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        wait_listening(addr, Duration::from_secs(60), &format!("hookhost {name}")).await;
         Process { child, addr }
     }
 

@@ -93,11 +93,7 @@ impl Receiver {
             .spawn()
             .expect("spawn hookhost");
         let addr = format!("127.0.0.1:{port}").parse().expect("addr");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while tokio::net::TcpStream::connect(addr).await.is_err() {
-            assert!(Instant::now() < deadline, "hookhost did not start");
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        wait_listening(addr, Duration::from_secs(30), "hookhost").await;
         Receiver { child, addr }
     }
 

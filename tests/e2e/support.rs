@@ -285,6 +285,16 @@ impl Drop for Server {
 }
 
 /// One HTTP/1.1 request on a fresh loopback connection.
+/// Wait until a `hookhost serve` started as a process accepts connections on `addr`;
+/// fail the test naming `what` after `within` (start-up may compile every plugin).
+pub async fn wait_listening(addr: SocketAddr, within: std::time::Duration, what: &str) {
+    let deadline = std::time::Instant::now() + within;
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "{what} did not start");
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}
+
 pub async fn request(
     addr: SocketAddr,
     method: &str,
