@@ -178,6 +178,77 @@ async fn the_version_gate_v3_v1_v2_keeps_v3_and_a_delete_makes_older_updates_sta
     );
 }
 
+/// Two processes' stores record the same 200 events at once, in opposite orders,
+/// five resources with rising versions: each event is judged once (the other store
+/// answers duplicate), no request fails, and each resource's newest event is the
+/// one left to deliver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_recording_the_same_events_at_once_judge_each_once() {
+    let db = PgDatabase::create();
+    let a = Store::open(&pg(&db.url())).await.expect("open a");
+    let b = Store::open(&pg(&db.url())).await.expect("open b");
+    const EVENTS: u64 = 200;
+    let receipts = |reverse: bool| {
+        let mut all: Vec<NewReceipt> = (0..EVENTS)
+            .map(|i| {
+                new_receipt(
+                    &format!("evt_{i}"),
+                    &format!("cus_{}", i % 5),
+                    Some(i + 1),
+                    0,
+                )
+            })
+            .collect();
+        if reverse {
+            all.reverse();
+        }
+        all
+    };
+    let record = |store: &Store, receipts: Vec<NewReceipt>| {
+        futures_join(
+            receipts
+                .into_iter()
+                .map(|r| {
+                    let store = store.clone();
+                    async move { (r.event_id.clone(), store.record(r).await) }
+                })
+                .collect(),
+        )
+    };
+    let (from_a, from_b) = tokio::join!(record(&a, receipts(false)), record(&b, receipts(true)));
+    let mut judged: HashMap<String, Vec<hookhost::store::Outcome>> = HashMap::new();
+    for (id, outcome) in from_a.into_iter().chain(from_b) {
+        let outcome = outcome.unwrap_or_else(|e| panic!("{id}: {e}"));
+        judged.entry(id).or_default().push(outcome);
+    }
+    assert_eq!(judged.len(), EVENTS as usize);
+    for (id, outcomes) in &judged {
+        let duplicates = outcomes
+            .iter()
+            .filter(|o| **o == hookhost::store::Outcome::Duplicate)
+            .count();
+        assert_eq!(duplicates, 1, "{id}: {outcomes:?}");
+    }
+    assert_eq!(
+        a.count_receipts("stripe").await.expect("count"),
+        EVENTS as i64
+    );
+    assert_eq!(a.count_conflicts("stripe").await.expect("count"), 0);
+    for newest in EVENTS - 5..EVENTS {
+        let row = a
+            .receipt("stripe", &format!("evt_{newest}"))
+            .await
+            .expect("read")
+            .expect("stored");
+        assert_eq!(
+            row.state, "pending",
+            "evt_{newest} is its resource's newest"
+        );
+    }
+    a.close().await;
+    b.close().await;
+}
+
 /// A receipt as ingest would record it, for driving a store directly.
 fn new_receipt(id: &str, resource: &str, version: Option<u64>, received_at_ms: i64) -> NewReceipt {
     let body = format!("{{\"id\":\"{id}\"}}").into_bytes();

@@ -4,12 +4,13 @@
 //! processes, one database), with the same promises on both. On SQLite one writer
 //! task commits receipts; concurrent requests queue behind it and are committed
 //! together in one transaction (group commit), and each is answered only after that
-//! transaction is durable (WAL with `synchronous=FULL`). On PostgreSQL each request is
-//! its own short transaction and the database's constraints and row locks keep the
+//! transaction is durable (WAL with `synchronous=FULL`). On PostgreSQL receipts are
+//! committed in batches too, and the database's constraints and row locks keep the
 //! promises across processes. A failed transaction answers `Unavailable`. Never sees a
 //! secret or a plugin.
 
 mod delivery;
+mod judge;
 mod operator;
 mod postgres;
 mod seen;

@@ -2,22 +2,23 @@
 //!
 //! Every promise of the SQLite store holds across processes, and none of it rests on
 //! memory another process cannot see: exactly-once receipts come from the primary key
-//! (`INSERT … ON CONFLICT DO NOTHING`), the version gate from a conditional upsert in
-//! the receipt's own transaction, and leases from `FOR UPDATE SKIP LOCKED`. Each
-//! request is one short transaction; PostgreSQL flushes the WAL of concurrent commits
-//! together, so there is no group-commit writer here. `synchronous_commit` stays on: a
-//! commit is on disk before the sender hears 200.
+//! (`INSERT … ON CONFLICT DO NOTHING`), the version gate from the resource's row lock
+//! in the receipt's transaction, and leases from `FOR UPDATE SKIP LOCKED`. Concurrent
+//! requests' receipts share one transaction ([`batch`]). `synchronous_commit` stays
+//! on: a commit is on disk before the sender hears 200.
+
+mod batch;
 
 use super::delivery::cap;
+use super::judge::version_i64;
 use super::operator::{LIST_CAP, REPLAYABLE};
-use super::writer::{Verdict, version_i64};
 use super::{
     AttemptRecord, Filter, Leased, NewReceipt, Next, Outcome, Purged, ReceiptRow, Resource,
     StoreError, Summary,
 };
 use crate::config::{PgConfig, RetentionConfig};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
-use sqlx::{ConnectOptions, Postgres, Row, Transaction};
+use sqlx::{ConnectOptions, Postgres, Row};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +39,7 @@ const PURGE_BATCH: i64 = 1_000;
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
+    batcher: batch::Batcher,
     /// Wakes this process's worker pool when it accepted or replayed an event; other
     /// processes' events are found by polling.
     accepted: Arc<Notify>,
@@ -99,29 +101,18 @@ impl PgStore {
             })
             .connect_with(options)
             .await?;
+        let accepted = Arc::new(Notify::new());
         Ok(PgStore {
+            batcher: batch::Batcher::spawn(pool.clone(), accepted.clone()),
             pool,
-            accepted: Arc::new(Notify::new()),
+            accepted,
         })
     }
 
-    /// Store a verified request: dedupe, version gate, inbox, one durable commit.
+    /// Store a verified request: dedupe, version gate, inbox, one durable commit,
+    /// shared with the receipts of concurrent requests (see [`batch`]).
     pub async fn record(&self, receipt: NewReceipt) -> Result<Outcome, StoreError> {
-        // Exact duplicates this process saw are answered before this (`Store::record`);
-        // any other duplicate is found by the insert's conflict, inside the transaction.
-        let mut tx = self.pool.begin().await?;
-        let outcome = record_in(&mut tx, &receipt).await?;
-        tx.commit().await?;
-        match outcome {
-            Outcome::Accepted => self.accepted.notify_one(),
-            Outcome::Conflict => tracing::warn!(
-                endpoint = %receipt.endpoint,
-                event_id = %receipt.event_id,
-                "conflicting duplicate: same event id, different body; first kept, second quarantined"
-            ),
-            _ => {}
-        }
-        Ok(outcome)
+        self.batcher.record(receipt).await
     }
 
     /// Resolves when this process accepted or replayed events; the worker pool also
@@ -509,157 +500,6 @@ impl PgStore {
             }
         }
     }
-}
-
-/// Insert the receipt (the primary key decides new or known), then dedupe or gate.
-async fn record_in(
-    tx: &mut Transaction<'_, Postgres>,
-    r: &NewReceipt,
-) -> Result<Outcome, StoreError> {
-    let resource = r.resource.as_ref();
-    let headers = serde_json::to_string(&r.headers).unwrap_or_else(|_| "[]".into());
-    // Inserted as pending; the gate below may settle it otherwise, in this same
-    // transaction. A concurrent insert of the same key waits here for the other
-    // transaction, then does nothing.
-    let inserted: Option<i32> = sqlx::query_scalar(
-        "INSERT INTO receipts (endpoint, event_id, body_sha256, body, headers, secret_index,
-            plugin, plugin_version, plugin_digest, message_id, event_type,
-            resource_kind, resource_id, resource_version, deleted,
-            occurred_at, signed_at, received_at_ms, state)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-                 'pending')
-         ON CONFLICT (endpoint, event_id) DO NOTHING
-         RETURNING 1",
-    )
-    .bind(&r.endpoint)
-    .bind(&r.event_id)
-    .bind(r.body_sha256.as_slice())
-    .bind(&r.body)
-    .bind(&headers)
-    .bind(r.secret_index as i64)
-    .bind(&r.plugin)
-    .bind(&r.plugin_version)
-    .bind(&r.plugin_digest)
-    .bind(&r.message_id)
-    .bind(&r.event_type)
-    .bind(resource.map(|x| &x.kind))
-    .bind(resource.map(|x| &x.id))
-    .bind(resource.and_then(|x| x.version).map(version_i64))
-    .bind(resource.is_some_and(|x| x.deleted))
-    .bind(r.occurred_at)
-    .bind(r.signed_at)
-    .bind(r.received_at_ms)
-    .fetch_optional(&mut **tx)
-    .await?;
-    if inserted.is_none() {
-        let existing: Vec<u8> = sqlx::query_scalar(
-            "SELECT body_sha256 FROM receipts WHERE endpoint = $1 AND event_id = $2",
-        )
-        .bind(&r.endpoint)
-        .bind(&r.event_id)
-        .fetch_one(&mut **tx)
-        .await?;
-        if existing == r.body_sha256 {
-            return Ok(Outcome::Duplicate);
-        }
-        sqlx::query(
-            "INSERT INTO conflicts (endpoint, event_id, body_sha256, body, headers, secret_index, received_at_ms)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(&r.endpoint)
-        .bind(&r.event_id)
-        .bind(r.body_sha256.as_slice())
-        .bind(&r.body)
-        .bind(&headers)
-        .bind(r.secret_index as i64)
-        .bind(r.received_at_ms)
-        .execute(&mut **tx)
-        .await?;
-        return Ok(Outcome::Conflict);
-    }
-    let verdict = match (&r.ignore, &r.resource) {
-        (Some(reason), _) => Verdict::Ignored(reason.clone()),
-        (None, Some(resource)) => gate(tx, r, resource).await?,
-        (None, None) => Verdict::Pending,
-    };
-    if !matches!(verdict, Verdict::Pending) {
-        let (state, reason) = verdict.state();
-        sqlx::query(
-            "UPDATE receipts SET state = $1, state_reason = $2 WHERE endpoint = $3 AND event_id = $4",
-        )
-        .bind(state)
-        .bind(reason)
-        .bind(&r.endpoint)
-        .bind(&r.event_id)
-        .execute(&mut **tx)
-        .await?;
-    }
-    Ok(verdict.into())
-}
-
-/// The version gate across processes: the upsert moves the resource's version only
-/// forward, and takes the row's lock, so concurrent events of one resource are judged
-/// one after the other against committed state.
-async fn gate(
-    tx: &mut Transaction<'_, Postgres>,
-    r: &NewReceipt,
-    resource: &Resource,
-) -> Result<Verdict, StoreError> {
-    let Some(version) = resource.version.map(version_i64) else {
-        // No version to order it by: only a tombstone can refuse it.
-        let current = accepted_version(tx, r, resource).await?;
-        return Ok(if current.is_some_and(|(_, deleted)| deleted) {
-            Verdict::ResourceDeleted
-        } else {
-            Verdict::Pending
-        });
-    };
-    let advanced: Option<i32> = sqlx::query_scalar(
-        "INSERT INTO resource_versions (endpoint, resource_kind, resource_id, version, event_id, deleted)
-         VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT (endpoint, resource_kind, resource_id)
-         DO UPDATE SET version = excluded.version, event_id = excluded.event_id, deleted = excluded.deleted
-         WHERE resource_versions.version < excluded.version
-         RETURNING 1",
-    )
-    .bind(&r.endpoint)
-    .bind(&resource.kind)
-    .bind(&resource.id)
-    .bind(version)
-    .bind(&r.event_id)
-    .bind(resource.deleted)
-    .fetch_optional(&mut **tx)
-    .await?;
-    if advanced.is_some() {
-        return Ok(Verdict::Pending);
-    }
-    // Not advanced: the accepted version is this one or newer (the upsert locked the
-    // row, so this reads the version it was judged against).
-    let (accepted, _) = accepted_version(tx, r, resource)
-        .await?
-        .ok_or_else(|| StoreError::Unavailable("the resource's version row vanished".into()))?;
-    Ok(if version < accepted {
-        Verdict::Stale
-    } else {
-        Verdict::SameVersion
-    })
-}
-
-/// The resource's accepted (version, tombstone), if any event of it was accepted.
-async fn accepted_version(
-    tx: &mut Transaction<'_, Postgres>,
-    r: &NewReceipt,
-    resource: &Resource,
-) -> Result<Option<(i64, bool)>, StoreError> {
-    Ok(sqlx::query_as(
-        "SELECT version, deleted FROM resource_versions
-         WHERE endpoint = $1 AND resource_kind = $2 AND resource_id = $3",
-    )
-    .bind(&r.endpoint)
-    .bind(&resource.kind)
-    .bind(&resource.id)
-    .fetch_optional(&mut **tx)
-    .await?)
 }
 
 fn leased(row: PgRow) -> Leased {

@@ -7,9 +7,9 @@
 //! next batch gathers, so concurrency turns into larger batches, not more fsyncs.
 
 use super::delivery::{FinishRequest, LeaseRequest, finish_all, lease_in};
-use super::{Leased, NewReceipt, Outcome, Resource, StoreError};
+use super::judge::{Held, Judged, headers_json, judge, version_i64};
+use super::{Leased, NewReceipt, Outcome, StoreError};
 use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection, Transaction};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -17,10 +17,10 @@ use tokio::sync::{Notify, mpsc, oneshot};
 /// Most receipts in one transaction: bounds the latency one batch adds to the next.
 const MAX_BATCH: usize = 256;
 /// Queue depth before senders wait.
-const QUEUE: usize = 4096;
+pub(super) const QUEUE: usize = 4096;
 /// Longest a request waits for its commit before answering 503 (the sender retries;
 /// if the commit did land, the retry is a duplicate).
-const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One write, done inside the next batch transaction; answered after its commit.
 enum Work {
@@ -216,17 +216,12 @@ async fn commit(conn: &mut SqliteConnection, batch: &[Work]) -> Result<Vec<Done>
 
 /// For each receipt of a batch (by its index): the body digest stored under its event
 /// id, and its resource's accepted version and tombstone.
-type Held = (i64, Option<Vec<u8>>, Option<i64>, Option<bool>);
-
-/// (endpoint, resource kind, resource id).
-type ResourceKey<'a> = (&'a str, &'a str, &'a str);
+type HeldRow = (i64, Option<Vec<u8>>, Option<i64>, Option<bool>);
 
 /// Dedupe, version gate and insert for every receipt of a batch, inside the batch's
 /// transaction, in four statements whatever the batch's size: one read of what the
 /// store holds for the batch's event ids and resources, then one insert per table.
 /// (Each statement is a round trip to SQLite's thread, and the writer is one task.)
-/// Receipts are judged in arrival order against that read plus the effects of the
-/// batch's earlier receipts, exactly as if each had been its own transaction.
 async fn record_all(
     tx: &mut Transaction<'_, Sqlite>,
     receipts: &[&NewReceipt],
@@ -248,7 +243,7 @@ async fn record_all(
             })
             .collect::<Vec<_>>(),
     );
-    let held: Vec<Held> = sqlx::query_as(
+    let rows: Vec<HeldRow> = sqlx::query_as(
         "SELECT k.key, r.body_sha256, v.version, v.deleted FROM json_each(?1) AS k
          LEFT JOIN receipts AS r ON r.endpoint = k.value->>0 AND r.event_id = k.value->>1
          LEFT JOIN resource_versions AS v
@@ -258,57 +253,25 @@ async fn record_all(
     .bind(keys.to_string())
     .fetch_all(&mut **tx)
     .await?;
-
-    // What the store holds, updated as each receipt of the batch is judged.
-    let mut digests: HashMap<(&str, &str), &[u8]> = HashMap::new();
-    // Each resource's (version, tombstone), and the event id that moved it in this
-    // batch (None: as the store holds it): the moved ones are what the batch upserts.
-    let mut versions: HashMap<ResourceKey<'_>, (i64, bool, Option<&str>)> = HashMap::new();
-    for (index, digest, version, deleted) in &held {
+    let mut held = Held::default();
+    for (index, digest, version, deleted) in &rows {
         let Some(r) = usize::try_from(*index).ok().and_then(|i| receipts.get(i)) else {
             continue;
         };
         if let Some(digest) = digest {
-            digests.insert((&r.endpoint, &r.event_id), digest);
+            held.digests.insert((&r.endpoint, &r.event_id), digest);
         }
         if let (Some(x), Some(version), Some(deleted)) = (&r.resource, version, deleted) {
-            versions.insert((&r.endpoint, &x.kind, &x.id), (*version, *deleted, None));
+            held.versions
+                .insert((&r.endpoint, &x.kind, &x.id), (*version, *deleted));
         }
     }
-
-    let mut outcomes = Vec::with_capacity(receipts.len());
-    let mut stored: Vec<(&NewReceipt, Verdict)> = Vec::new();
-    let mut conflicts: Vec<&NewReceipt> = Vec::new();
-    for &r in receipts {
-        let key = (r.endpoint.as_str(), r.event_id.as_str());
-        if let Some(digest) = digests.get(&key) {
-            if *digest == r.body_sha256.as_slice() {
-                outcomes.push(Outcome::Duplicate);
-            } else {
-                conflicts.push(r);
-                outcomes.push(Outcome::Conflict);
-            }
-            continue;
-        }
-        let verdict = match (&r.ignore, &r.resource) {
-            (Some(reason), _) => Verdict::Ignored(reason.clone()),
-            (None, Some(x)) => {
-                let at = (r.endpoint.as_str(), x.kind.as_str(), x.id.as_str());
-                let current = versions
-                    .get(&at)
-                    .map(|&(version, deleted, _)| (version, deleted));
-                let (verdict, newer) = gate(x, current);
-                if let Some(version) = newer {
-                    versions.insert(at, (version, x.deleted, Some(&r.event_id)));
-                }
-                verdict
-            }
-            (None, None) => Verdict::Pending,
-        };
-        digests.insert(key, &r.body_sha256);
-        outcomes.push(verdict.clone().into());
-        stored.push((r, verdict));
-    }
+    let Judged {
+        outcomes,
+        stored,
+        conflicts,
+        moved,
+    } = judge(receipts, held);
 
     if !stored.is_empty() {
         let mut insert = QueryBuilder::<Sqlite>::new(
@@ -344,19 +307,13 @@ async fn record_all(
         });
         insert.build().execute(&mut **tx).await?;
     }
-    let gated: Vec<_> = versions
-        .iter()
-        .filter_map(|(key, &(version, deleted, by))| {
-            by.map(|event_id| (key, version, event_id, deleted))
-        })
-        .collect();
-    if !gated.is_empty() {
+    if !moved.is_empty() {
         let mut upsert = QueryBuilder::<Sqlite>::new(
             "INSERT INTO resource_versions (endpoint, resource_kind, resource_id, version, event_id, deleted) ",
         );
         upsert.push_values(
-            &gated,
-            |mut row, &(&(endpoint, kind, id), version, event_id, deleted)| {
+            &moved,
+            |mut row, &((endpoint, kind, id), version, event_id, deleted)| {
                 row.push_bind(endpoint)
                     .push_bind(kind)
                     .push_bind(id)
@@ -391,101 +348,11 @@ async fn record_all(
     Ok(outcomes)
 }
 
-fn headers_json(r: &NewReceipt) -> String {
-    serde_json::to_string(&r.headers).unwrap_or_else(|_| "[]".into())
-}
-
-/// What happens to a receipt that is new to the store.
-#[derive(Clone)]
-pub(super) enum Verdict {
-    Pending,
-    Stale,
-    SameVersion,
-    ResourceDeleted,
-    Ignored(String),
-}
-
-impl Verdict {
-    /// The stored `state` and `state_reason`.
-    pub(super) fn state(&self) -> (&'static str, Option<&str>) {
-        match self {
-            Verdict::Pending => ("pending", None),
-            Verdict::Stale => ("stale", Some("stale_version")),
-            Verdict::SameVersion => ("ignored", Some("same_version")),
-            Verdict::ResourceDeleted => ("ignored", Some("resource_deleted")),
-            Verdict::Ignored(reason) => ("ignored", Some(reason)),
-        }
-    }
-}
-
-impl From<Verdict> for Outcome {
-    fn from(verdict: Verdict) -> Outcome {
-        match verdict {
-            Verdict::Pending => Outcome::Accepted,
-            Verdict::Stale => Outcome::StaleVersion,
-            Verdict::SameVersion => Outcome::SameVersion,
-            Verdict::ResourceDeleted => Outcome::ResourceDeleted,
-            Verdict::Ignored(reason) => Outcome::Ignored(reason),
-        }
-    }
-}
-
-/// The version gate for one resource, given its `current` (version, tombstone): older →
-/// stale, equal under another event id → ignored, newer → accepted, and the version to
-/// record for the resource (a delete leaves a tombstone at its version).
-fn gate(resource: &Resource, current: Option<(i64, bool)>) -> (Verdict, Option<i64>) {
-    let Some(version) = resource.version.map(version_i64) else {
-        // No version to order it by: only a tombstone can refuse it.
-        let verdict = match current {
-            Some((_, true)) => Verdict::ResourceDeleted,
-            _ => Verdict::Pending,
-        };
-        return (verdict, None);
-    };
-    match current {
-        Some((accepted, _)) if version < accepted => (Verdict::Stale, None),
-        Some((accepted, _)) if version == accepted => (Verdict::SameVersion, None),
-        _ => (Verdict::Pending, Some(version)),
-    }
-}
-
-/// Versions are u64 on the wire; SQLite integers are i64. Versions past i64::MAX
-/// (no provider uses them) saturate, which keeps the order of every real version.
-pub(super) fn version_i64(version: u64) -> i64 {
-    i64::try_from(version).unwrap_or(i64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::judge::fixture;
     use super::*;
-    use sha2::Digest as _;
     use sqlx::ConnectOptions as _;
-
-    fn receipt(id: &str, body: &str, version: Option<u64>, deleted: bool) -> NewReceipt {
-        NewReceipt {
-            endpoint: "stripe".into(),
-            event_id: id.into(),
-            body_sha256: sha2::Sha256::digest(body).into(),
-            body: body.into(),
-            headers: vec![],
-            secret_index: 0,
-            plugin: "stripe".into(),
-            plugin_version: "test".into(),
-            plugin_digest: "test".into(),
-            message_id: None,
-            event_type: "customer.updated".into(),
-            resource: Some(Resource {
-                kind: "customer".into(),
-                id: "cus_1".into(),
-                version,
-                deleted,
-            }),
-            occurred_at: None,
-            signed_at: None,
-            received_at_ms: 0,
-            ignore: None,
-        }
-    }
 
     /// One batch holds what separate transactions would have seen one after the other:
     /// each receipt is judged against the store plus the batch's earlier receipts.
@@ -502,20 +369,10 @@ mod tests {
             .run(&mut conn)
             .await
             .expect("migrate");
-        // Already in the store before the batch: evt_0 at version 1.
-        let before = [work(receipt("evt_0", "zero", Some(1), false))];
+        let before: Vec<Work> = fixture::before().into_iter().map(work).collect();
         commit(&mut conn, &before).await.expect("first commit");
 
-        let batch = [
-            work(receipt("evt_0", "zero", Some(1), false)), // held by the store
-            work(receipt("evt_2", "two", Some(2), false)),
-            work(receipt("evt_old", "old", Some(1), false)), // older than evt_2
-            work(receipt("evt_2", "two", Some(2), false)),   // earlier in this batch
-            work(receipt("evt_2", "TWO", Some(2), false)),   // same id, other body
-            work(receipt("evt_2b", "2b", Some(2), false)),   // same version, other id
-            work(receipt("evt_3", "three", Some(3), true)),  // newer: a delete
-            work(receipt("evt_none", "none", None, false)),  // unversioned, after it
-        ];
+        let batch: Vec<Work> = fixture::batch().into_iter().map(work).collect();
         let done = commit(&mut conn, &batch).await.expect("batch commit");
         let outcomes: Vec<Outcome> = done
             .into_iter()
@@ -524,51 +381,25 @@ mod tests {
                 _ => panic!("a receipt answered as another kind of work"),
             })
             .collect();
-        assert_eq!(
-            outcomes,
-            [
-                Outcome::Duplicate,
-                Outcome::Accepted,
-                Outcome::StaleVersion,
-                Outcome::Duplicate,
-                Outcome::Conflict,
-                Outcome::SameVersion,
-                Outcome::Accepted,
-                Outcome::ResourceDeleted,
-            ]
-        );
+        assert_eq!(outcomes, fixture::outcomes());
         let states: Vec<(String, String)> =
             sqlx::query_as("SELECT event_id, state FROM receipts ORDER BY rowid")
                 .fetch_all(&mut conn)
                 .await
                 .expect("receipts");
-        let states: Vec<(&str, &str)> = states
-            .iter()
-            .map(|(id, state)| (id.as_str(), state.as_str()))
-            .collect();
-        assert_eq!(
-            states,
-            [
-                ("evt_0", "pending"),
-                ("evt_2", "pending"),
-                ("evt_old", "stale"),
-                ("evt_2b", "ignored"),
-                ("evt_3", "pending"),
-                ("evt_none", "ignored"),
-            ]
-        );
+        assert_eq!(fixture::pairs(&states), fixture::STATES);
         let version: (i64, String, bool) = sqlx::query_as(
             "SELECT version, event_id, deleted FROM resource_versions WHERE resource_id = 'cus_1'",
         )
         .fetch_one(&mut conn)
         .await
         .expect("version");
-        assert_eq!(version, (3, "evt_3".to_string(), true));
+        assert_eq!((version.0, version.1.as_str(), version.2), fixture::VERSION);
         let conflicts: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM conflicts")
             .fetch_one(&mut conn)
             .await
             .expect("conflicts");
-        assert_eq!(conflicts, 1);
+        assert_eq!(conflicts, fixture::CONFLICTS);
     }
 
     fn work(receipt: NewReceipt) -> Work {

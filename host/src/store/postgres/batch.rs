@@ -1,0 +1,449 @@
+//! PostgreSQL's group commit: concurrent receipts share one transaction.
+//!
+//! A request's receipt queues here; a task takes everything queued (up to
+//! [`MAX_BATCH`]) and commits it as one transaction of a fixed number of statements,
+//! while the next batch gathers. [`IN_FLIGHT`] batches commit at once, so one batch's
+//! fsync overlaps the next one's statements. Each request is answered after its
+//! batch's commit; a failed batch answers every one of its requests `Unavailable`.
+//!
+//! Other processes write the same tables, so every read the judging rests on is
+//! either locked or checked when written:
+//! 1. the batch's resource rows that exist are locked (`FOR UPDATE`, in key order, so
+//!    two batches never wait on each other in a cycle) and their versions read;
+//! 2. the digests stored under the batch's event ids are read;
+//! 3. the batch is judged in memory ([`judge`]);
+//! 4. new receipts are inserted `ON CONFLICT DO NOTHING`, in key order; resources
+//!    that had no row get one `ON CONFLICT DO NOTHING`; locked ones are updated;
+//!    conflicting duplicates are quarantined.
+//!
+//! When a write in step 4 finds a row that another transaction committed after the
+//! reads (fewer rows written than judged), the batch rolls back and is judged again
+//! against the store as it now is. So is a batch that PostgreSQL chose as a
+//! deadlock's victim.
+
+use super::super::judge::{Held, Judged, Moved, ResourceKey, headers_json, judge, version_i64};
+use super::super::writer::{COMMIT_TIMEOUT, QUEUE};
+use super::super::{NewReceipt, Outcome, StoreError};
+use sqlx::postgres::PgPool;
+use sqlx::{Postgres, Transaction};
+use std::collections::HashSet;
+use std::sync::Arc;
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
+
+/// Most receipts in one transaction.
+const MAX_BATCH: usize = 256;
+/// Batches committing at once.
+const IN_FLIGHT: usize = 2;
+/// Times a batch is judged again after a concurrent writer changed what it read.
+const ATTEMPTS: usize = 5;
+/// PostgreSQL's SQLSTATE for a transaction aborted to break a deadlock.
+const DEADLOCK_DETECTED: &str = "40P01";
+
+type Reply = oneshot::Sender<Result<Outcome, StoreError>>;
+
+#[derive(Debug, Clone)]
+pub(in crate::store) struct Batcher {
+    queue: mpsc::Sender<(Box<NewReceipt>, Reply)>,
+}
+
+impl Batcher {
+    pub(in crate::store) fn spawn(pool: PgPool, accepted: Arc<Notify>) -> Batcher {
+        let (queue, receipts) = mpsc::channel(QUEUE);
+        tokio::spawn(run(pool, receipts, accepted));
+        Batcher { queue }
+    }
+
+    /// Store a receipt with the next batch; answered after that batch commits.
+    pub(in crate::store) async fn record(
+        &self,
+        receipt: NewReceipt,
+    ) -> Result<Outcome, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let gone = || StoreError::Unavailable("receipt writer stopped".into());
+        self.queue
+            .send((Box::new(receipt), reply))
+            .await
+            .map_err(|_| gone())?;
+        match tokio::time::timeout(COMMIT_TIMEOUT, answer).await {
+            Ok(answer) => answer.map_err(|_| gone())?,
+            Err(_) => Err(StoreError::Unavailable("commit timed out".into())),
+        }
+    }
+}
+
+async fn run(
+    pool: PgPool,
+    mut queue: mpsc::Receiver<(Box<NewReceipt>, Reply)>,
+    accepted: Arc<Notify>,
+) {
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    loop {
+        // Wait for a free slot first: while every slot commits, the queue grows into
+        // the next batch.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let Some(first) = queue.recv().await else {
+            return;
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let pool = pool.clone();
+        let accepted = accepted.clone();
+        tokio::spawn(async move {
+            let (receipts, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+            let receipts: Vec<&NewReceipt> = receipts.iter().map(|r| &**r).collect();
+            let result = commit(&pool, &receipts).await;
+            drop(slot);
+            match result {
+                Ok(outcomes) => {
+                    if outcomes.contains(&Outcome::Accepted) {
+                        accepted.notify_one();
+                    }
+                    for ((r, outcome), reply) in receipts.iter().zip(outcomes).zip(replies) {
+                        if outcome == Outcome::Conflict {
+                            tracing::warn!(
+                                endpoint = %r.endpoint,
+                                event_id = %r.event_id,
+                                "conflicting duplicate: same event id, different body; first kept, second quarantined"
+                            );
+                        }
+                        let _ = reply.send(Ok(outcome));
+                    }
+                }
+                Err(error) => {
+                    tracing::error!(%error, receipts = receipts.len(), "receipt batch failed to commit");
+                    for reply in replies {
+                        let _ = reply.send(Err(error.clone()));
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// Commit a batch, judging it again while concurrent writers keep changing what it
+/// read (bounded by [`ATTEMPTS`]).
+async fn commit(pool: &PgPool, receipts: &[&NewReceipt]) -> Result<Vec<Outcome>, StoreError> {
+    for _ in 1..ATTEMPTS {
+        let mut tx = pool.begin().await?;
+        match record_all(&mut tx, receipts).await {
+            Ok(Some(outcomes)) => {
+                tx.commit().await?;
+                return Ok(outcomes);
+            }
+            Ok(None) => tx.rollback().await?,
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(DEADLOCK_DETECTED) => {
+                tx.rollback().await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut tx = pool.begin().await?;
+    let outcomes = record_all(&mut tx, receipts).await?.ok_or_else(|| {
+        StoreError::Unavailable("concurrent writers kept changing the batch's receipts".into())
+    })?;
+    tx.commit().await?;
+    Ok(outcomes)
+}
+
+/// Judge and write a batch in its transaction. `None`: another transaction committed
+/// a row the batch's reads did not see; roll back and judge again.
+async fn record_all(
+    tx: &mut Transaction<'_, Postgres>,
+    receipts: &[&NewReceipt],
+) -> Result<Option<Vec<Outcome>>, sqlx::Error> {
+    // 1. Lock and read the resources' rows, in key order.
+    let mut resources: Vec<ResourceKey<'_>> = receipts
+        .iter()
+        .filter_map(|r| {
+            let x = r.resource.as_ref()?;
+            Some((r.endpoint.as_str(), x.kind.as_str(), x.id.as_str()))
+        })
+        .collect();
+    resources.sort_unstable();
+    resources.dedup();
+    let mut held = Held::default();
+    if !resources.is_empty() {
+        let rows: Vec<(String, String, String, i64, bool)> = sqlx::query_as(
+            "SELECT endpoint, resource_kind, resource_id, version, deleted FROM resource_versions
+             WHERE (endpoint, resource_kind, resource_id) IN
+                   (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
+             ORDER BY endpoint, resource_kind, resource_id
+             FOR UPDATE",
+        )
+        .bind(column(&resources, |k| k.0))
+        .bind(column(&resources, |k| k.1))
+        .bind(column(&resources, |k| k.2))
+        .fetch_all(&mut **tx)
+        .await?;
+        for (endpoint, kind, id, version, deleted) in &rows {
+            let probe = (endpoint.as_str(), kind.as_str(), id.as_str());
+            if let Ok(at) = resources.binary_search(&probe) {
+                held.versions.insert(resources[at], (*version, *deleted));
+            }
+        }
+    }
+    let existing: HashSet<ResourceKey<'_>> = held.versions.keys().copied().collect();
+
+    // 2. What is stored under the batch's event ids.
+    let ids: HashSet<(&str, &str)> = receipts
+        .iter()
+        .map(|r| (r.endpoint.as_str(), r.event_id.as_str()))
+        .collect();
+    let id_list: Vec<(&str, &str)> = ids.iter().copied().collect();
+    let stored_digests: Vec<(String, String, Vec<u8>)> = sqlx::query_as(
+        "SELECT endpoint, event_id, body_sha256 FROM receipts
+         WHERE (endpoint, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
+    )
+    .bind(column(&id_list, |k| k.0))
+    .bind(column(&id_list, |k| k.1))
+    .fetch_all(&mut **tx)
+    .await?;
+    for (endpoint, event_id, digest) in &stored_digests {
+        if let Some(&(endpoint, event_id)) = ids.get(&(endpoint.as_str(), event_id.as_str())) {
+            held.digests.insert((endpoint, event_id), digest.as_slice());
+        }
+    }
+
+    // 3. Judge.
+    let Judged {
+        outcomes,
+        mut stored,
+        conflicts,
+        moved,
+    } = judge(receipts, held);
+
+    // 4. Write, checking that nothing the reads missed was committed meanwhile.
+    if !stored.is_empty() {
+        stored.sort_unstable_by(|(a, _), (b, _)| {
+            (&a.endpoint, &a.event_id).cmp(&(&b.endpoint, &b.event_id))
+        });
+        let rows = &stored;
+        let states: Vec<(&str, Option<&str>)> = rows.iter().map(|(_, v)| v.state()).collect();
+        let inserted = sqlx::query(
+            "INSERT INTO receipts (endpoint, event_id, body_sha256, body, headers, secret_index,
+                plugin, plugin_version, plugin_digest, message_id, event_type,
+                resource_kind, resource_id, resource_version, deleted,
+                occurred_at, signed_at, received_at_ms, state, state_reason)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[],
+                $6::int8[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
+                $12::text[], $13::text[], $14::int8[], $15::bool[],
+                $16::int8[], $17::int8[], $18::int8[], $19::text[], $20::text[])
+             ON CONFLICT (endpoint, event_id) DO NOTHING",
+        )
+        .bind(column(rows, |(r, _)| r.endpoint.as_str()))
+        .bind(column(rows, |(r, _)| r.event_id.as_str()))
+        .bind(column(rows, |(r, _)| r.body_sha256.as_slice()))
+        .bind(column(rows, |(r, _)| r.body.as_slice()))
+        .bind(column(rows, |(r, _)| headers_json(r)))
+        .bind(column(rows, |(r, _)| r.secret_index as i64))
+        .bind(column(rows, |(r, _)| r.plugin.as_str()))
+        .bind(column(rows, |(r, _)| r.plugin_version.as_str()))
+        .bind(column(rows, |(r, _)| r.plugin_digest.as_str()))
+        .bind(column(rows, |(r, _)| r.message_id.as_deref()))
+        .bind(column(rows, |(r, _)| r.event_type.as_str()))
+        .bind(column(rows, |(r, _)| {
+            r.resource.as_ref().map(|x| x.kind.as_str())
+        }))
+        .bind(column(rows, |(r, _)| {
+            r.resource.as_ref().map(|x| x.id.as_str())
+        }))
+        .bind(column(rows, |(r, _)| {
+            r.resource.as_ref().and_then(|x| x.version).map(version_i64)
+        }))
+        .bind(column(rows, |(r, _)| {
+            r.resource.as_ref().is_some_and(|x| x.deleted)
+        }))
+        .bind(column(rows, |(r, _)| r.occurred_at))
+        .bind(column(rows, |(r, _)| r.signed_at))
+        .bind(column(rows, |(r, _)| r.received_at_ms))
+        .bind(column(&states, |s| s.0))
+        .bind(column(&states, |s| s.1))
+        .execute(&mut **tx)
+        .await?;
+        if inserted.rows_affected() != rows.len() as u64 {
+            return Ok(None);
+        }
+    }
+    let (updated, created): (Vec<&Moved<'_>>, Vec<&Moved<'_>>) =
+        moved.iter().partition(|(key, ..)| existing.contains(key));
+    if !created.is_empty() {
+        let written = sqlx::query(
+            "INSERT INTO resource_versions (endpoint, resource_kind, resource_id, version, event_id, deleted)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::text[], $6::bool[])
+             ON CONFLICT (endpoint, resource_kind, resource_id) DO NOTHING",
+        )
+        .bind(column(&created, |m| m.0.0))
+        .bind(column(&created, |m| m.0.1))
+        .bind(column(&created, |m| m.0.2))
+        .bind(column(&created, |m| m.1))
+        .bind(column(&created, |m| m.2))
+        .bind(column(&created, |m| m.3))
+        .execute(&mut **tx)
+        .await?;
+        if written.rows_affected() != created.len() as u64 {
+            return Ok(None);
+        }
+    }
+    if !updated.is_empty() {
+        // These rows were locked in step 1: the update cannot miss.
+        sqlx::query(
+            "UPDATE resource_versions AS v
+             SET version = m.version, event_id = m.event_id, deleted = m.deleted
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::text[], $6::bool[])
+                  AS m(endpoint, resource_kind, resource_id, version, event_id, deleted)
+             WHERE v.endpoint = m.endpoint AND v.resource_kind = m.resource_kind
+               AND v.resource_id = m.resource_id",
+        )
+        .bind(column(&updated, |m| m.0.0))
+        .bind(column(&updated, |m| m.0.1))
+        .bind(column(&updated, |m| m.0.2))
+        .bind(column(&updated, |m| m.1))
+        .bind(column(&updated, |m| m.2))
+        .bind(column(&updated, |m| m.3))
+        .execute(&mut **tx)
+        .await?;
+    }
+    if !conflicts.is_empty() {
+        sqlx::query(
+            "INSERT INTO conflicts (endpoint, event_id, body_sha256, body, headers, secret_index, received_at_ms)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[],
+                                  $6::int8[], $7::int8[])",
+        )
+        .bind(column(&conflicts, |r| r.endpoint.as_str()))
+        .bind(column(&conflicts, |r| r.event_id.as_str()))
+        .bind(column(&conflicts, |r| r.body_sha256.as_slice()))
+        .bind(column(&conflicts, |r| r.body.as_slice()))
+        .bind(column(&conflicts, |r| headers_json(r)))
+        .bind(column(&conflicts, |r| r.secret_index as i64))
+        .bind(column(&conflicts, |r| r.received_at_ms))
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(Some(outcomes))
+}
+
+/// One column of rows, bound as an array for `unnest`.
+fn column<'r, R, T>(rows: &'r [R], field: impl Fn(&'r R) -> T) -> Vec<T> {
+    rows.iter().map(field).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::judge::fixture;
+    use super::*;
+    use sqlx::{Connection as _, Executor as _, PgConnection};
+
+    const SERVER: &str = "postgres://postgres@127.0.0.1:5432";
+
+    /// A database of the test's own, dropped at the end.
+    async fn database(name: &str) -> (PgPool, impl AsyncFnOnce()) {
+        let name = format!("hookhost_unit_{name}_{}", std::process::id());
+        let mut admin = PgConnection::connect(&format!("{SERVER}/postgres"))
+            .await
+            .expect("PostgreSQL on 127.0.0.1:5432");
+        let drop = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+        admin.execute(drop.as_str()).await.expect("drop");
+        admin
+            .execute(format!("CREATE DATABASE {name}").as_str())
+            .await
+            .expect("create");
+        let pool = PgPool::connect(&format!("{SERVER}/{name}"))
+            .await
+            .expect("connect");
+        sqlx::migrate!("./migrations/postgres")
+            .run(&pool)
+            .await
+            .expect("migrate");
+        let closing = pool.clone();
+        (pool, async move || {
+            closing.close().await;
+            let _ = admin.execute(drop.as_str()).await;
+        })
+    }
+
+    /// The same mixed batch as SQLite's writer test, with the same answers and rows.
+    #[tokio::test]
+    async fn one_batch_judges_its_receipts_in_arrival_order() {
+        let (pool, done) = database("batch").await;
+        let before = fixture::before();
+        let before: Vec<&NewReceipt> = before.iter().collect();
+        commit(&pool, &before).await.expect("first commit");
+        let batch = fixture::batch();
+        let batch: Vec<&NewReceipt> = batch.iter().collect();
+        let outcomes = commit(&pool, &batch).await.expect("batch commit");
+        assert_eq!(outcomes, fixture::outcomes());
+
+        let states: Vec<(String, String)> =
+            sqlx::query_as("SELECT event_id, state FROM receipts ORDER BY event_id")
+                .fetch_all(&pool)
+                .await
+                .expect("receipts");
+        let mut expected = fixture::STATES;
+        expected.sort_unstable();
+        assert_eq!(fixture::pairs(&states), expected);
+        let version: (i64, String, bool) = sqlx::query_as(
+            "SELECT version, event_id, deleted FROM resource_versions WHERE resource_id = 'cus_1'",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("version");
+        assert_eq!((version.0, version.1.as_str(), version.2), fixture::VERSION);
+        let conflicts: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM conflicts")
+            .fetch_one(&pool)
+            .await
+            .expect("conflicts");
+        assert_eq!(conflicts, fixture::CONFLICTS);
+        done().await;
+    }
+
+    /// Two batches that read before either wrote: the one that commits second finds
+    /// the first's rows when it writes, and is judged again against them.
+    #[tokio::test]
+    async fn a_batch_that_raced_another_is_judged_again() {
+        let (pool, done) = database("race").await;
+        let first = [fixture::receipt("evt_a", "a", Some(5), false)];
+        let second = [
+            fixture::receipt("evt_a", "a", Some(5), false),
+            fixture::receipt("evt_b", "b", Some(4), false),
+        ];
+        // The second batch reads (and finds nothing), then the first commits.
+        let mut tx = pool.begin().await.expect("begin");
+        let mut other = pool.begin().await.expect("begin");
+        let first: Vec<&NewReceipt> = first.iter().collect();
+        assert_eq!(
+            record_all(&mut other, &first).await.expect("first"),
+            Some(vec![Outcome::Accepted])
+        );
+        let racing = tokio::spawn(async move {
+            let second: Vec<&NewReceipt> = second.iter().collect();
+            let judged = record_all(&mut tx, &second).await;
+            tx.rollback().await.expect("rollback");
+            judged.map_err(|e| e.to_string())
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        other.commit().await.expect("commit first");
+        assert_eq!(
+            racing.await.expect("join"),
+            Ok(None),
+            "the insert found evt_a committed meanwhile: judge again"
+        );
+        // Judged again, evt_a is a duplicate and evt_b is older than cus_1's version 5.
+        let second = [
+            fixture::receipt("evt_a", "a", Some(5), false),
+            fixture::receipt("evt_b", "b", Some(4), false),
+        ];
+        let second: Vec<&NewReceipt> = second.iter().collect();
+        assert_eq!(
+            commit(&pool, &second).await.expect("second"),
+            [Outcome::Duplicate, Outcome::StaleVersion]
+        );
+        done().await;
+    }
+}
