@@ -79,7 +79,13 @@ impl PgStore {
         let _ = sqlx::Connection::close(conn).await;
 
         let statement_timeout = config.statement_timeout.as_millis().to_string();
-        let options = base.options([("statement_timeout", statement_timeout.as_str())]);
+        let options = base.options([
+            ("statement_timeout", statement_timeout.as_str()),
+            // Plan each statement for the tables as they are now. A prepared
+            // statement's generic plan, made while the tables were empty, would scan
+            // and hash all of `receipts` on every batch once it has grown.
+            ("plan_cache_mode", "force_custom_plan"),
+        ]);
         let pool = PgPoolOptions::new()
             .max_connections(config.max_connections)
             // Waiting for a connection, connecting included, ends here: an unreachable
