@@ -138,7 +138,12 @@ fn gjson_path(pointer: &str) -> Option<String> {
         if i > 0 {
             path.push('.');
         }
-        let token = token.replace("~1", "/").replace("~0", "~");
+        // Unescaping allocates (twice), so only a token with an escape pays for it.
+        let token = if token.contains('~') {
+            Cow::Owned(token.replace("~1", "/").replace("~0", "~"))
+        } else {
+            Cow::Borrowed(token)
+        };
         if token.is_empty() {
             return None;
         }
