@@ -148,6 +148,9 @@ struct Args {
     /// Leave out the delivery phases (the second server and the downstream).
     #[arg(long)]
     skip_delivery: bool,
+    /// Measure only the plugin's cost in process (the first phase), print it and stop.
+    #[arg(long)]
+    plugin_only: bool,
     /// The delivering server's `[delivery] workers`: deliveries in flight at once.
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=1024))]
     delivery_workers: u32,
@@ -259,6 +262,12 @@ fn run(args: &Args) -> anyhow::Result<()> {
     eprintln!("measuring plugin overhead…");
     let sample = event::StripeEvent::new(JUDGED_BODY, created)?.body(0);
     let micro = micro_benchmarks(args.requests, &event::text(sample)?, created)?;
+    if args.plugin_only {
+        let mut table = Table::default();
+        micro.rows(&mut table);
+        table.print();
+        return Ok(());
+    }
 
     // 2. The disk, in the directory the servers' databases will live in.
     eprintln!("measuring the disk's single-commit rate…");
