@@ -219,3 +219,31 @@ async fn a_plugin_keeping_state_in_globals_never_sees_a_previous_request() {
         );
     }
 }
+
+/// However deep a body's JSON nests, a plugin parses it without running out of
+/// stack (which would trap and answer 500).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deeply_nested_bodies_fit_in_a_plugins_stack() {
+    let server = Server::start(&stripe_config("")).await;
+    let t = now();
+    let nested = |depth: usize| {
+        format!(
+            r#"{{"id":"evt_deep_{depth}","type":"customer.updated","created":{t},"data":{{"object":{{"object":"customer","id":"cus_{depth}"}}}},"extra":{}{}}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth)
+        )
+    };
+    for depth in [127, 128, 10_000, 200_000] {
+        let (status, answer) = server
+            .post_stripe(&[STRIPE_SECRET], t, &nested(depth))
+            .await;
+        assert_eq!(
+            (status, answer),
+            (
+                200,
+                json!({"status": "accepted", "event_id": format!("evt_deep_{depth}")})
+            ),
+            "{depth} levels"
+        );
+    }
+}
