@@ -17,6 +17,7 @@ pub mod clock;
 pub mod config;
 pub mod endpoints;
 pub mod http;
+pub mod metrics;
 pub mod plugins;
 pub mod store;
 pub mod vectors;
@@ -66,6 +67,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
         bodies: http::bodies::BodyBudget::new(config.limits.max_bodies_in_flight_bytes),
         plugin_threads: plugins::threads::PluginThreads::per_core()
             .context("cannot start the plugin threads")?,
+        metrics: metrics::Metrics::default(),
     }))
 }
 

@@ -8,6 +8,7 @@ mod crash;
 mod delivery;
 mod handshakes;
 mod ingest;
+mod operations;
 mod postgres;
 mod sandbox;
 mod schemes;

@@ -1,7 +1,8 @@
 //! The admin API, on its own listener: the operator tools over HTTP.
 //!
 //! Every route, known or not, requires `Authorization: Bearer <admin token>`
-//! (compared in constant time); without it the answer is 401 and nothing else.
+//! (compared in constant time); without it the answer is 401 and nothing else. The
+//! probes `/healthz` and `/readyz` are the exception: they say up or ready, no more.
 
 use super::App;
 use crate::store::Filter;
@@ -40,10 +41,39 @@ pub fn router(app: Arc<App>, token: Secret) -> axum::Router {
         .route("/admin/replay", post(replay_filtered))
         .route("/admin/endpoints/{endpoint}/pause", post(pause))
         .route("/admin/endpoints/{endpoint}/resume", post(resume))
+        .route("/metrics", get(metrics))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found") })
         // Outermost, so it also guards the fallback: no token, no information.
         .layer(middleware::from_fn_with_state(admin.clone(), authorize))
+        // Probes carry no token and learn nothing but up or ready.
+        .merge(
+            axum::Router::new()
+                .route("/healthz", get(|| async { "ok\n" }))
+                .route("/readyz", get(ready)),
+        )
         .with_state(admin)
+}
+
+/// Prometheus text exposition (OpenMetrics) of the server's metrics.
+async fn metrics(State(admin): State<Admin>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        admin.app.metrics.render(),
+    )
+        .into_response()
+}
+
+/// 200 when this server can take requests: its plugins are loaded and its
+/// migrations applied (it would not have started otherwise), and the store answers.
+/// 503 `store_unavailable` when the store does not.
+async fn ready(State(admin): State<Admin>) -> Response {
+    match admin.app.store.paused().await {
+        Ok(_) => Json(serde_json::json!({ "ready": true })).into_response(),
+        Err(e) => store_error(e),
+    }
 }
 
 async fn authorize(State(admin): State<Admin>, request: Request, next: Next) -> Response {

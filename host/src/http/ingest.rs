@@ -9,6 +9,7 @@
 use super::bodies::{BodyBudget, Reservation};
 use super::{App, IngestError};
 use crate::endpoints::Endpoint;
+use crate::metrics::RequestOutcome;
 use crate::store::{NewReceipt, Outcome, Resource};
 use crate::verify::{self, Answer, Decision, MessageSource, Verified};
 use axum::Json;
@@ -21,6 +22,7 @@ use http_body_util::BodyExt;
 use hyper::body::Body as _;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
+use std::time::Instant;
 use tracing::Instrument;
 
 pub async fn ingest(
@@ -32,10 +34,23 @@ pub async fn ingest(
     body: Body,
 ) -> Response {
     let span = tracing::info_span!("ingest", endpoint = %endpoint);
-    handle(&app, &endpoint, method, uri, headers, body)
+    let (response, outcome) = match handle(&app, &endpoint, method, uri, headers, body)
         .instrument(span)
         .await
-        .unwrap_or_else(IntoResponse::into_response)
+    {
+        Ok(answered) => answered,
+        Err(error) => {
+            let code = error.status_and_code().1;
+            (error.into_response(), RequestOutcome::Error(code))
+        }
+    };
+    // Labels only for configured endpoints: a sender cannot invent label values.
+    let known = app.endpoints.get(&endpoint);
+    let (endpoint, plugin) = known
+        .as_deref()
+        .map_or(("", ""), |e| (e.id.as_str(), e.plugin.name()));
+    app.metrics.request(endpoint, plugin, &outcome);
+    response
 }
 
 async fn handle(
@@ -45,7 +60,7 @@ async fn handle(
     uri: Uri,
     headers: HeaderMap,
     body: Body,
-) -> Result<Response, IngestError> {
+) -> Result<(Response, RequestOutcome), IngestError> {
     // 1. Resolve the endpoint; only its plugin and secrets are used from here on.
     let endpoint = app
         .endpoints
@@ -59,6 +74,7 @@ async fn handle(
     // the budget for bodies in memory is held until the answer is ready.
     let (body, _room) = read_capped(&app.bodies, body, app.max_body_bytes).await?;
     let received_at_ms = crate::clock::now_ms();
+    let received = Instant::now();
     let url = format!(
         "{}{}",
         app.public_url,
@@ -73,23 +89,41 @@ async fn handle(
         .plugin_threads
         .run(move || {
             let _in_request = span.enter();
-            judge(&endpoint, &method, &url, &headers, body, received_at_ms)
+            let started = Instant::now();
+            let judged = judge(&endpoint, &method, &url, &headers, body, received_at_ms);
+            (judged, started.elapsed())
         })
         .await
-        .inspect_err(|failure| tracing::error!(%failure, "plugin call did not answer"))??;
+        .inspect_err(|failure| tracing::error!(%failure, "plugin call did not answer"))?;
     let receipt = match judged {
-        Judged::Store(receipt) => *receipt,
-        Judged::Answer(answer) => return Ok(handshake(answer)),
+        (Ok(Judged::Store(receipt)), took) => {
+            let skew = receipt.signed_at.map(|t| received_at_ms / 1000 - t);
+            let (id, plugin) = (receipt.endpoint.as_str(), receipt.plugin.as_str());
+            app.metrics
+                .verified(id, plugin, receipt.secret_index, skew, took);
+            *receipt
+        }
+        (Ok(Judged::Answer(answer)), _) => {
+            return Ok((handshake(answer), RequestOutcome::Handshake));
+        }
+        (Err(error), _) => return Err(error),
     };
 
     // 7–8. One transaction: receipt, dedupe, version gate, inbox. 2xx only after commit.
     let (event_id, event_type) = (receipt.event_id.clone(), receipt.event_type.clone());
+    let (id, plugin) = (receipt.endpoint.clone(), receipt.plugin.clone());
     let outcome = app.store.record(receipt).await.map_err(|error| {
         tracing::error!(%error, %event_id, "receipt not stored");
         IngestError::StoreUnavailable
     })?;
+    if outcome != Outcome::Duplicate {
+        app.metrics.committed(&id, &plugin, received.elapsed());
+    }
     tracing::info!(%event_id, %event_type, ?outcome, "received");
-    Ok(answer(&event_id, outcome))
+    Ok((
+        answer(&event_id, outcome.clone()),
+        RequestOutcome::Stored(outcome),
+    ))
 }
 
 /// What a plugin thread hands back: a receipt to store, or a handshake's answer.

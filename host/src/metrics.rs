@@ -1,0 +1,236 @@
+//! Metrics: what an operator scrapes from the admin listener's `/metrics`.
+//!
+//! One registry per running server (no process-global state), so two servers in one
+//! process count apart. Labels are bounded: endpoint ids and plugin names come from
+//! the configuration (a request to an unknown endpoint counts under `endpoint=""`),
+//! and outcome reasons are stable codes. No event id or other per-request value is
+//! ever a label.
+
+use crate::store::Outcome;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::time::Duration;
+
+/// Every metric hookhost keeps; cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    signature_failures: Family<EndpointLabels, Counter>,
+    secret_matched: Family<SecretLabels, Counter>,
+    timestamp_skew: Family<EndpointLabels, Histogram>,
+    verification: Family<EndpointLabels, Histogram>,
+    receive_to_commit: Family<EndpointLabels, Histogram>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    endpoint: String,
+    plugin: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    endpoint: String,
+    plugin: String,
+    /// `accepted`, `duplicate`, `ignored`, `handshake` or `error`.
+    outcome: &'static str,
+    /// Why it was ignored, or the error's stable code; empty otherwise.
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SecretLabels {
+    endpoint: String,
+    plugin: String,
+    /// `current` (the first active secret) or `previous` (any other).
+    generation: &'static str,
+}
+
+/// How one request ended, as counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestOutcome {
+    Stored(Outcome),
+    Handshake,
+    /// The stable error code the sender was answered with.
+    Error(&'static str),
+}
+
+/// Longest reason label kept from a plugin's ignore reason.
+const REASON_LABEL_MAX: usize = 64;
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("hookhost");
+        let requests = Family::default();
+        registry.register(
+            "requests",
+            "Requests to the ingest route, by how they ended",
+            requests.clone(),
+        );
+        let signature_failures = Family::default();
+        registry.register(
+            "signature_failures",
+            "Requests whose signature matched no active secret",
+            signature_failures.clone(),
+        );
+        let secret_matched = Family::default();
+        registry.register(
+            "secret_matched",
+            "Verified requests by the generation of the secret that matched; when \
+             `previous` stays at zero, the old secret may be revoked",
+            secret_matched.clone(),
+        );
+        let timestamp_skew = Family::new_with_constructor(skew_buckets as fn() -> _);
+        registry.register(
+            "timestamp_skew_seconds",
+            "Distance between a verified request's signed timestamp and its arrival",
+            timestamp_skew.clone(),
+        );
+        let verification = Family::new_with_constructor(verification_buckets as fn() -> _);
+        registry.register(
+            "verification_seconds",
+            "Time to verify a request on a plugin thread: both plugin calls and the \
+             host's signature and timestamp checks",
+            verification.clone(),
+        );
+        let receive_to_commit = Family::new_with_constructor(commit_buckets as fn() -> _);
+        registry.register(
+            "receive_to_commit_seconds",
+            "From a request's body being read to its receipt being durable",
+            receive_to_commit.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            signature_failures,
+            secret_matched,
+            timestamp_skew,
+            verification,
+            receive_to_commit,
+        }
+    }
+}
+
+/// 0.5 s … ~4.5 h: from clock drift to a provider's retries of an old event.
+fn skew_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.5, 2.0, 16))
+}
+
+/// 10 µs … ~5 s.
+fn verification_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1e-5, 2.0, 20))
+}
+
+/// 100 µs … ~6.5 s.
+fn commit_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1e-4, 2.0, 17))
+}
+
+impl Metrics {
+    /// Count one request to the ingest route. `endpoint` and `plugin` are empty when
+    /// the endpoint is unknown.
+    pub fn request(&self, endpoint: &str, plugin: &str, outcome: &RequestOutcome) {
+        let (kind, reason) = match outcome {
+            RequestOutcome::Stored(Outcome::Accepted) => ("accepted", String::new()),
+            RequestOutcome::Stored(Outcome::Duplicate) => ("duplicate", String::new()),
+            RequestOutcome::Stored(Outcome::Conflict) => {
+                ("ignored", "conflicting_duplicate".into())
+            }
+            RequestOutcome::Stored(Outcome::StaleVersion) => ("ignored", "stale_version".into()),
+            RequestOutcome::Stored(Outcome::SameVersion) => ("ignored", "same_version".into()),
+            RequestOutcome::Stored(Outcome::ResourceDeleted) => {
+                ("ignored", "resource_deleted".into())
+            }
+            RequestOutcome::Stored(Outcome::Ignored(reason)) => ("ignored", reason_label(reason)),
+            RequestOutcome::Handshake => ("handshake", String::new()),
+            RequestOutcome::Error(code) => ("error", (*code).to_owned()),
+        };
+        let labels = RequestLabels {
+            endpoint: endpoint.to_owned(),
+            plugin: plugin.to_owned(),
+            outcome: kind,
+            reason,
+        };
+        self.requests.get_or_create(&labels).inc();
+        if *outcome == RequestOutcome::Error("invalid_signature") {
+            self.signature_failures
+                .get_or_create(&endpoint_labels(endpoint, plugin))
+                .inc();
+        }
+    }
+
+    /// A request passed verification: which secret matched, how far its signed
+    /// timestamp was from its arrival (when it has one), and how long verifying took.
+    pub fn verified(
+        &self,
+        endpoint: &str,
+        plugin: &str,
+        secret_index: usize,
+        skew_seconds: Option<i64>,
+        took: Duration,
+    ) {
+        let labels = endpoint_labels(endpoint, plugin);
+        let generation = if secret_index == 0 {
+            "current"
+        } else {
+            "previous"
+        };
+        self.secret_matched
+            .get_or_create(&SecretLabels {
+                endpoint: labels.endpoint.clone(),
+                plugin: labels.plugin.clone(),
+                generation,
+            })
+            .inc();
+        if let Some(skew) = skew_seconds {
+            self.timestamp_skew
+                .get_or_create(&labels)
+                .observe(skew.unsigned_abs() as f64);
+        }
+        self.verification
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    /// A receipt became durable `took` after its body was read.
+    pub fn committed(&self, endpoint: &str, plugin: &str, took: Duration) {
+        self.receive_to_commit
+            .get_or_create(&endpoint_labels(endpoint, plugin))
+            .observe(took.as_secs_f64());
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+fn endpoint_labels(endpoint: &str, plugin: &str) -> EndpointLabels {
+    EndpointLabels {
+        endpoint: endpoint.to_owned(),
+        plugin: plugin.to_owned(),
+    }
+}
+
+/// A plugin's ignore reason as a label: its own words, but bounded to
+/// [`REASON_LABEL_MAX`] characters of `[a-z0-9_.-]` (others become `_`), so a plugin
+/// that puts per-event text in its reasons cannot grow the label set without limit
+/// beyond what its reasons' first characters allow.
+fn reason_label(reason: &str) -> String {
+    reason
+        .chars()
+        .take(REASON_LABEL_MAX)
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '_' | '.' | '-' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '_',
+        })
+        .collect()
+}

@@ -1,0 +1,126 @@
+//! What an operator sees: the admin listener's `/metrics`, `/healthz` and `/readyz`.
+
+use crate::support::*;
+use std::net::SocketAddr;
+
+const ADMIN_TOKEN: &str = "metrics-admin-token";
+
+/// Serve the server's admin API on a port of its own.
+async fn admin(server: &Server) -> SocketAddr {
+    let router = hookhost::http::admin::router(
+        server.app.clone(),
+        hookhost::verify::Secret::new(ADMIN_TOKEN),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    addr
+}
+
+/// GET `path` on the admin listener; (status, body text).
+async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+    let headers: Vec<(&str, String)> = token
+        .map(|t| ("authorization", format!("Bearer {t}")))
+        .into_iter()
+        .collect();
+    let (status, _, body) = request_raw(addr, "GET", path, &headers, Default::default()).await;
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The value of the sample named exactly `sample` (name and labels, as exposed).
+fn value(text: &str, sample: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(sample)?.strip_prefix(' '))
+        .and_then(|v| v.split(' ').next()?.parse().ok())
+}
+
+/// One request of a script: the status expected, headers, body and endpoint.
+type Step<'a> = (u16, Vec<(&'a str, String)>, String, &'a str);
+
+crate::both_stores! {
+async fn metrics_count_a_scripted_mix_of_requests_exactly() {
+    let server = Server::start(&stripe_config("")).await;
+    let admin = admin(&server).await;
+    let t = now();
+    let first = stripe_event("evt_m1", "customer.updated", "cus_m", t);
+    let second = stripe_event("evt_m2", "customer.updated", "cus_m2", t);
+    let older = stripe_event("evt_m0", "customer.updated", "cus_m", t - 10);
+    let script: Vec<Step<'_>> = vec![
+        (200, stripe_headers(&[STRIPE_SECRET], t, &first), first.clone(), "stripe"),
+        (200, stripe_headers(&[STRIPE_SECRET], t, &first), first.clone(), "stripe"),
+        (200, stripe_headers(&[STRIPE_OLD_SECRET], t, &second), second, "stripe"),
+        (200, stripe_headers(&[STRIPE_SECRET], t, &older), older, "stripe"),
+        (400, stripe_headers(&["whsec_wrong"], t, &first), first.clone(), "stripe"),
+        (400, vec![], first.clone(), "stripe"),
+        (404, vec![], first, "no-such-endpoint"),
+    ];
+    for (status, headers, body, endpoint) in script {
+        let (got, answer) = server.post(endpoint, &headers, body).await;
+        assert_eq!(got, status, "{endpoint}: {answer}");
+    }
+
+    let (status, text) = get(admin, "/metrics", Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200, "{text}");
+    let stripe = r#"endpoint="stripe",plugin="stripe""#;
+    let expected = [
+        (format!(r#"hookhost_requests_total{{{stripe},outcome="accepted",reason=""}}"#), 2.0),
+        (format!(r#"hookhost_requests_total{{{stripe},outcome="duplicate",reason=""}}"#), 1.0),
+        (
+            format!(r#"hookhost_requests_total{{{stripe},outcome="ignored",reason="stale_version"}}"#),
+            1.0,
+        ),
+        (
+            format!(r#"hookhost_requests_total{{{stripe},outcome="error",reason="invalid_signature"}}"#),
+            1.0,
+        ),
+        (
+            format!(r#"hookhost_requests_total{{{stripe},outcome="error",reason="missing_signature"}}"#),
+            1.0,
+        ),
+        (
+            r#"hookhost_requests_total{endpoint="",plugin="",outcome="error",reason="unknown_endpoint"}"#
+                .to_string(),
+            1.0,
+        ),
+        (format!("hookhost_signature_failures_total{{{stripe}}}"), 1.0),
+        // Verified: the accepted, the duplicate and the stale one with the current
+        // secret, the second event with the previous one.
+        (
+            format!(r#"hookhost_secret_matched_total{{{stripe},generation="current"}}"#),
+            3.0,
+        ),
+        (
+            format!(r#"hookhost_secret_matched_total{{{stripe},generation="previous"}}"#),
+            1.0,
+        ),
+        (format!("hookhost_timestamp_skew_seconds_count{{{stripe}}}"), 4.0),
+        (format!("hookhost_verification_seconds_count{{{stripe}}}"), 4.0),
+        // Written: two accepted and the stale one (the duplicate wrote nothing).
+        (format!("hookhost_receive_to_commit_seconds_count{{{stripe}}}"), 3.0),
+    ];
+    for (sample, want) in &expected {
+        assert_eq!(value(&text, sample), Some(*want), "{sample} in:\n{text}");
+    }
+    let requests: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("hookhost_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(requests, 7.0, "one count per request:\n{text}");
+    assert!(!text.contains("evt_m"), "no event id is ever a label:\n{text}");
+}
+}
+
+crate::both_stores! {
+async fn probes_answer_without_the_token_and_metrics_need_it() {
+    let server = Server::start(&stripe_config("")).await;
+    let admin = admin(&server).await;
+    assert_eq!(get(admin, "/healthz", None).await, (200, "ok\n".to_string()));
+    let (status, body) = get(admin, "/readyz", None).await;
+    assert_eq!((status, body.as_str()), (200, r#"{"ready":true}"#));
+    assert_eq!(get(admin, "/metrics", None).await.0, 401);
+    assert_eq!(get(admin, "/metrics", Some("wrong")).await.0, 401);
+}
+}
