@@ -6,10 +6,11 @@
 //! and outcome reasons are stable codes. No event id or other per-request value is
 //! ever a label.
 
-use crate::store::Outcome;
+use crate::store::{Backlog, Next, Outcome};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::time::Duration;
@@ -24,6 +25,23 @@ pub struct Metrics {
     timestamp_skew: Family<EndpointLabels, Histogram>,
     verification: Family<EndpointLabels, Histogram>,
     receive_to_commit: Family<EndpointLabels, Histogram>,
+    attempts: Family<AttemptLabels, Counter>,
+    signed_to_delivered: Family<EndpointLabels, Histogram>,
+    pending: Family<EndpointOnly, Gauge>,
+    oldest_pending: Family<EndpointOnly, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointOnly {
+    endpoint: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AttemptLabels {
+    endpoint: String,
+    plugin: String,
+    /// What the attempt led to: `delivered`, `retry`, `dead` or `quarantined`.
+    result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -103,6 +121,32 @@ impl Default for Metrics {
             "From a request's body being read to its receipt being durable",
             receive_to_commit.clone(),
         );
+        let attempts = Family::default();
+        registry.register(
+            "delivery_attempts",
+            "Delivery attempts recorded, by what each led to: `retry` counts retries, \
+             `dead` dead letters, `quarantined` events the destination refused for good",
+            attempts.clone(),
+        );
+        let signed_to_delivered =
+            Family::new_with_constructor(signed_to_delivered_buckets as fn() -> _);
+        registry.register(
+            "signed_to_delivered_seconds",
+            "From the provider's signed timestamp to the destination's 2xx",
+            signed_to_delivered.clone(),
+        );
+        let pending = Family::default();
+        registry.register(
+            "pending_events",
+            "Events accepted and not yet delivered, dead, quarantined or discarded",
+            pending.clone(),
+        );
+        let oldest_pending = Family::default();
+        registry.register(
+            "oldest_pending_age_seconds",
+            "How long ago the oldest pending event was received",
+            oldest_pending.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -111,6 +155,10 @@ impl Default for Metrics {
             timestamp_skew,
             verification,
             receive_to_commit,
+            attempts,
+            signed_to_delivered,
+            pending,
+            oldest_pending,
         }
     }
 }
@@ -128,6 +176,11 @@ fn verification_buckets() -> Histogram {
 /// 100 µs … ~6.5 s.
 fn commit_buckets() -> Histogram {
     Histogram::new(exponential_buckets(1e-4, 2.0, 17))
+}
+
+/// 1 s … ~9 h (seconds resolution: the signed timestamp is in whole seconds).
+fn signed_to_delivered_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 16))
 }
 
 impl Metrics {
@@ -201,6 +254,54 @@ impl Metrics {
         self.receive_to_commit
             .get_or_create(&endpoint_labels(endpoint, plugin))
             .observe(took.as_secs_f64());
+    }
+
+    /// A delivery attempt was recorded, leading to `next`. `signed_at` is the
+    /// provider's signed timestamp (unix seconds), when its scheme signs one.
+    pub fn attempted(
+        &self,
+        endpoint: &str,
+        plugin: &str,
+        next: &Next,
+        signed_at: Option<i64>,
+        ended_at_ms: i64,
+    ) {
+        let result = match next {
+            Next::Delivered => "delivered",
+            Next::RetryAt(_) => "retry",
+            Next::Dead => "dead",
+            Next::Quarantined => "quarantined",
+        };
+        self.attempts
+            .get_or_create(&AttemptLabels {
+                endpoint: endpoint.to_owned(),
+                plugin: plugin.to_owned(),
+                result,
+            })
+            .inc();
+        if let (Next::Delivered, Some(signed_at)) = (next, signed_at) {
+            let seconds = (ended_at_ms as f64 / 1000.0 - signed_at as f64).max(0.0);
+            self.signed_to_delivered
+                .get_or_create(&endpoint_labels(endpoint, plugin))
+                .observe(seconds);
+        }
+    }
+
+    /// Set the backlog gauges from the store's answer, at `now_ms`; an endpoint
+    /// missing from `backlog` has nothing pending.
+    pub fn backlog(&self, endpoints: &[String], backlog: &[Backlog], now_ms: i64) {
+        for endpoint in endpoints {
+            let labels = EndpointOnly {
+                endpoint: endpoint.clone(),
+            };
+            let (count, oldest) = backlog
+                .iter()
+                .find(|(id, ..)| id == endpoint)
+                .map_or((0, None), |&(_, count, oldest)| (count, Some(oldest)));
+            self.pending.get_or_create(&labels).set(count);
+            let age = oldest.map_or(0, |oldest| (now_ms - oldest).max(0) / 1000);
+            self.oldest_pending.get_or_create(&labels).set(age);
+        }
     }
 
     /// The Prometheus text exposition of every metric.

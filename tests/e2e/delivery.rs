@@ -685,3 +685,62 @@ async fn a_replay_can_map_the_event_again_with_the_current_plugin() {
         "customer.updated"
     );
 }
+
+crate::both_stores! {
+async fn delivery_metrics_count_each_attempt_by_what_it_led_to() {
+    use crate::operations::{ADMIN_TOKEN, admin, get, value};
+    let (downstream, port) = Downstream::start().await;
+    let server = start(port, "[0, 0, 0]").await;
+    let admin = admin(&server).await;
+    downstream.script("evt_gone", &[(404, None)]);
+    downstream.script("evt_broken", &[(500, None); 10]);
+    downstream.script("evt_later", &[(503, None)]);
+    for id in ["evt_ok", "evt_gone", "evt_broken", "evt_later"] {
+        accept(&server, id).await;
+    }
+    settled(&server, "evt_ok", "delivered").await;
+    settled(&server, "evt_gone", "quarantined").await;
+    settled(&server, "evt_broken", "dead").await;
+    settled(&server, "evt_later", "delivered").await;
+
+    // Paused, an accepted event waits: the backlog shows it.
+    server
+        .app
+        .store
+        .set_paused("stripe", true, 0)
+        .await
+        .expect("pause");
+    accept(&server, "evt_waiting").await;
+
+    let stripe = r#"endpoint="stripe",plugin="stripe""#;
+    let expected = [
+        (format!(r#"hookhost_delivery_attempts_total{{{stripe},result="delivered"}}"#), 2.0),
+        // evt_broken's first two attempts and evt_later's first.
+        (format!(r#"hookhost_delivery_attempts_total{{{stripe},result="retry"}}"#), 3.0),
+        (format!(r#"hookhost_delivery_attempts_total{{{stripe},result="dead"}}"#), 1.0),
+        (format!(r#"hookhost_delivery_attempts_total{{{stripe},result="quarantined"}}"#), 1.0),
+        (format!("hookhost_signed_to_delivered_seconds_count{{{stripe}}}"), 2.0),
+        (r#"hookhost_pending_events{endpoint="stripe"}"#.to_string(), 1.0),
+    ];
+    // An attempt is counted just after its state commits: scrape until the last
+    // one's count is in (10 s at most), then hold every sample to its value.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let (status, text) = get(admin, "/metrics", Some(ADMIN_TOKEN)).await;
+        assert_eq!(status, 200, "{text}");
+        let all_in = expected
+            .iter()
+            .all(|(sample, want)| value(&text, sample) == Some(*want));
+        if all_in || Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    for (sample, want) in &expected {
+        assert_eq!(value(&text, sample), Some(*want), "{sample} in:\n{text}");
+    }
+    let age = value(&text, r#"hookhost_oldest_pending_age_seconds{endpoint="stripe"}"#)
+        .expect("oldest pending age");
+    assert!((0.0..60.0).contains(&age), "{age}");
+}
+}

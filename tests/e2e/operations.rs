@@ -3,10 +3,10 @@
 use crate::support::*;
 use std::net::SocketAddr;
 
-const ADMIN_TOKEN: &str = "metrics-admin-token";
+pub const ADMIN_TOKEN: &str = "metrics-admin-token";
 
 /// Serve the server's admin API on a port of its own.
-async fn admin(server: &Server) -> SocketAddr {
+pub async fn admin(server: &Server) -> SocketAddr {
     let router = hookhost::http::admin::router(
         server.app.clone(),
         hookhost::verify::Secret::new(ADMIN_TOKEN),
@@ -20,7 +20,7 @@ async fn admin(server: &Server) -> SocketAddr {
 }
 
 /// GET `path` on the admin listener; (status, body text).
-async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+pub async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
     let headers: Vec<(&str, String)> = token
         .map(|t| ("authorization", format!("Bearer {t}")))
         .into_iter()
@@ -30,7 +30,7 @@ async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String)
 }
 
 /// The value of the sample named exactly `sample` (name and labels, as exposed).
-fn value(text: &str, sample: &str) -> Option<f64> {
+pub fn value(text: &str, sample: &str) -> Option<f64> {
     text.lines()
         .find_map(|line| line.strip_prefix(sample)?.strip_prefix(' '))
         .and_then(|v| v.split(' ').next()?.parse().ok())

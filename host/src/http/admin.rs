@@ -54,8 +54,19 @@ pub fn router(app: Arc<App>, token: Secret) -> axum::Router {
         .with_state(admin)
 }
 
-/// Prometheus text exposition (OpenMetrics) of the server's metrics.
+/// Prometheus text exposition (OpenMetrics) of the server's metrics. The backlog
+/// gauges are read from the store at each scrape (the index of pending receipts
+/// answers it); when the store does not answer, they keep their last values.
 async fn metrics(State(admin): State<Admin>) -> Response {
+    let app = &admin.app;
+    match app.store.backlog().await {
+        Ok(backlog) => {
+            let endpoints = app.endpoints.with_destinations();
+            app.metrics
+                .backlog(&endpoints, &backlog, crate::clock::now_ms());
+        }
+        Err(error) => tracing::warn!(%error, "metrics: backlog not read"),
+    }
     (
         [(
             header::CONTENT_TYPE,

@@ -23,6 +23,8 @@ pub struct Leased {
     pub resource_version: Option<i64>,
     /// Attempts made before this one.
     pub attempts: u32,
+    /// The provider's signed timestamp (unix seconds), when its scheme signs one.
+    pub signed_at: Option<i64>,
 }
 
 /// One attempt, as recorded.
@@ -164,7 +166,7 @@ pub(super) async fn lease_in(
             ORDER BY next_attempt_at_ms, received_at_ms
             LIMIT ?5)
          RETURNING endpoint, event_id, body, headers, event_type, plugin,
-                   resource_kind, resource_id, resource_version, attempts",
+                   resource_kind, resource_id, resource_version, attempts, signed_at",
     )
     .bind(&r.owner)
     .bind(r.until_ms)
@@ -186,6 +188,7 @@ pub(super) async fn lease_in(
             resource_id: row.get(7),
             resource_version: row.get(8),
             attempts: u32::try_from(row.get::<i64, _>(9)).unwrap_or(0),
+            signed_at: row.get(10),
         })
         .collect())
 }

@@ -145,6 +145,8 @@ forward! {
     fn set_paused(&self, endpoint: &str, paused: bool, now_ms: i64) -> Result<(), StoreError>;
     /// Endpoints whose delivery is paused.
     fn paused(&self) -> Result<Vec<String>, StoreError>;
+    /// Per endpoint with pending events: how many, and when the oldest was received.
+    fn backlog(&self) -> Result<Vec<Backlog>, StoreError>;
     /// Delete what the retention lets go: delivered receipts (and their attempts)
     /// older than `retention.delivered`; dead letters, quarantined receipts and
     /// conflicts only when `retention.dead` is set. Never a pending receipt.
@@ -223,6 +225,13 @@ impl Resource {
         }
     }
 }
+
+/// An endpoint's pending events: (endpoint, how many, oldest `received_at_ms`).
+pub type Backlog = (String, i64, i64);
+
+/// The backlog on every backend: the partial index of pending receipts serves it.
+const BACKLOG: &str = "SELECT endpoint, COUNT(*), MIN(received_at_ms) FROM receipts
+                       WHERE state = 'pending' GROUP BY endpoint ORDER BY endpoint";
 
 /// What the store decided for one receipt.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -228,6 +228,12 @@ impl SqliteStore {
                 .await?,
         )
     }
+
+    pub async fn backlog(&self) -> Result<Vec<super::Backlog>, StoreError> {
+        Ok(sqlx::query_as(super::BACKLOG)
+            .fetch_all(&self.readers)
+            .await?)
+    }
 }
 
 /// One event with its attempts, as `show` answers it (on every backend).

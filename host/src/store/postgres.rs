@@ -210,7 +210,7 @@ impl PgStore {
              FROM picked
              WHERE receipts.endpoint = picked.endpoint AND receipts.event_id = picked.event_id
              RETURNING receipts.endpoint, receipts.event_id, body, headers, event_type, plugin,
-                       resource_kind, resource_id, resource_version, attempts",
+                       resource_kind, resource_id, resource_version, attempts, signed_at",
         )
         .bind(owner)
         .bind(until_ms)
@@ -433,6 +433,11 @@ impl PgStore {
         )
     }
 
+    /// Per endpoint with pending events: how many, and the oldest's arrival.
+    pub async fn backlog(&self) -> Result<Vec<super::Backlog>, StoreError> {
+        Ok(sqlx::query_as(super::BACKLOG).fetch_all(&self.pool).await?)
+    }
+
     /// Delete what the retention lets go, in short batches (see [`super::Purged`]).
     pub async fn purge(
         &self,
@@ -520,6 +525,7 @@ fn leased(row: PgRow) -> Leased {
         resource_id: row.get(7),
         resource_version: row.get(8),
         attempts: u32::try_from(row.get::<i64, _>(9)).unwrap_or(0),
+        signed_at: row.get(10),
     }
 }
 

@@ -173,13 +173,22 @@ impl Attempted {
             record,
             next,
         } = self;
-        if let Err(error) = app
+        match app
             .store
             .finish_attempt(&event, &owner, &record, &next)
             .await
         {
+            Ok(()) => app.metrics.attempted(
+                &event.endpoint,
+                &event.plugin,
+                &next,
+                event.signed_at,
+                record.ended_at_ms,
+            ),
             // The lease expires and the event is delivered again: at least once, never lost.
-            tracing::error!(%error, event_id = %event.event_id, "attempt not recorded");
+            Err(error) => {
+                tracing::error!(%error, event_id = %event.event_id, "attempt not recorded")
+            }
         }
     }
 }
