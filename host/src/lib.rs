@@ -67,7 +67,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
         bodies: http::bodies::BodyBudget::new(config.limits.max_bodies_in_flight_bytes),
         plugin_threads: plugins::threads::PluginThreads::per_core()
             .context("cannot start the plugin threads")?,
-        metrics: metrics::Metrics::default(),
+        metrics: metrics::Metrics::counting(catalog.iter().map(|p| &**p)),
     }))
 }
 

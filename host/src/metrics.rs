@@ -6,6 +6,7 @@
 //! and outcome reasons are stable codes. No event id or other per-request value is
 //! ever a label.
 
+use crate::plugins::PluginFailure;
 use crate::store::{Backlog, Next, Outcome};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -29,6 +30,7 @@ pub struct Metrics {
     signed_to_delivered: Family<EndpointLabels, Histogram>,
     pending: Family<EndpointOnly, Gauge>,
     oldest_pending: Family<EndpointOnly, Gauge>,
+    plugin_calls: PluginCalls,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -66,6 +68,73 @@ struct SecretLabels {
     plugin: String,
     /// `current` (the first active secret) or `previous` (any other).
     generation: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    plugin: String,
+    /// `plan-verification`, `describe-event` or `handshake`.
+    call: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabels {
+    plugin: String,
+    /// `trap`, `timeout`, `memory`, `output_too_large` or `instantiate`.
+    kind: &'static str,
+}
+
+/// Each plugin's calls: latency per call and failures by kind. Plugins hold a clone
+/// (the families are shared handles) and count their own calls.
+#[derive(Debug, Clone)]
+pub struct PluginCalls {
+    seconds: Family<CallLabels, Histogram>,
+    failures: Family<FailureLabels, Counter>,
+}
+
+impl PluginCalls {
+    fn new() -> PluginCalls {
+        PluginCalls {
+            seconds: Family::new_with_constructor(verification_buckets as fn() -> _),
+            failures: Family::default(),
+        }
+    }
+
+    /// One call of `plugin` took `took`; `failure` when it produced no answer.
+    pub fn observe(
+        &self,
+        plugin: &str,
+        call: &'static str,
+        took: Duration,
+        failure: Option<&PluginFailure>,
+    ) {
+        self.seconds
+            .get_or_create(&CallLabels {
+                plugin: plugin.to_owned(),
+                call,
+            })
+            .observe(took.as_secs_f64());
+        if let Some(failure) = failure {
+            self.failed(plugin, failure);
+        }
+    }
+
+    /// A call or an instance of `plugin` failed.
+    pub fn failed(&self, plugin: &str, failure: &PluginFailure) {
+        let kind = match failure {
+            PluginFailure::Timeout => "timeout",
+            PluginFailure::Memory => "memory",
+            PluginFailure::OutputTooLarge(_) => "output_too_large",
+            PluginFailure::Trap(_) => "trap",
+            PluginFailure::Instantiate(_) => "instantiate",
+        };
+        self.failures
+            .get_or_create(&FailureLabels {
+                plugin: plugin.to_owned(),
+                kind,
+            })
+            .inc();
+    }
 }
 
 /// How one request ended, as counted.
@@ -147,8 +216,20 @@ impl Default for Metrics {
             "How long ago the oldest pending event was received",
             oldest_pending.clone(),
         );
+        let plugin_calls = PluginCalls::new();
+        registry.register(
+            "plugin_call_seconds",
+            "Time of one plugin call, by plugin and call",
+            plugin_calls.seconds.clone(),
+        );
+        registry.register(
+            "plugin_failures",
+            "Plugin calls and instances that produced no answer, by kind",
+            plugin_calls.failures.clone(),
+        );
         Metrics {
             registry,
+            plugin_calls,
             requests,
             signature_failures,
             secret_matched,
@@ -184,6 +265,15 @@ fn signed_to_delivered_buckets() -> Histogram {
 }
 
 impl Metrics {
+    /// Metrics that also count the calls of every plugin in `plugins`.
+    pub fn counting<'a>(plugins: impl IntoIterator<Item = &'a crate::plugins::Plugin>) -> Metrics {
+        let metrics = Metrics::default();
+        for plugin in plugins {
+            plugin.count_calls_in(&metrics.plugin_calls);
+        }
+        metrics
+    }
+
     /// Count one request to the ingest route. `endpoint` and `plugin` are empty when
     /// the endpoint is unknown.
     pub fn request(&self, endpoint: &str, plugin: &str, outcome: &RequestOutcome) {

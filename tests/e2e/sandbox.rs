@@ -76,6 +76,43 @@ async fn misbehaving_plugins_fail_alone_and_within_their_limits() {
         assert_eq!(server.count_receipts(endpoint).await, 0);
     }
 
+    // Each failure is counted by its kind, and every call is timed: six good
+    // requests (both calls), four failing in plan-verification and one in
+    // describe-event.
+    {
+        use crate::operations::{ADMIN_TOKEN, admin, get, value};
+        let admin = admin(&server).await;
+        let (_, text) = get(admin, "/metrics", Some(ADMIN_TOKEN)).await;
+        for (sample, want) in [
+            (
+                r#"hookhost_plugin_failures_total{plugin="hostile",kind="timeout"}"#,
+                2.0,
+            ),
+            (
+                r#"hookhost_plugin_failures_total{plugin="hostile",kind="memory"}"#,
+                1.0,
+            ),
+            (
+                r#"hookhost_plugin_failures_total{plugin="hostile",kind="trap"}"#,
+                1.0,
+            ),
+            (
+                r#"hookhost_plugin_failures_total{plugin="hostile",kind="output_too_large"}"#,
+                1.0,
+            ),
+            (
+                r#"hookhost_plugin_call_seconds_count{plugin="hostile",call="plan-verification"}"#,
+                11.0,
+            ),
+            (
+                r#"hookhost_plugin_call_seconds_count{plugin="hostile",call="describe-event"}"#,
+                7.0,
+            ),
+        ] {
+            assert_eq!(value(&text, sample), Some(want), "{sample} in:\n{text}");
+        }
+    }
+
     // Writing to stderr is allowed (it goes to the log, capped) and costs nothing else.
     let answer = server
         .post("stderr", &guest_headers("s", "noisy", body), &body[..])

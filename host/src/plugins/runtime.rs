@@ -10,7 +10,7 @@ use sha2::{Digest as _, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use wasmtime::component::{Component, Linker, ResourceTable};
 use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -97,6 +97,8 @@ pub struct Plugin {
     pub size: usize,
     pre: Pre,
     limits: PluginLimits,
+    /// Where each request's calls are counted, once a server's metrics take it.
+    calls: OnceLock<crate::metrics::PluginCalls>,
 }
 
 /// A pre-instantiated component of one contract version.
@@ -461,6 +463,7 @@ impl Plugin {
             size: bytes.len(),
             pre,
             limits,
+            calls: OnceLock::new(),
         };
         let (algorithms, info) = plugin
             .call_info()
@@ -624,6 +627,12 @@ impl Plugin {
         Ok((store, instance))
     }
 
+    /// Count this plugin's calls in `calls` from now on (the first server's metrics to
+    /// ask keep it).
+    pub fn count_calls_in(&self, calls: &crate::metrics::PluginCalls) {
+        let _ = self.calls.set(calls.clone());
+    }
+
     /// A fresh, isolated instance for one request.
     pub fn session<'a>(
         &'a self,
@@ -638,6 +647,9 @@ impl Plugin {
         };
         let (store, instance) = self.instantiate(head, self.limits).inspect_err(|failure| {
             tracing::error!(plugin = self.name(), %failure, "plugin instance could not start");
+            if let Some(calls) = self.calls.get() {
+                calls.failed(self.name(), failure);
+            }
         })?;
         Ok(Session {
             plugin: self,
@@ -713,11 +725,12 @@ impl Session<'_> {
         let (limits, body) = (self.plugin.limits, self.body);
         macro_rules! call {
             ($v:ident, $p:expr, $head:expr) => {{
+                let started = Instant::now();
                 let answer = guarded(&mut self.store, limits, |s| {
                     $p.hookhost_provider_plugin()
                         .call_plan_verification(s, $head, body)
                 });
-                let answer = self.checked(answer, |r| match r {
+                let answer = self.checked("plan-verification", started, answer, |r| match r {
                     Ok(plan) => $v::plan_size(plan),
                     Err(rejection) => $v::rejection_size(rejection),
                 })?;
@@ -734,11 +747,12 @@ impl Session<'_> {
         let (limits, body) = (self.plugin.limits, self.body);
         macro_rules! call {
             ($v:ident, $p:expr, $head:expr) => {{
+                let started = Instant::now();
                 let answer = guarded(&mut self.store, limits, |s| {
                     $p.hookhost_provider_plugin()
                         .call_describe_event(s, $head, body)
                 });
-                let answer = self.checked(answer, |r| match r {
+                let answer = self.checked("describe-event", started, answer, |r| match r {
                     Ok(event) => $v::event_size(event),
                     Err(rejection) => $v::rejection_size(rejection),
                 })?;
@@ -758,16 +772,21 @@ impl Session<'_> {
         let Instance::V0_2(p, head) = &self.instance else {
             return Ok(None);
         };
+        let started = Instant::now();
         let answer = guarded(&mut self.store, limits, |s| {
             p.hookhost_provider_plugin().call_handshake(s, head)
         });
-        let answer = self.checked(answer, |r| r.as_ref().map_or(0, v0_2::handshake_size))?;
+        let answer = self.checked("handshake", started, answer, |r| {
+            r.as_ref().map_or(0, v0_2::handshake_size)
+        })?;
         Ok(answer.map(v0_2::handshake))
     }
 
-    /// Log the plugin's stderr and failures; enforce the output cap.
+    /// Log and count failures; enforce the output cap; time the call that `started`.
     fn checked<T>(
         &mut self,
+        call: &'static str,
+        started: Instant,
         answer: Result<T, PluginFailure>,
         size: impl FnOnce(&T) -> usize,
     ) -> Result<T, PluginFailure> {
@@ -782,6 +801,9 @@ impl Session<'_> {
         });
         if let Err(failure) = &answer {
             tracing::error!(plugin, %failure, "plugin call failed");
+        }
+        if let Some(calls) = self.plugin.calls.get() {
+            calls.observe(plugin, call, started.elapsed(), answer.as_ref().err());
         }
         answer
     }
