@@ -322,3 +322,156 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     found
 }
+
+/// At the most verbose level, in JSON, the log of a server that verified, refused and
+/// delivered events holds no secret, no signature and no credential the sender sent,
+/// and each line about a request or a delivery names its endpoint, plugin, event id
+/// and event type.
+#[test]
+fn logs_never_hold_a_secret_a_signature_or_a_credential() {
+    use crate::support::{now, stripe_event, stripe_headers};
+    const ENDPOINT_SECRET: &str = "whsec_logtest_endpoint_secret";
+    const DESTINATION_SECRET: &str = "whsec_bG9ndGVzdC1kZXN0aW5hdGlvbi1rZXktMDAwMDAwMA==";
+    const ADMIN_TOKEN: &str = "logtest-admin-token-7f3a";
+    const SENDER_CREDENTIAL: &str = "Bearer sender-credential-91c2";
+    let dir = tempfile::tempdir().expect("dir");
+    let free_port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port()
+    };
+    let (port, admin_port) = (free_port(), free_port());
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    // The destination: answers 200 to everything.
+    let downstream = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let app = axum::Router::new().fallback(|| async { "ok" });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        addr
+    });
+    std::fs::write(dir.path().join("stripe.secret"), ENDPOINT_SECRET).expect("secret");
+    std::fs::write(dir.path().join("destination.secret"), DESTINATION_SECRET).expect("secret");
+    std::fs::write(dir.path().join("admin.token"), ADMIN_TOKEN).expect("token");
+    let config = dir.path().join("hookhost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin_port}\"\n\
+             admin_token = \"file:admin.token\"\n\
+             [delivery]\npoll_ms = 20\n\
+             [[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"file:stripe.secret\"]\n\
+             [endpoint.destination]\nurl = \"http://{downstream}/hook\"\nsecret = \"file:destination.secret\"\n"
+        ),
+    )
+    .expect("config");
+    let child = Command::new(env!("CARGO_BIN_EXE_hookhost"))
+        .args(["--log-json", "serve", "--config"])
+        .arg(&config)
+        .current_dir(dir.path())
+        .env(
+            "RUST_LOG",
+            "trace,hyper=info,h2=info,sqlx=info,wasmtime=info,cranelift=info",
+        )
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{admin_port}").parse().expect("addr");
+    let mut signatures = Vec::new();
+    runtime.block_on(async {
+        crate::support::wait_listening(addr, std::time::Duration::from_secs(30), "server").await;
+        crate::support::wait_listening(admin, std::time::Duration::from_secs(30), "admin").await;
+        let t = now();
+        for (id, secret, status) in [
+            ("evt_log_ok", ENDPOINT_SECRET, 200),
+            ("evt_log_forged", "whsec_not_the_secret", 400),
+        ] {
+            let body = stripe_event(id, "invoice.paid", "in_log", t);
+            let mut headers = stripe_headers(&[secret], t, &body);
+            signatures.push(headers[0].1.clone());
+            headers.push(("authorization", SENDER_CREDENTIAL.to_string()));
+            let (got, answer) =
+                crate::support::request(addr, "POST", "/webhooks/stripe", &headers, body.into())
+                    .await;
+            assert_eq!(got, status, "{id}: {answer}");
+        }
+        // Delivered, then the operator looks at it.
+        let bearer = [("authorization", format!("Bearer {ADMIN_TOKEN}"))];
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let (_, shown) = crate::support::request(
+                admin,
+                "GET",
+                "/admin/events/stripe/evt_log_ok",
+                &bearer,
+                Default::default(),
+            )
+            .await;
+            if shown["state"] == "delivered" {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not delivered: {shown}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let (status, _) =
+            crate::support::request(admin, "GET", "/metrics", &bearer, Default::default()).await;
+        assert_eq!(status, 200);
+    });
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let out = child.wait_with_output().expect("wait");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}\n{log}", out.status);
+    let mut forbidden = vec![
+        ENDPOINT_SECRET.to_string(),
+        DESTINATION_SECRET.to_string(),
+        DESTINATION_SECRET.trim_start_matches("whsec_").to_string(),
+        ADMIN_TOKEN.to_string(),
+        SENDER_CREDENTIAL.to_string(),
+        "sender-credential-91c2".to_string(),
+    ];
+    for header in &signatures {
+        // `t=…,v1=<hex>`: each signature value on its own.
+        forbidden.extend(
+            header
+                .split(',')
+                .filter_map(|part| part.strip_prefix("v1="))
+                .map(str::to_string),
+        );
+    }
+    for needle in &forbidden {
+        assert!(!log.contains(needle.as_str()), "{needle:?} reached the log");
+    }
+    // Every line is JSON; the request's and the delivery's lines name what they are about.
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    for message in ["received", "delivery attempt"] {
+        let line = lines
+            .iter()
+            .find(|l| l["fields"]["message"] == message)
+            .unwrap_or_else(|| panic!("no {message:?} line in\n{log}"));
+        let span = &line["span"];
+        for (field, want) in [
+            ("endpoint", "stripe"),
+            ("plugin", "stripe"),
+            ("event_id", "evt_log_ok"),
+            ("event_type", "invoice.paid"),
+        ] {
+            assert_eq!(span[field], want, "{message}: {field} in {line}");
+        }
+    }
+}

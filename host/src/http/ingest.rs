@@ -33,7 +33,14 @@ pub async fn ingest(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let span = tracing::info_span!("ingest", endpoint = %endpoint);
+    // Every line of the request carries these, each from when it is known.
+    let span = tracing::info_span!(
+        "ingest",
+        endpoint = %endpoint,
+        plugin = tracing::field::Empty,
+        event_id = tracing::field::Empty,
+        event_type = tracing::field::Empty,
+    );
     let (response, outcome) = match handle(&app, &endpoint, method, uri, headers, body)
         .instrument(span)
         .await
@@ -66,6 +73,7 @@ async fn handle(
         .endpoints
         .get(endpoint_id)
         .ok_or(IngestError::UnknownEndpoint)?;
+    tracing::Span::current().record("plugin", endpoint.plugin.name());
     if method != Method::POST && method != Method::GET {
         return Err(IngestError::MethodNotAllowed);
     }
@@ -110,16 +118,16 @@ async fn handle(
     };
 
     // 7–8. One transaction: receipt, dedupe, version gate, inbox. 2xx only after commit.
-    let (event_id, event_type) = (receipt.event_id.clone(), receipt.event_type.clone());
+    let event_id = receipt.event_id.clone();
     let (id, plugin) = (receipt.endpoint.clone(), receipt.plugin.clone());
     let outcome = app.store.record(receipt).await.map_err(|error| {
-        tracing::error!(%error, %event_id, "receipt not stored");
+        tracing::error!(%error, "receipt not stored");
         IngestError::StoreUnavailable
     })?;
     if outcome != Outcome::Duplicate {
         app.metrics.committed(&id, &plugin, received.elapsed());
     }
-    tracing::info!(%event_id, %event_type, ?outcome, "received");
+    tracing::info!(?outcome, "received");
     Ok((
         answer(&event_id, outcome.clone()),
         RequestOutcome::Stored(outcome),
@@ -153,7 +161,10 @@ fn judge(
         Decision::Store(verified) => *verified,
         Decision::Answer(answer) => return Ok(Judged::Answer(answer)),
     };
-    tracing::debug!(event_id = %verified.event_id, event_type = %verified.event.event_type, "verified");
+    let span = tracing::Span::current();
+    span.record("event_id", verified.event_id.as_str());
+    span.record("event_type", verified.event.event_type.as_str());
+    tracing::debug!("verified");
     let receipt = receipt(endpoint, verified, headers, body, received_at_ms);
     Ok(Judged::Store(Box::new(receipt)))
 }

@@ -27,6 +27,19 @@ pub struct Leased {
     pub signed_at: Option<i64>,
 }
 
+impl Leased {
+    /// The span every log line about delivering this event is in.
+    pub fn span(&self) -> tracing::Span {
+        tracing::info_span!(
+            "deliver",
+            endpoint = %self.endpoint,
+            plugin = %self.plugin,
+            event_id = %self.event_id,
+            event_type = %self.event_type,
+        )
+    }
+}
+
 /// One attempt, as recorded.
 #[derive(Debug, Clone)]
 pub struct AttemptRecord {

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 /// A destination's `Retry-After` is honoured up to this.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
@@ -53,7 +54,12 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
     let mut failures: u32 = 0;
     let record = |recording: &mut JoinSet<()>, attempted: Option<Attempted>| {
         if let Some(attempted) = attempted {
-            recording.spawn(attempted.record(app.clone(), owner.clone()));
+            let span = attempted.event.span();
+            recording.spawn(
+                attempted
+                    .record(app.clone(), owner.clone())
+                    .instrument(span),
+            );
         }
     };
     loop {
@@ -100,7 +106,8 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
                         let Some(endpoint) = app.endpoints.get(&event.endpoint) else {
                             continue;
                         };
-                        in_flight.spawn(deliver(endpoint, event));
+                        let span = event.span();
+                        in_flight.spawn(deliver(endpoint, event).instrument(span));
                     }
                 }
                 Err(error) => {
@@ -186,9 +193,7 @@ impl Attempted {
                 record.ended_at_ms,
             ),
             // The lease expires and the event is delivered again: at least once, never lost.
-            Err(error) => {
-                tracing::error!(%error, event_id = %event.event_id, "attempt not recorded")
-            }
+            Err(error) => tracing::error!(%error, "attempt not recorded"),
         }
     }
 }
@@ -215,10 +220,7 @@ async fn deliver(endpoint: Arc<Endpoint>, event: Leased) -> Option<Attempted> {
             (Some(*status).filter(|s| *s != 0), Some(error.clone()))
         }
     };
-    tracing::info!(
-        endpoint = %endpoint.id, event_id = %event.event_id, event_type = %event.event_type,
-        attempt, status, ?next, "delivery attempt"
-    );
+    tracing::info!(attempt, status, ?next, "delivery attempt");
     let record = AttemptRecord {
         started_at_ms,
         ended_at_ms,
