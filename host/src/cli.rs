@@ -49,6 +49,15 @@ enum Command {
         #[command(subcommand)]
         command: EndpointCommand,
     },
+    /// Print an endpoint's consumer contract as Markdown, from the configuration as it
+    /// is now: scheme, secrets, window, idempotency, status codes, ordering, retries.
+    Spec {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The endpoint's id.
+        #[arg(long)]
+        endpoint: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -168,6 +177,7 @@ pub fn main() -> ExitCode {
         Command::Events { command } => operate(Operation::Events(command)),
         Command::Dlq { command } => operate(Operation::Dlq(command)),
         Command::Endpoint { command } => operate(Operation::Endpoint(command)),
+        Command::Spec { config, endpoint } => spec(config, &endpoint),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -212,6 +222,68 @@ fn serve(config_path: PathBuf) -> anyhow::Result<()> {
             })?;
         crate::run(config, listener, shutdown_signal()).await
     })
+}
+
+/// Print one endpoint's contract: built as `serve` builds it, with what the store has
+/// seen of its secrets and its latest request.
+fn spec(config_path: PathBuf, id: &str) -> anyhow::Result<()> {
+    let config = Config::load(&config_path)?;
+    let Some(endpoint_config) = config.endpoints.iter().find(|e| e.id == id) else {
+        let known: Vec<&str> = config.endpoints.iter().map(|e| e.id.as_str()).collect();
+        anyhow::bail!(
+            "{}: no endpoint {id:?} (endpoints: {})",
+            config_path.display(),
+            known.join(", ")
+        );
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let text = runtime.block_on(async {
+        let app = crate::build(&config).await?;
+        let endpoint = app
+            .endpoints
+            .get(id)
+            .ok_or_else(|| anyhow::anyhow!("endpoint {id:?} was not built"))?;
+        let since = crate::clock::now_ms()
+            - i64::try_from(crate::spec::SECRET_USE_WINDOW.as_millis()).unwrap_or(i64::MAX);
+        let mut observed = crate::spec::Observed {
+            secret_use: app.store.secret_use(id, since).await?,
+            latest: None,
+        };
+        if let Some(receipt) = app.store.latest_receipt(id).await? {
+            let url = format!("{}/webhooks/{id}", config.public_url.trim_end_matches('/'));
+            let planned = endpoint.clone();
+            let stored = receipt.clone();
+            // A plugin call: on a thread of its own, never on the async workers.
+            let plan = tokio::task::spawn_blocking(move || {
+                let headers: Vec<(String, String)> =
+                    serde_json::from_str(&stored.headers).unwrap_or_default();
+                let headers: Vec<(String, Vec<u8>)> = headers
+                    .into_iter()
+                    .map(|(name, value)| (name, value.into_bytes()))
+                    .collect();
+                let source = crate::verify::MessageSource {
+                    method: "POST",
+                    url: &url,
+                    headers: &headers,
+                    body: &stored.body,
+                };
+                let mut session = planned
+                    .plugin
+                    .session(&planned.plugin_config, &source)
+                    .ok()?;
+                session.plan_verification().ok()?.ok()
+            })
+            .await?;
+            observed.latest = plan.map(|plan| (receipt, plan));
+        }
+        let text = crate::spec::render(&config, endpoint_config, &endpoint, &observed);
+        app.store.close().await;
+        anyhow::Ok(text)
+    })?;
+    print!("{text}");
+    Ok(())
 }
 
 /// Open the store the configuration names (which applies its migrations, or refuses

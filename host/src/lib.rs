@@ -19,6 +19,7 @@ pub mod endpoints;
 pub mod http;
 pub mod metrics;
 pub mod plugins;
+pub mod spec;
 pub mod store;
 pub mod vectors;
 pub mod verify;

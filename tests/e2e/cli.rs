@@ -475,3 +475,93 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
         }
     }
 }
+
+/// `hookhost spec` prints each endpoint's contract as configured: two endpoints with
+/// other settings give other specs, a changed configuration changes the spec, and once
+/// a request is stored the scheme shows what was signed and where the signature came,
+/// never its value.
+#[test]
+fn spec_follows_the_configuration_and_the_stored_requests() {
+    use crate::support::{Server, now, stripe_event, stripe_headers};
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let config = |tolerance: u32, schedule: &str, previous: bool| {
+        format!(
+            "[[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\n\
+             secrets = [\"whsec_spec_current\"{}]\ntolerance = {tolerance}\n\
+             retry_schedule_seconds = {schedule}\n\
+             [endpoint.destination]\nurl = \"http://127.0.0.1:9/hook\"\nsecret = \"whsec_c3BlYy1kZXN0aW5hdGlvbg==\"\n\
+             [[endpoint]]\nid = \"github\"\nplugin = \"github\"\nsecrets = [\"gh-spec-secret\"]\n",
+            if previous {
+                ", \"whsec_spec_previous\""
+            } else {
+                ""
+            }
+        )
+    };
+    let server = runtime.block_on(Server::start(&config(120, "[0, 60]", true)));
+    let path = server.config_path();
+    let spec = |endpoint: &str| {
+        let (ok, out, err) = hookhost(&["spec", "--config", &path, "--endpoint", endpoint]);
+        assert!(ok, "spec {endpoint}: {err}");
+        out
+    };
+
+    let stripe = spec("stripe");
+    for line in [
+        "# Endpoint `stripe`",
+        "- provider: Stripe",
+        "- algorithm: HMAC-SHA256",
+        "- active secrets: 2",
+        "- signed timestamp within ±120 s of arrival (this endpoint's setting)",
+        "- to `http://127.0.0.1:9/hook`",
+        "- attempts after: 0 s, 1 min (2 in all)",
+        "- signed string and headers: shown once a request has been stored",
+        "| 500 | `plugin_failed` | retry |",
+    ] {
+        assert!(stripe.contains(line), "{line:?} missing from:\n{stripe}");
+    }
+    let github = spec("github");
+    for line in [
+        "# Endpoint `github`",
+        "- provider: GitHub",
+        "- active secrets: 1",
+        "- no destination: accepted events wait in the inbox",
+    ] {
+        assert!(github.contains(line), "{line:?} missing from:\n{github}");
+    }
+    assert_ne!(stripe.replace("stripe", "github"), github);
+
+    // A stored request: the plan shows the signed string and the signature's header.
+    let t = now();
+    let body = stripe_event("evt_spec", "invoice.paid", "in_spec", t);
+    let headers = stripe_headers(&["whsec_spec_current"], t, &body);
+    let signature = headers[0].1.clone();
+    let (status, answer) = runtime.block_on(server.post("stripe", &headers, body));
+    assert_eq!(status, 200, "{answer}");
+    let stripe = spec("stripe");
+    for line in [
+        format!(
+            "- signed string (as planned for the latest stored event, `evt_spec`): `{t}.` + ‹raw body›"
+        ),
+        "- signature header: `stripe-signature`".to_string(),
+        "- matched in the last 7 days: current, 1 requests".to_string(),
+        "- no request in that time matched a previous secret: it may be revoked".to_string(),
+    ] {
+        assert!(stripe.contains(&line), "{line:?} missing from:\n{stripe}");
+    }
+    let v1 = signature.split("v1=").nth(1).expect("v1");
+    assert!(!stripe.contains(v1), "the signature value is in the spec");
+    assert!(!stripe.contains("whsec_spec"), "a secret is in the spec");
+
+    // The configuration changes; so does the spec.
+    std::fs::write(&path, config(600, "[5, 30, 3600]", false)).expect("rewrite");
+    let changed = spec("stripe");
+    for line in [
+        "- active secrets: 1",
+        "- signed timestamp within ±600 s of arrival (this endpoint's setting)",
+        "- attempts after: 5 s, 30 s, 1 h (3 in all)",
+    ] {
+        assert!(changed.contains(line), "{line:?} missing from:\n{changed}");
+    }
+    runtime.block_on(server.stop());
+}

@@ -147,6 +147,11 @@ forward! {
     fn paused(&self) -> Result<Vec<String>, StoreError>;
     /// Per endpoint with pending events: how many, and when the oldest was received.
     fn backlog(&self) -> Result<Vec<Backlog>, StoreError>;
+    /// (secret index, receipts) for an endpoint's receipts since `since_ms`: which
+    /// active secret has been verifying its requests (0 = current).
+    fn secret_use(&self, endpoint: &str, since_ms: i64) -> Result<Vec<(i64, i64)>, StoreError>;
+    /// An endpoint's most recently received receipt.
+    fn latest_receipt(&self, endpoint: &str) -> Result<Option<ReceiptRow>, StoreError>;
     /// Delete what the retention lets go: delivered receipts (and their attempts)
     /// older than `retention.delivered`; dead letters, quarantined receipts and
     /// conflicts only when `retention.dead` is set. Never a pending receipt.
@@ -232,6 +237,17 @@ pub type Backlog = (String, i64, i64);
 /// The backlog on every backend: the partial index of pending receipts serves it.
 const BACKLOG: &str = "SELECT endpoint, COUNT(*), MIN(received_at_ms) FROM receipts
                        WHERE state = 'pending' GROUP BY endpoint ORDER BY endpoint";
+
+/// `secret_use` on every backend (sqlx binds `$N` on SQLite too).
+const SECRET_USE: &str = "SELECT secret_index, COUNT(*) FROM receipts
+                          WHERE endpoint = $1 AND received_at_ms >= $2
+                          GROUP BY secret_index ORDER BY secret_index";
+
+/// `latest_receipt` on every backend.
+const LATEST_RECEIPT: &str = "SELECT event_id, state, state_reason, event_type, secret_index,
+                                     body, headers, resource_version, attempts, last_error
+                              FROM receipts WHERE endpoint = $1
+                              ORDER BY received_at_ms DESC LIMIT 1";
 
 /// What the store decided for one receipt.
 #[derive(Debug, Clone, PartialEq, Eq)]

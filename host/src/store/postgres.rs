@@ -433,6 +433,27 @@ impl PgStore {
         )
     }
 
+    /// Which active secret has been verifying an endpoint's requests since `since_ms`.
+    pub async fn secret_use(
+        &self,
+        endpoint: &str,
+        since_ms: i64,
+    ) -> Result<Vec<(i64, i64)>, StoreError> {
+        Ok(sqlx::query_as(super::SECRET_USE)
+            .bind(endpoint)
+            .bind(since_ms)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    /// An endpoint's most recently received receipt.
+    pub async fn latest_receipt(&self, endpoint: &str) -> Result<Option<ReceiptRow>, StoreError> {
+        Ok(sqlx::query_as(super::LATEST_RECEIPT)
+            .bind(endpoint)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
     /// Per endpoint with pending events: how many, and the oldest's arrival.
     pub async fn backlog(&self) -> Result<Vec<super::Backlog>, StoreError> {
         Ok(sqlx::query_as(super::BACKLOG).fetch_all(&self.pool).await?)
