@@ -17,6 +17,19 @@ fn hookhost(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// SIGTERM a served `hookhost`, wait for a clean exit, and hand back its log.
+fn terminate(child: std::process::Child) -> String {
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let out = child.wait_with_output().expect("wait");
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "exit {:?}\n{log}", out.status);
+    log
+}
+
 #[test]
 fn every_builtin_plugin_passes_its_vectors() {
     let mut files: Vec<String> = Vec::new();
@@ -243,15 +256,7 @@ fn serve_runs_logs_plugin_stderr_capped_and_stops_cleanly_on_sigterm() {
         assert_eq!(status, 200);
     });
 
-    let pid = child.id().to_string();
-    let killed = Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
-    let out = child.wait_with_output().expect("wait");
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {:?}\n{log}", out.status);
+    let log = terminate(child);
     assert!(log.contains("shutting down"), "{log}");
     // The plugin's stderr reached the log, capped at 2 KiB (it wrote ~300 KiB).
     let line = log
@@ -426,14 +431,7 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
         assert_eq!(status, 200);
     });
 
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
-    let out = child.wait_with_output().expect("wait");
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {:?}\n{log}", out.status);
+    let log = terminate(child);
     let mut forbidden = vec![
         ENDPOINT_SECRET.to_string(),
         DESTINATION_SECRET.to_string(),
