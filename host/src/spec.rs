@@ -270,15 +270,23 @@ fn signed_string(parts: &[Part]) -> String {
     shown.join(" + ")
 }
 
-/// Names of the headers whose value holds a candidate signature (hex or base64).
-fn carrying_headers(headers: &[(String, String)], candidates: &[Candidate]) -> Vec<String> {
+/// Names of the headers whose value holds a candidate signature (hex, base64, or as
+/// it is: a token scheme's candidate is the token).
+pub(crate) fn carrying_headers(
+    headers: &[(String, String)],
+    candidates: &[Candidate],
+) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for candidate in candidates.iter().filter(|c| !c.signature.is_empty()) {
-        let encodings = [
+        let mut encodings = vec![
             hex::encode(&candidate.signature),
             base64::engine::general_purpose::STANDARD.encode(&candidate.signature),
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&candidate.signature),
         ];
+        // A token scheme's candidate is the token itself, as the sender sent it.
+        if let Ok(text) = std::str::from_utf8(&candidate.signature) {
+            encodings.push(text.to_string());
+        }
         for (name, value) in headers {
             let lower = value.to_ascii_lowercase();
             let found = encodings

@@ -331,7 +331,7 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 /// At the most verbose level, in JSON, the log of a server that verified, refused and
 /// delivered events holds no secret, no signature and no credential the sender sent,
 /// and each line about a request or a delivery names its endpoint, plugin, event id
-/// and event type.
+/// and event type. The admin API shows the event with its signature redacted.
 #[test]
 fn logs_never_hold_a_secret_a_signature_or_a_credential() {
     use crate::support::{now, stripe_event, stripe_headers};
@@ -418,6 +418,23 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
             )
             .await;
             if shown["state"] == "delivered" {
+                // The API shows the stored headers, the signature's value redacted.
+                let headers = shown["headers"].as_array().expect("headers");
+                let signature = headers
+                    .iter()
+                    .find(|h| h[0] == "stripe-signature")
+                    .expect("stripe-signature kept");
+                assert_eq!(signature[1], "[redacted]", "{shown}");
+                assert!(
+                    headers.iter().all(|h| h[0] != "authorization"),
+                    "the sender's credential is not stored: {shown}"
+                );
+                assert!(
+                    headers
+                        .iter()
+                        .any(|h| h[0] == "content-type" && h[1] != "[redacted]"),
+                    "other headers are shown: {shown}"
+                );
                 break;
             }
             assert!(

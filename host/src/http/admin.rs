@@ -144,10 +144,71 @@ async fn show(
     Path((endpoint, event_id)): Path<(String, String)>,
 ) -> Response {
     match admin.app.store.show(&endpoint, &event_id).await {
-        Ok(Some(event)) => Json(event).into_response(),
+        Ok(Some(mut event)) => {
+            redact_signatures(&admin.app, &endpoint, &mut event).await;
+            Json(event).into_response()
+        }
         Ok(None) => error(StatusCode::NOT_FOUND, "unknown_event"),
         Err(e) => store_error(e),
     }
+}
+
+/// What a redacted header value reads.
+const REDACTED: &str = "[redacted]";
+
+/// The store keeps signature headers as they came (re-verifying needs them); the API
+/// never shows their values. The endpoint's plugin plans the stored request again, and
+/// the headers holding one of its candidate signatures are redacted. When that cannot
+/// be done (the endpoint is gone, the plugin refuses the request now), every header
+/// value is.
+async fn redact_signatures(app: &App, endpoint_id: &str, event: &mut serde_json::Value) {
+    let headers: Vec<(String, String)> =
+        serde_json::from_value(event["headers"].clone()).unwrap_or_default();
+    let body = event["body"]
+        .as_str()
+        .unwrap_or_default()
+        .as_bytes()
+        .to_vec();
+    let carrying = match app.endpoints.get(endpoint_id) {
+        Some(endpoint) => {
+            let url = format!(
+                "{}/webhooks/{endpoint_id}",
+                app.public_url.trim_end_matches('/')
+            );
+            let stored = headers.clone();
+            app.plugin_threads
+                .run(move || {
+                    let raw: Vec<(String, Vec<u8>)> = stored
+                        .iter()
+                        .map(|(name, value)| (name.clone(), value.clone().into_bytes()))
+                        .collect();
+                    let source = crate::verify::MessageSource {
+                        method: "POST",
+                        url: &url,
+                        headers: &raw,
+                        body: &body,
+                    };
+                    let mut session = endpoint
+                        .plugin
+                        .session(&endpoint.plugin_config, &source)
+                        .ok()?;
+                    let plan = session.plan_verification().ok()?.ok()?;
+                    Some(crate::spec::carrying_headers(&stored, &plan.candidates))
+                })
+                .await
+                .ok()
+                .flatten()
+        }
+        None => None,
+    };
+    let redacted: Vec<(String, String)> = headers
+        .into_iter()
+        .map(|(name, value)| {
+            let hide = carrying.as_ref().is_none_or(|names| names.contains(&name));
+            (name, if hide { REDACTED.to_string() } else { value })
+        })
+        .collect();
+    event["headers"] = serde_json::json!(redacted);
 }
 
 /// `?remap=true`: map the event again with the endpoint's current plugin first.
