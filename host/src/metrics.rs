@@ -174,7 +174,8 @@ impl Default for Metrics {
         let timestamp_skew = Family::new_with_constructor(skew_buckets as fn() -> _);
         registry.register(
             "timestamp_skew_seconds",
-            "Distance between a verified request's signed timestamp and its arrival",
+            "Distance between an authentic request's signed timestamp and its arrival, \
+             inside the window or outside it (then answered 400 timestamp_outside_window)",
             timestamp_skew.clone(),
         );
         let verification = Family::new_with_constructor(verification_buckets as fn() -> _);
@@ -304,6 +305,14 @@ impl Metrics {
                 .get_or_create(&endpoint_labels(endpoint, plugin))
                 .inc();
         }
+    }
+
+    /// An authentic request's signed timestamp was `skew_seconds` from its arrival,
+    /// outside the window.
+    pub fn outside_window(&self, endpoint: &str, plugin: &str, skew_seconds: u64) {
+        self.timestamp_skew
+            .get_or_create(&endpoint_labels(endpoint, plugin))
+            .observe(skew_seconds as f64);
     }
 
     /// A request passed verification: which secret matched, how far its signed

@@ -47,6 +47,7 @@ async fn metrics_count_a_scripted_mix_of_requests_exactly() {
     let first = stripe_event("evt_m1", "customer.updated", "cus_m", t);
     let second = stripe_event("evt_m2", "customer.updated", "cus_m2", t);
     let older = stripe_event("evt_m0", "customer.updated", "cus_m", t - 10);
+    let late = stripe_event("evt_late", "customer.updated", "cus_late", t - 3600);
     let script: Vec<Step<'_>> = vec![
         (200, stripe_headers(&[STRIPE_SECRET], t, &first), first.clone(), "stripe"),
         (200, stripe_headers(&[STRIPE_SECRET], t, &first), first.clone(), "stripe"),
@@ -54,6 +55,8 @@ async fn metrics_count_a_scripted_mix_of_requests_exactly() {
         (200, stripe_headers(&[STRIPE_SECRET], t, &older), older, "stripe"),
         (400, stripe_headers(&["whsec_wrong"], t, &first), first.clone(), "stripe"),
         (400, vec![], first.clone(), "stripe"),
+        // Authentic, signed an hour ago: outside the 300 s window.
+        (400, stripe_headers(&[STRIPE_SECRET], t - 3600, &late), late, "stripe"),
         (404, vec![], first, "no-such-endpoint"),
     ];
     for (status, headers, body, endpoint) in script {
@@ -95,7 +98,12 @@ async fn metrics_count_a_scripted_mix_of_requests_exactly() {
             format!(r#"hookhost_secret_matched_total{{{stripe},generation="previous"}}"#),
             1.0,
         ),
-        (format!("hookhost_timestamp_skew_seconds_count{{{stripe}}}"), 4.0),
+        (
+            format!(r#"hookhost_requests_total{{{stripe},outcome="error",reason="timestamp_outside_window"}}"#),
+            1.0,
+        ),
+        // The four verified, and the late one (its MAC matched).
+        (format!("hookhost_timestamp_skew_seconds_count{{{stripe}}}"), 5.0),
         (format!("hookhost_verification_seconds_count{{{stripe}}}"), 4.0),
         // Written: two accepted and the stale one (the duplicate wrote nothing).
         (format!("hookhost_receive_to_commit_seconds_count{{{stripe}}}"), 3.0),
@@ -108,7 +116,13 @@ async fn metrics_count_a_scripted_mix_of_requests_exactly() {
         .filter(|l| l.starts_with("hookhost_requests_total{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
-    assert_eq!(requests, 7.0, "one count per request:\n{text}");
+    assert_eq!(requests, 8.0, "one count per request:\n{text}");
+    // The late request's skew (about 3600 s) lands above the 2048 s bucket.
+    assert_eq!(
+        value(&text, &format!(r#"hookhost_timestamp_skew_seconds_bucket{{le="2048.0",{stripe}}}"#)),
+        Some(4.0),
+        "{text}"
+    );
     assert!(!text.contains("evt_m"), "no event id is ever a label:\n{text}");
 }
 }

@@ -18,8 +18,11 @@ pub enum IngestError {
     MissingSignature,
     #[error("no signature matched any active secret")]
     InvalidSignature,
-    #[error("the signed timestamp is outside the allowed window")]
-    TimestampOutsideWindow,
+    #[error("the signed timestamp is {skew_seconds} s from arrival, outside the allowed window")]
+    TimestampOutsideWindow {
+        /// How far the (authentic) signed timestamp is from the arrival, either way.
+        skew_seconds: u64,
+    },
     #[error("the body is not what the provider sends")]
     MalformedBody,
     #[error("the plugin does not handle this request")]
@@ -44,7 +47,7 @@ impl IngestError {
             IngestError::BodyUnreadable => (StatusCode::BAD_REQUEST, "body_unreadable"),
             IngestError::MissingSignature => (StatusCode::BAD_REQUEST, "missing_signature"),
             IngestError::InvalidSignature => (StatusCode::BAD_REQUEST, "invalid_signature"),
-            IngestError::TimestampOutsideWindow => {
+            IngestError::TimestampOutsideWindow { .. } => {
                 (StatusCode::BAD_REQUEST, "timestamp_outside_window")
             }
             IngestError::MalformedBody => (StatusCode::BAD_REQUEST, "malformed_body"),
@@ -91,7 +94,7 @@ mod tests {
             (IngestError::MissingSignature, 400, "missing_signature"),
             (IngestError::InvalidSignature, 400, "invalid_signature"),
             (
-                IngestError::TimestampOutsideWindow,
+                IngestError::TimestampOutsideWindow { skew_seconds: 301 },
                 400,
                 "timestamp_outside_window",
             ),

@@ -41,21 +41,24 @@ pub async fn ingest(
         event_id = tracing::field::Empty,
         event_type = tracing::field::Empty,
     );
-    let (response, outcome) = match handle(&app, &endpoint, method, uri, headers, body)
+    let answered = handle(&app, &endpoint, method, uri, headers, body)
         .instrument(span)
-        .await
-    {
-        Ok(answered) => answered,
-        Err(error) => {
-            let code = error.status_and_code().1;
-            (error.into_response(), RequestOutcome::Error(code))
-        }
-    };
+        .await;
     // Labels only for configured endpoints: a sender cannot invent label values.
     let known = app.endpoints.get(&endpoint);
     let (endpoint, plugin) = known
         .as_deref()
         .map_or(("", ""), |e| (e.id.as_str(), e.plugin.name()));
+    let (response, outcome) = match answered {
+        Ok(answered) => answered,
+        Err(error) => {
+            if let IngestError::TimestampOutsideWindow { skew_seconds } = error {
+                app.metrics.outside_window(endpoint, plugin, skew_seconds);
+            }
+            let code = error.status_and_code().1;
+            (error.into_response(), RequestOutcome::Error(code))
+        }
+    };
     app.metrics.request(endpoint, plugin, &outcome);
     response
 }

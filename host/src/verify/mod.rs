@@ -203,8 +203,9 @@ fn check_window(
     let Some(signed_at) = timestamp else {
         return Err(IngestError::MissingSignature);
     };
-    if now.abs_diff(signed_at) > u64::from(tolerance) {
-        return Err(IngestError::TimestampOutsideWindow);
+    let skew_seconds = now.abs_diff(signed_at);
+    if skew_seconds > u64::from(tolerance) {
+        return Err(IngestError::TimestampOutsideWindow { skew_seconds });
     }
     Ok(())
 }
@@ -232,14 +233,14 @@ mod tests {
     fn window_applies_both_ways_and_only_when_configured() {
         assert!(check_window(Some(300), Some(1000), 1300).is_ok());
         assert!(check_window(Some(300), Some(1000), 700).is_ok());
-        assert!(matches!(
+        assert_eq!(
             check_window(Some(300), Some(1000), 1301),
-            Err(IngestError::TimestampOutsideWindow)
-        ));
-        assert!(matches!(
+            Err(IngestError::TimestampOutsideWindow { skew_seconds: 301 })
+        );
+        assert_eq!(
             check_window(Some(300), Some(1000), 699),
-            Err(IngestError::TimestampOutsideWindow)
-        ));
+            Err(IngestError::TimestampOutsideWindow { skew_seconds: 301 })
+        );
         assert!(check_window(None, None, 0).is_ok());
         assert!(matches!(
             check_window(Some(1), None, 0),
@@ -247,7 +248,7 @@ mod tests {
         ));
         assert!(matches!(
             check_window(Some(300), Some(i64::MIN), i64::MAX),
-            Err(IngestError::TimestampOutsideWindow)
+            Err(IngestError::TimestampOutsideWindow { .. })
         ));
     }
 }
