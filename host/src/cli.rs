@@ -252,31 +252,19 @@ fn spec(config_path: PathBuf, id: &str) -> anyhow::Result<()> {
             latest: None,
         };
         if let Some(receipt) = app.store.latest_receipt(id).await? {
-            let url = format!("{}/webhooks/{id}", config.public_url.trim_end_matches('/'));
-            let planned = endpoint.clone();
-            let stored = receipt.clone();
-            // A plugin call: on a thread of its own, never on the async workers.
-            let plan = tokio::task::spawn_blocking(move || {
-                let headers: Vec<(String, String)> =
-                    serde_json::from_str(&stored.headers).unwrap_or_default();
-                let headers: Vec<(String, Vec<u8>)> = headers
-                    .into_iter()
-                    .map(|(name, value)| (name, value.into_bytes()))
-                    .collect();
-                let source = crate::verify::MessageSource {
-                    method: "POST",
-                    url: &url,
-                    headers: &headers,
-                    body: &stored.body,
-                };
-                let mut session = planned
-                    .plugin
-                    .session(&planned.plugin_config, &source)
-                    .ok()?;
-                session.plan_verification().ok()?.ok()
-            })
-            .await?;
-            observed.latest = plan.map(|plan| (receipt, plan));
+            let headers: Vec<(String, String)> =
+                serde_json::from_str(&receipt.headers).unwrap_or_default();
+            let (planned, public_url, body) = (
+                endpoint.clone(),
+                app.public_url.clone(),
+                receipt.body.clone(),
+            );
+            // A plugin call: on a plugin thread, as at ingest.
+            let plan = app
+                .plugin_threads
+                .run(move || crate::verify::replan(&planned, &public_url, &headers, &body))
+                .await?;
+            observed.latest = plan.ok().map(|plan| (receipt, plan));
         }
         let text = crate::spec::render(&config, endpoint_config, &endpoint, &observed);
         app.store.close().await;

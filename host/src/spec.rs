@@ -42,8 +42,7 @@ pub fn render(
     line(format!("# Endpoint `{}`\n", endpoint.id));
     line(format!(
         "Senders POST to `{}/webhooks/{}`.\n",
-        config.public_url.trim_end_matches('/'),
-        endpoint.id
+        config.public_url, endpoint.id
     ));
 
     line("## Provider and plugin\n".into());

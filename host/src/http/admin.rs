@@ -171,28 +171,11 @@ async fn redact_signatures(app: &App, endpoint_id: &str, event: &mut serde_json:
         .to_vec();
     let carrying = match app.endpoints.get(endpoint_id) {
         Some(endpoint) => {
-            let url = format!(
-                "{}/webhooks/{endpoint_id}",
-                app.public_url.trim_end_matches('/')
-            );
-            let stored = headers.clone();
+            let (public_url, stored) = (app.public_url.clone(), headers.clone());
             app.plugin_threads
                 .run(move || {
-                    let raw: Vec<(String, Vec<u8>)> = stored
-                        .iter()
-                        .map(|(name, value)| (name.clone(), value.clone().into_bytes()))
-                        .collect();
-                    let source = crate::verify::MessageSource {
-                        method: "POST",
-                        url: &url,
-                        headers: &raw,
-                        body: &body,
-                    };
-                    let mut session = endpoint
-                        .plugin
-                        .session(&endpoint.plugin_config, &source)
-                        .ok()?;
-                    let plan = session.plan_verification().ok()?.ok()?;
+                    let plan =
+                        crate::verify::replan(&endpoint, &public_url, &stored, &body).ok()?;
                     Some(crate::spec::carrying_headers(&stored, &plan.candidates))
                 })
                 .await

@@ -168,13 +168,40 @@ pub fn judge(
 
 /// Re-run the endpoint's current plugin's `describe-event` on a stored request (a
 /// replay that remaps). Verification is not repeated: the receipt proves it passed.
-/// The method and URL are not stored; the plugin sees `POST` and the endpoint's path.
 pub fn redescribe(
     endpoint: &Endpoint,
     public_url: &str,
     headers: &[(String, String)],
     body: &[u8],
 ) -> Result<Event, IngestError> {
+    on_stored(endpoint, public_url, headers, body, |call| {
+        call.describe_event()?.map_err(rejection)
+    })
+}
+
+/// Re-run the endpoint's current plugin's `plan-verification` on a stored request:
+/// what it signs and which candidate signatures it carries (`hookhost spec`, and the
+/// admin API's redaction of signature headers).
+pub fn replan(
+    endpoint: &Endpoint,
+    public_url: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Result<Plan, IngestError> {
+    on_stored(endpoint, public_url, headers, body, |call| {
+        call.plan_verification()?.map_err(rejection)
+    })
+}
+
+/// A plugin session on a stored request. The method and URL are not stored; the plugin
+/// sees `POST` and the endpoint's path.
+fn on_stored<T>(
+    endpoint: &Endpoint,
+    public_url: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+    call: impl FnOnce(&mut crate::plugins::Session<'_>) -> Result<T, IngestError>,
+) -> Result<T, IngestError> {
     let headers: Vec<(String, Vec<u8>)> = headers
         .iter()
         .map(|(name, value)| (name.clone(), value.as_bytes().to_vec()))
@@ -186,8 +213,7 @@ pub fn redescribe(
         headers: &headers,
         body,
     };
-    let mut call = endpoint.plugin.session(&endpoint.plugin_config, &source)?;
-    call.describe_event()?.map_err(rejection)
+    call(&mut endpoint.plugin.session(&endpoint.plugin_config, &source)?)
 }
 
 /// The window applies in both directions: a timestamp from the future is as suspect
