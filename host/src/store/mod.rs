@@ -91,6 +91,60 @@ impl Store {
     }
 }
 
+/// Reads whose SQL is the same on both backends (sqlx binds `$N` on SQLite too).
+impl Store {
+    /// Per endpoint with pending events: how many, and when the oldest was received.
+    /// The partial index of pending receipts serves it.
+    pub async fn backlog(&self) -> Result<Vec<Backlog>, StoreError> {
+        const SQL: &str = "SELECT endpoint, COUNT(*), MIN(received_at_ms) FROM receipts
+                           WHERE state = 'pending' GROUP BY endpoint ORDER BY endpoint";
+        Ok(match &self.backend {
+            Backend::Sqlite(s) => sqlx::query_as(SQL).fetch_all(&s.readers).await?,
+            Backend::Postgres(p) => sqlx::query_as(SQL).fetch_all(&p.pool).await?,
+        })
+    }
+
+    /// (secret index, receipts) for an endpoint's receipts since `since_ms`: which
+    /// active secret has been verifying its requests (0 = current).
+    pub async fn secret_use(
+        &self,
+        endpoint: &str,
+        since_ms: i64,
+    ) -> Result<Vec<(i64, i64)>, StoreError> {
+        const SQL: &str = "SELECT secret_index, COUNT(*) FROM receipts
+                           WHERE endpoint = $1 AND received_at_ms >= $2
+                           GROUP BY secret_index ORDER BY secret_index";
+        Ok(match &self.backend {
+            Backend::Sqlite(s) => {
+                let query = sqlx::query_as(SQL).bind(endpoint).bind(since_ms);
+                query.fetch_all(&s.readers).await?
+            }
+            Backend::Postgres(p) => {
+                let query = sqlx::query_as(SQL).bind(endpoint).bind(since_ms);
+                query.fetch_all(&p.pool).await?
+            }
+        })
+    }
+
+    /// An endpoint's most recently received receipt.
+    pub async fn latest_receipt(&self, endpoint: &str) -> Result<Option<ReceiptRow>, StoreError> {
+        const SQL: &str = "SELECT event_id, state, state_reason, event_type, secret_index,
+                                  body, headers, resource_version, attempts, last_error
+                           FROM receipts WHERE endpoint = $1
+                           ORDER BY received_at_ms DESC LIMIT 1";
+        Ok(match &self.backend {
+            Backend::Sqlite(s) => {
+                let query = sqlx::query_as(SQL).bind(endpoint);
+                query.fetch_optional(&s.readers).await?
+            }
+            Backend::Postgres(p) => {
+                let query = sqlx::query_as(SQL).bind(endpoint);
+                query.fetch_optional(&p.pool).await?
+            }
+        })
+    }
+}
+
 /// Each method of `Store` is the backend's method of the same name and signature.
 macro_rules! forward {
     ($(
@@ -145,13 +199,6 @@ forward! {
     fn set_paused(&self, endpoint: &str, paused: bool, now_ms: i64) -> Result<(), StoreError>;
     /// Endpoints whose delivery is paused.
     fn paused(&self) -> Result<Vec<String>, StoreError>;
-    /// Per endpoint with pending events: how many, and when the oldest was received.
-    fn backlog(&self) -> Result<Vec<Backlog>, StoreError>;
-    /// (secret index, receipts) for an endpoint's receipts since `since_ms`: which
-    /// active secret has been verifying its requests (0 = current).
-    fn secret_use(&self, endpoint: &str, since_ms: i64) -> Result<Vec<(i64, i64)>, StoreError>;
-    /// An endpoint's most recently received receipt.
-    fn latest_receipt(&self, endpoint: &str) -> Result<Option<ReceiptRow>, StoreError>;
     /// Delete what the retention lets go: delivered receipts (and their attempts)
     /// older than `retention.delivered`; dead letters, quarantined receipts and
     /// conflicts only when `retention.dead` is set. Never a pending receipt.
@@ -234,21 +281,6 @@ impl Resource {
 /// An endpoint's pending events: (endpoint, how many, oldest `received_at_ms`).
 pub type Backlog = (String, i64, i64);
 
-/// The backlog on every backend: the partial index of pending receipts serves it.
-const BACKLOG: &str = "SELECT endpoint, COUNT(*), MIN(received_at_ms) FROM receipts
-                       WHERE state = 'pending' GROUP BY endpoint ORDER BY endpoint";
-
-/// `secret_use` on every backend (sqlx binds `$N` on SQLite too).
-const SECRET_USE: &str = "SELECT secret_index, COUNT(*) FROM receipts
-                          WHERE endpoint = $1 AND received_at_ms >= $2
-                          GROUP BY secret_index ORDER BY secret_index";
-
-/// `latest_receipt` on every backend.
-const LATEST_RECEIPT: &str = "SELECT event_id, state, state_reason, event_type, secret_index,
-                                     body, headers, resource_version, attempts, last_error
-                              FROM receipts WHERE endpoint = $1
-                              ORDER BY received_at_ms DESC LIMIT 1";
-
 /// What the store decided for one receipt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -266,6 +298,21 @@ pub enum Outcome {
     ResourceDeleted,
     /// The plugin's ignore disposition.
     Ignored(String),
+}
+
+impl Outcome {
+    /// Why a receipt was received but not queued, as the sender is answered
+    /// (`{"ignored": reason}`); `None` for accepted and duplicate.
+    pub fn ignored_reason(&self) -> Option<&str> {
+        match self {
+            Outcome::Accepted | Outcome::Duplicate => None,
+            Outcome::Conflict => Some("conflicting_duplicate"),
+            Outcome::StaleVersion => Some("stale_version"),
+            Outcome::SameVersion => Some("same_version"),
+            Outcome::ResourceDeleted => Some("resource_deleted"),
+            Outcome::Ignored(reason) => Some(reason),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]

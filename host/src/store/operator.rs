@@ -228,34 +228,6 @@ impl SqliteStore {
                 .await?,
         )
     }
-
-    pub async fn secret_use(
-        &self,
-        endpoint: &str,
-        since_ms: i64,
-    ) -> Result<Vec<(i64, i64)>, StoreError> {
-        Ok(sqlx::query_as(super::SECRET_USE)
-            .bind(endpoint)
-            .bind(since_ms)
-            .fetch_all(&self.readers)
-            .await?)
-    }
-
-    pub async fn latest_receipt(
-        &self,
-        endpoint: &str,
-    ) -> Result<Option<super::ReceiptRow>, StoreError> {
-        Ok(sqlx::query_as(super::LATEST_RECEIPT)
-            .bind(endpoint)
-            .fetch_optional(&self.readers)
-            .await?)
-    }
-
-    pub async fn backlog(&self) -> Result<Vec<super::Backlog>, StoreError> {
-        Ok(sqlx::query_as(super::BACKLOG)
-            .fetch_all(&self.readers)
-            .await?)
-    }
 }
 
 /// One event with its attempts, as `show` answers it (on every backend).

@@ -38,7 +38,7 @@ const PURGE_BATCH: i64 = 1_000;
 /// The PostgreSQL store; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct PgStore {
-    pool: PgPool,
+    pub(super) pool: PgPool,
     batcher: batch::Batcher,
     /// Wakes this process's worker pool when it accepted or replayed an event; other
     /// processes' events are found by polling.
@@ -431,32 +431,6 @@ impl PgStore {
                 .fetch_all(&self.pool)
                 .await?,
         )
-    }
-
-    /// Which active secret has been verifying an endpoint's requests since `since_ms`.
-    pub async fn secret_use(
-        &self,
-        endpoint: &str,
-        since_ms: i64,
-    ) -> Result<Vec<(i64, i64)>, StoreError> {
-        Ok(sqlx::query_as(super::SECRET_USE)
-            .bind(endpoint)
-            .bind(since_ms)
-            .fetch_all(&self.pool)
-            .await?)
-    }
-
-    /// An endpoint's most recently received receipt.
-    pub async fn latest_receipt(&self, endpoint: &str) -> Result<Option<ReceiptRow>, StoreError> {
-        Ok(sqlx::query_as(super::LATEST_RECEIPT)
-            .bind(endpoint)
-            .fetch_optional(&self.pool)
-            .await?)
-    }
-
-    /// Per endpoint with pending events: how many, and the oldest's arrival.
-    pub async fn backlog(&self) -> Result<Vec<super::Backlog>, StoreError> {
-        Ok(sqlx::query_as(super::BACKLOG).fetch_all(&self.pool).await?)
     }
 
     /// Delete what the retention lets go, in short batches (see [`super::Purged`]).

@@ -15,12 +15,28 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot};
 
 /// Most receipts in one transaction: bounds the latency one batch adds to the next.
-const MAX_BATCH: usize = 256;
+pub(super) const MAX_BATCH: usize = 256;
 /// Queue depth before senders wait.
 pub(super) const QUEUE: usize = 4096;
 /// Longest a request waits for its commit before answering 503 (the sender retries;
 /// if the commit did land, the retry is a duplicate).
-pub(super) const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The answer to a write queued for a batch: `Unavailable` when the writer is gone or
+/// the commit takes longer than [`COMMIT_TIMEOUT`].
+pub(super) async fn committed<T>(
+    answer: oneshot::Receiver<Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(COMMIT_TIMEOUT, answer).await {
+        Ok(answer) => answer.map_err(|_| writer_gone())?,
+        Err(_) => Err(StoreError::Unavailable("commit timed out".into())),
+    }
+}
+
+/// The writer's queue is closed: it stopped.
+pub(super) fn writer_gone() -> StoreError {
+    StoreError::Unavailable("receipt writer stopped".into())
+}
 
 /// One write, done inside the next batch transaction; answered after its commit.
 enum Work {
@@ -82,15 +98,11 @@ impl Writer {
         work: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Work,
     ) -> Result<T, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let gone = || StoreError::Unavailable("receipt writer stopped".into());
         self.queue
             .send(Job::Work(work(reply)))
             .await
-            .map_err(|_| gone())?;
-        match tokio::time::timeout(COMMIT_TIMEOUT, answer).await {
-            Ok(answer) => answer.map_err(|_| gone())?,
-            Err(_) => Err(StoreError::Unavailable("commit timed out".into())),
-        }
+            .map_err(|_| writer_gone())?;
+        committed(answer).await
     }
 
     pub async fn close(&self) {

@@ -22,7 +22,7 @@
 //! deadlock's victim.
 
 use super::super::judge::{Held, Judged, Moved, ResourceKey, headers_json, judge, version_i64};
-use super::super::writer::{COMMIT_TIMEOUT, QUEUE};
+use super::super::writer::{MAX_BATCH, QUEUE, committed, writer_gone};
 use super::super::{NewReceipt, Outcome, StoreError};
 use sqlx::postgres::PgPool;
 use sqlx::{Postgres, Transaction};
@@ -30,13 +30,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
-/// Most receipts in one transaction.
-const MAX_BATCH: usize = 256;
 /// Batches committing at once. One: fewer, larger batches cost PostgreSQL the least
 /// per receipt. On the 2-core benchmark machine (64 connections) one gave 7,297
 /// accepted/s, two 5,815 and four 5,214.
 const IN_FLIGHT: usize = 1;
-/// Times a batch is judged again after a concurrent writer changed what it read.
+/// Most times a batch is judged, when concurrent writers keep changing what it read.
 const ATTEMPTS: usize = 5;
 /// PostgreSQL's SQLSTATE for a transaction aborted to break a deadlock.
 const DEADLOCK_DETECTED: &str = "40P01";
@@ -61,15 +59,11 @@ impl Batcher {
         receipt: NewReceipt,
     ) -> Result<Outcome, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let gone = || StoreError::Unavailable("receipt writer stopped".into());
         self.queue
             .send((Box::new(receipt), reply))
             .await
-            .map_err(|_| gone())?;
-        match tokio::time::timeout(COMMIT_TIMEOUT, answer).await {
-            Ok(answer) => answer.map_err(|_| gone())?,
-            Err(_) => Err(StoreError::Unavailable("commit timed out".into())),
-        }
+            .map_err(|_| writer_gone())?;
+        committed(answer).await
     }
 }
 
@@ -130,9 +124,9 @@ async fn run(
 }
 
 /// Commit a batch, judging it again while concurrent writers keep changing what it
-/// read (bounded by [`ATTEMPTS`]).
+/// read, or PostgreSQL picks it as a deadlock's victim (at most [`ATTEMPTS`] times).
 async fn commit(pool: &PgPool, receipts: &[&NewReceipt]) -> Result<Vec<Outcome>, StoreError> {
-    for _ in 1..ATTEMPTS {
+    for attempt in 1..=ATTEMPTS {
         let mut tx = pool.begin().await?;
         match record_all(&mut tx, receipts).await {
             Ok(Some(outcomes)) => {
@@ -140,18 +134,17 @@ async fn commit(pool: &PgPool, receipts: &[&NewReceipt]) -> Result<Vec<Outcome>,
                 return Ok(outcomes);
             }
             Ok(None) => tx.rollback().await?,
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(DEADLOCK_DETECTED) => {
+            Err(sqlx::Error::Database(e))
+                if attempt < ATTEMPTS && e.code().as_deref() == Some(DEADLOCK_DETECTED) =>
+            {
                 tx.rollback().await?;
             }
             Err(e) => return Err(e.into()),
         }
     }
-    let mut tx = pool.begin().await?;
-    let outcomes = record_all(&mut tx, receipts).await?.ok_or_else(|| {
-        StoreError::Unavailable("concurrent writers kept changing the batch's receipts".into())
-    })?;
-    tx.commit().await?;
-    Ok(outcomes)
+    Err(StoreError::Unavailable(
+        "concurrent writers kept changing the batch's receipts".into(),
+    ))
 }
 
 /// Judge and write a batch in its transaction. `None`: another transaction committed
