@@ -13,7 +13,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use std::time::Duration;
 
 /// Every metric hookhost keeps; cheap to share behind an `Arc`.
@@ -93,13 +93,6 @@ pub struct PluginCalls {
 }
 
 impl PluginCalls {
-    fn new() -> PluginCalls {
-        PluginCalls {
-            seconds: Family::new_with_constructor(verification_buckets as fn() -> _),
-            failures: Family::default(),
-        }
-    }
-
     /// One call of `plugin` took `took`; `failure` when it produced no answer.
     pub fn observe(
         &self,
@@ -152,82 +145,85 @@ const REASON_LABEL_MAX: usize = 64;
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("hookhost");
-        let requests = Family::default();
-        registry.register(
+        let r = &mut registry;
+        let requests = registered(
+            r,
             "requests",
             "Requests to the ingest route, by how they ended",
-            requests.clone(),
+            Family::default(),
         );
-        let signature_failures = Family::default();
-        registry.register(
+        let signature_failures = registered(
+            r,
             "signature_failures",
             "Requests whose signature matched no active secret",
-            signature_failures.clone(),
+            Family::default(),
         );
-        let secret_matched = Family::default();
-        registry.register(
+        let secret_matched = registered(
+            r,
             "secret_matched",
             "Verified requests by the generation of the secret that matched; when \
              `previous` stays at zero, the old secret may be revoked",
-            secret_matched.clone(),
+            Family::default(),
         );
-        let timestamp_skew = Family::new_with_constructor(skew_buckets as fn() -> _);
-        registry.register(
+        let timestamp_skew = registered(
+            r,
             "timestamp_skew_seconds",
             "Distance between an authentic request's signed timestamp and its arrival, \
              inside the window or outside it (then answered 400 timestamp_outside_window)",
-            timestamp_skew.clone(),
+            Family::new_with_constructor(skew_buckets as fn() -> _),
         );
-        let verification = Family::new_with_constructor(verification_buckets as fn() -> _);
-        registry.register(
+        let verification = registered(
+            r,
             "verification_seconds",
             "Time to verify a request on a plugin thread: both plugin calls and the \
              host's signature and timestamp checks",
-            verification.clone(),
+            Family::new_with_constructor(verification_buckets as fn() -> _),
         );
-        let receive_to_commit = Family::new_with_constructor(commit_buckets as fn() -> _);
-        registry.register(
+        let receive_to_commit = registered(
+            r,
             "receive_to_commit_seconds",
             "From a request's body being read to its receipt being durable",
-            receive_to_commit.clone(),
+            Family::new_with_constructor(commit_buckets as fn() -> _),
         );
-        let attempts = Family::default();
-        registry.register(
+        let attempts = registered(
+            r,
             "delivery_attempts",
             "Delivery attempts recorded, by what each led to: `retry` counts retries, \
              `dead` dead letters, `quarantined` events the destination refused for good",
-            attempts.clone(),
+            Family::default(),
         );
-        let signed_to_delivered =
-            Family::new_with_constructor(signed_to_delivered_buckets as fn() -> _);
-        registry.register(
+        let signed_to_delivered = registered(
+            r,
             "signed_to_delivered_seconds",
             "From the provider's signed timestamp to the destination's 2xx",
-            signed_to_delivered.clone(),
+            Family::new_with_constructor(signed_to_delivered_buckets as fn() -> _),
         );
-        let pending = Family::default();
-        registry.register(
+        let pending = registered(
+            r,
             "pending_events",
             "Events accepted and not yet delivered, dead, quarantined or discarded",
-            pending.clone(),
+            Family::default(),
         );
-        let oldest_pending = Family::default();
-        registry.register(
+        let oldest_pending = registered(
+            r,
             "oldest_pending_age_seconds",
             "How long ago the oldest pending event was received",
-            oldest_pending.clone(),
+            Family::default(),
         );
-        let plugin_calls = PluginCalls::new();
-        registry.register(
-            "plugin_call_seconds",
-            "Time of one plugin call, by plugin and call",
-            plugin_calls.seconds.clone(),
-        );
-        registry.register(
-            "plugin_failures",
-            "Plugin calls and instances that produced no answer, by kind",
-            plugin_calls.failures.clone(),
-        );
+        let plugin_calls = PluginCalls {
+            seconds: registered(
+                r,
+                "plugin_call_seconds",
+                "Time of one plugin call, by plugin and call",
+                Family::new_with_constructor(verification_buckets as fn() -> _),
+            ),
+            failures: registered(
+                r,
+                "plugin_failures",
+                "Plugin calls and instances that produced no answer, by kind",
+                Family::default(),
+            ),
+        };
         Metrics {
             registry,
             plugin_calls,
@@ -243,6 +239,12 @@ impl Default for Metrics {
             oldest_pending,
         }
     }
+}
+
+/// Register `metric` as `name` and keep a handle to it (metrics are shared handles).
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 /// 0.5 s … ~4.5 h: from clock drift to a provider's retries of an old event.
@@ -279,17 +281,11 @@ impl Metrics {
     /// the endpoint is unknown.
     pub fn request(&self, endpoint: &str, plugin: &str, outcome: &RequestOutcome) {
         let (kind, reason) = match outcome {
-            RequestOutcome::Stored(Outcome::Accepted) => ("accepted", String::new()),
-            RequestOutcome::Stored(Outcome::Duplicate) => ("duplicate", String::new()),
-            RequestOutcome::Stored(Outcome::Conflict) => {
-                ("ignored", "conflicting_duplicate".into())
-            }
-            RequestOutcome::Stored(Outcome::StaleVersion) => ("ignored", "stale_version".into()),
-            RequestOutcome::Stored(Outcome::SameVersion) => ("ignored", "same_version".into()),
-            RequestOutcome::Stored(Outcome::ResourceDeleted) => {
-                ("ignored", "resource_deleted".into())
-            }
-            RequestOutcome::Stored(Outcome::Ignored(reason)) => ("ignored", reason_label(reason)),
+            RequestOutcome::Stored(stored) => match (stored, stored.ignored_reason()) {
+                (_, Some(reason)) => ("ignored", reason_label(reason)),
+                (Outcome::Duplicate, None) => ("duplicate", String::new()),
+                (_, None) => ("accepted", String::new()),
+            },
             RequestOutcome::Handshake => ("handshake", String::new()),
             RequestOutcome::Error(code) => ("error", (*code).to_owned()),
         };
@@ -419,10 +415,10 @@ fn endpoint_labels(endpoint: &str, plugin: &str) -> EndpointLabels {
     }
 }
 
-/// A plugin's ignore reason as a label: its own words, but bounded to
-/// [`REASON_LABEL_MAX`] characters of `[a-z0-9_.-]` (others become `_`), so a plugin
-/// that puts per-event text in its reasons cannot grow the label set without limit
-/// beyond what its reasons' first characters allow.
+/// An ignore reason as a label: the store's codes pass unchanged, and a plugin's own
+/// words are bounded to [`REASON_LABEL_MAX`] characters of `[a-z0-9_.-]` (others
+/// become `_`), so a plugin that puts per-event text in its reasons cannot grow the
+/// label set without limit beyond what its reasons' first characters allow.
 fn reason_label(reason: &str) -> String {
     reason
         .chars()

@@ -41,11 +41,12 @@ pub async fn ingest(
         event_id = tracing::field::Empty,
         event_type = tracing::field::Empty,
     );
-    let answered = handle(&app, &endpoint, method, uri, headers, body)
+    // 1. Resolve the endpoint; only its plugin and secrets are used from here on.
+    let known = app.endpoints.get(&endpoint);
+    let answered = handle(&app, known.clone(), method, uri, headers, body)
         .instrument(span)
         .await;
     // Labels only for configured endpoints: a sender cannot invent label values.
-    let known = app.endpoints.get(&endpoint);
     let (endpoint, plugin) = known
         .as_deref()
         .map_or(("", ""), |e| (e.id.as_str(), e.plugin.name()));
@@ -65,17 +66,13 @@ pub async fn ingest(
 
 async fn handle(
     app: &App,
-    endpoint_id: &str,
+    endpoint: Option<Arc<Endpoint>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Result<(Response, RequestOutcome), IngestError> {
-    // 1. Resolve the endpoint; only its plugin and secrets are used from here on.
-    let endpoint = app
-        .endpoints
-        .get(endpoint_id)
-        .ok_or(IngestError::UnknownEndpoint)?;
+    let endpoint = endpoint.ok_or(IngestError::UnknownEndpoint)?;
     tracing::Span::current().record("plugin", endpoint.plugin.name());
     if method != Method::POST && method != Method::GET {
         return Err(IngestError::MethodNotAllowed);
@@ -95,13 +92,13 @@ async fn handle(
     // 3–6. Plugin plans; host checks every candidate against every key in constant
     // time; timestamp window; plugin describes the event. A handshake is answered here.
     // All of it on a plugin thread; this task only waits for the answer.
-    let span = tracing::Span::current();
+    let (span, on_thread) = (tracing::Span::current(), endpoint.clone());
     let judged = app
         .plugin_threads
         .run(move || {
             let _in_request = span.enter();
             let started = Instant::now();
-            let judged = judge(&endpoint, &method, &url, &headers, body, received_at_ms);
+            let judged = judge(&on_thread, &method, &url, &headers, body, received_at_ms);
             (judged, started.elapsed())
         })
         .await
@@ -109,9 +106,13 @@ async fn handle(
     let receipt = match judged {
         (Ok(Judged::Store(receipt)), took) => {
             let skew = receipt.signed_at.map(|t| received_at_ms / 1000 - t);
-            let (id, plugin) = (receipt.endpoint.as_str(), receipt.plugin.as_str());
-            app.metrics
-                .verified(id, plugin, receipt.secret_index, skew, took);
+            app.metrics.verified(
+                &endpoint.id,
+                endpoint.plugin.name(),
+                receipt.secret_index,
+                skew,
+                took,
+            );
             *receipt
         }
         (Ok(Judged::Answer(answer)), _) => {
@@ -122,19 +123,16 @@ async fn handle(
 
     // 7–8. One transaction: receipt, dedupe, version gate, inbox. 2xx only after commit.
     let event_id = receipt.event_id.clone();
-    let (id, plugin) = (receipt.endpoint.clone(), receipt.plugin.clone());
     let outcome = app.store.record(receipt).await.map_err(|error| {
         tracing::error!(%error, "receipt not stored");
         IngestError::StoreUnavailable
     })?;
     if outcome != Outcome::Duplicate {
-        app.metrics.committed(&id, &plugin, received.elapsed());
+        app.metrics
+            .committed(&endpoint.id, endpoint.plugin.name(), received.elapsed());
     }
     tracing::info!(?outcome, "received");
-    Ok((
-        answer(&event_id, outcome.clone()),
-        RequestOutcome::Stored(outcome),
-    ))
+    Ok((answer(&event_id, &outcome), RequestOutcome::Stored(outcome)))
 }
 
 /// What a plugin thread hands back: a receipt to store, or a handshake's answer.
@@ -293,23 +291,13 @@ fn handshake(answer: Answer) -> Response {
 }
 
 /// The 200 answers: stored, duplicate, or deliberately ignored (with the reason).
-fn answer(event_id: &str, outcome: Outcome) -> Response {
-    let body = match outcome {
-        Outcome::Accepted => serde_json::json!({ "status": "accepted", "event_id": event_id }),
-        Outcome::Duplicate => serde_json::json!({ "status": "duplicate", "event_id": event_id }),
-        Outcome::Conflict => {
-            serde_json::json!({ "ignored": "conflicting_duplicate", "event_id": event_id })
+fn answer(event_id: &str, outcome: &Outcome) -> Response {
+    let body = match (outcome, outcome.ignored_reason()) {
+        (_, Some(reason)) => serde_json::json!({ "ignored": reason, "event_id": event_id }),
+        (Outcome::Duplicate, None) => {
+            serde_json::json!({ "status": "duplicate", "event_id": event_id })
         }
-        Outcome::StaleVersion => {
-            serde_json::json!({ "ignored": "stale_version", "event_id": event_id })
-        }
-        Outcome::SameVersion => {
-            serde_json::json!({ "ignored": "same_version", "event_id": event_id })
-        }
-        Outcome::ResourceDeleted => {
-            serde_json::json!({ "ignored": "resource_deleted", "event_id": event_id })
-        }
-        Outcome::Ignored(reason) => serde_json::json!({ "ignored": reason, "event_id": event_id }),
+        (_, None) => serde_json::json!({ "status": "accepted", "event_id": event_id }),
     };
     (StatusCode::OK, Json(body)).into_response()
 }
