@@ -127,6 +127,16 @@ async fn accept(server: &Server, id: &str) -> String {
     body
 }
 
+/// Pause or resume the `stripe` endpoint's delivery.
+async fn set_paused(server: &Server, paused: bool) {
+    server
+        .app
+        .store
+        .set_paused("stripe", paused, 0)
+        .await
+        .expect("pause or resume");
+}
+
 /// Poll the store until the receipt reaches `state` (20 s at most).
 async fn settled(server: &Server, id: &str, state: &str) -> ReceiptRow {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -430,12 +440,7 @@ crate::both_stores! {
 async fn a_paused_endpoint_keeps_accepting_and_delivers_after_resume() {
     let (downstream, port) = Downstream::start().await;
     let server = start(port, "[0, 0, 0]").await;
-    server
-        .app
-        .store
-        .set_paused("stripe", true, 0)
-        .await
-        .expect("pause");
+    set_paused(&server, true).await;
     accept(&server, "evt_paused").await;
     // Several poll intervals go by; the event waits.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -444,12 +449,7 @@ async fn a_paused_endpoint_keeps_accepting_and_delivers_after_resume() {
         "pending"
     );
     assert!(downstream.received("evt_paused").is_empty());
-    server
-        .app
-        .store
-        .set_paused("stripe", false, 0)
-        .await
-        .expect("resume");
+    set_paused(&server, false).await;
     settled(&server, "evt_paused", "delivered").await;
 }
 }
@@ -704,12 +704,7 @@ async fn delivery_metrics_count_each_attempt_by_what_it_led_to() {
     settled(&server, "evt_later", "delivered").await;
 
     // Paused, an accepted event waits: the backlog shows it.
-    server
-        .app
-        .store
-        .set_paused("stripe", true, 0)
-        .await
-        .expect("pause");
+    set_paused(&server, true).await;
     accept(&server, "evt_waiting").await;
 
     let stripe = r#"endpoint="stripe",plugin="stripe""#;
