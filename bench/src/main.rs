@@ -1129,7 +1129,8 @@ fn micro_benchmarks(iterations: u32, body: &str, created: i64) -> anyhow::Result
     )
     .map_err(|reason| anyhow!("{reason}"))?;
     let judge = time_each(warmup, iterations, || {
-        let verified = hookhost::verify::judge(&endpoint, &source, created)
+        let mut trail = hookhost::verify::Trail::default();
+        let verified = hookhost::verify::judge(&endpoint, &source, created, &mut trail)
             .context("verify::judge refused the bench's own event")?;
         black_box(verified);
         Ok(())

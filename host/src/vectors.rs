@@ -270,7 +270,12 @@ fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
     };
     let expect = &vector.expect;
     let diffs = &mut judged.differences;
-    match verify::decide(&endpoint, &source, vector.now) {
+    match verify::decide(
+        &endpoint,
+        &source,
+        vector.now,
+        &mut verify::Trail::default(),
+    ) {
         Ok(Decision::Answer(answer)) => {
             judged.outcome = "accept";
             judged.status = answer.status;

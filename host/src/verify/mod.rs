@@ -66,6 +66,7 @@ pub fn decide(
     endpoint: &Endpoint,
     request: &MessageSource<'_>,
     now: i64,
+    trail: &mut Trail,
 ) -> Result<Decision, IngestError> {
     if request.method == "GET" {
         let mut call = endpoint.plugin.session(&endpoint.plugin_config, request)?;
@@ -81,7 +82,7 @@ pub fn decide(
         }
         return render(endpoint, &reply.response).map(Decision::Answer);
     }
-    let verified = judge(endpoint, request, now)?;
+    let verified = judge(endpoint, request, now, trail)?;
     match &verified.event.disposition {
         Disposition::Answer(response) => render(endpoint, response).map(Decision::Answer),
         _ => Ok(Decision::Store(Box::new(verified))),
@@ -135,25 +136,65 @@ fn render(endpoint: &Endpoint, response: &Response) -> Result<Answer, IngestErro
     })
 }
 
+/// What verification found on its way, kept for the forensics of a refused request:
+/// filled in step by step, so on an error it says how far the request got.
+#[derive(Debug, Default)]
+pub struct Trail {
+    /// The plugin's plan, once it made one (its candidates, its signed timestamp).
+    pub plan: Option<Plan>,
+    /// Active secrets every candidate was checked against.
+    pub secrets: usize,
+    /// The active secret that matched: the request was authentic.
+    pub secret_index: Option<usize>,
+    /// A refusal the plugin explained: the header it missed, or its own words.
+    pub plugin_said: Option<String>,
+    /// The event id, once described.
+    pub event_id: Option<String>,
+}
+
+impl Trail {
+    /// Note the plugin's refusal, and turn it into the sender's error.
+    fn refused(&mut self, rejection: Rejection) -> IngestError {
+        let (Rejection::MissingSignature(said)
+        | Rejection::MalformedSignature(said)
+        | Rejection::MalformedBody(said)
+        | Rejection::Unsupported(said)) = &rejection;
+        self.plugin_said = Some(said.clone());
+        rejection_to_error(rejection)
+    }
+}
+
 /// Steps 3–6 of the request path, shared by the HTTP ingest and `hookhost plugin test`:
 /// plugin plan → host MAC over every key and candidate → timestamp window → plugin
 /// describe. `now` is unix seconds, injected so vectors judge at a fixed moment.
+/// `trail` says how far a refused request got.
 pub fn judge(
     endpoint: &Endpoint,
     request: &MessageSource<'_>,
     now: i64,
+    trail: &mut Trail,
 ) -> Result<Verified, IngestError> {
     let mut call = endpoint.plugin.session(&endpoint.plugin_config, request)?;
 
-    let plan = call.plan_verification()?.map_err(rejection)?;
+    let plan = match call.plan_verification()? {
+        Ok(plan) => trail.plan.insert(plan),
+        Err(rejection) => return Err(trail.refused(rejection)),
+    };
+    trail.secrets = endpoint.keys.len();
     let secret_index =
-        matching_key(&endpoint.keys, &plan, request)?.ok_or(IngestError::InvalidSignature)?;
+        matching_key(&endpoint.keys, plan, request)?.ok_or(IngestError::InvalidSignature)?;
+    trail.secret_index = Some(secret_index);
     check_window(endpoint.tolerance_seconds, plan.timestamp, now)?;
 
-    let event = call.describe_event()?.map_err(rejection)?;
+    let event = match call.describe_event()? {
+        Ok(event) => event,
+        Err(rejection) => return Err(trail.refused(rejection)),
+    };
     if let Disposition::Reject(reason) = &event.disposition {
+        trail.event_id = event.id.clone();
         return Err(IngestError::Rejected(reason.clone()));
     }
+    let plan = trail.plan.take().ok_or(IngestError::PluginFailed)?;
     let event_id = match &event.id {
         Some(id) if !id.is_empty() => id.clone(),
         _ => format!("sha256:{}", hex::encode(message_digest(&plan, request)?)),
@@ -175,7 +216,7 @@ pub fn redescribe(
     body: &[u8],
 ) -> Result<Event, IngestError> {
     on_stored(endpoint, public_url, headers, body, |call| {
-        call.describe_event()?.map_err(rejection)
+        call.describe_event()?.map_err(rejection_to_error)
     })
 }
 
@@ -189,7 +230,7 @@ pub fn replan(
     body: &[u8],
 ) -> Result<Plan, IngestError> {
     on_stored(endpoint, public_url, headers, body, |call| {
-        call.plan_verification()?.map_err(rejection)
+        call.plan_verification()?.map_err(rejection_to_error)
     })
 }
 
@@ -236,7 +277,7 @@ fn check_window(
     Ok(())
 }
 
-fn rejection(rejection: Rejection) -> IngestError {
+fn rejection_to_error(rejection: Rejection) -> IngestError {
     match rejection {
         Rejection::MissingSignature(_) => IngestError::MissingSignature,
         Rejection::MalformedSignature(_) => IngestError::InvalidSignature,
