@@ -10,6 +10,7 @@
 //! secret or a plugin.
 
 mod delivery;
+mod forensics;
 mod judge;
 mod operator;
 mod postgres;
@@ -18,6 +19,7 @@ mod sqlite;
 mod writer;
 
 pub use delivery::{AttemptRecord, Leased, Next};
+pub use forensics::{ForensicFilter, ForensicRow, ForensicSummary, NewForensic};
 pub use operator::{Filter, REPLAYABLE_STATES, Summary};
 
 pub use sqlite::{ReceiptRow, single_commit_rate};
