@@ -49,6 +49,11 @@ enum Command {
         #[command(subcommand)]
         command: EndpointCommand,
     },
+    /// Requests refused after their body was read: list, show, verify again, re-ingest.
+    Forensics {
+        #[command(subcommand)]
+        command: ForensicsCommand,
+    },
     /// Print an endpoint's consumer contract as Markdown, from the configuration as it
     /// is now: scheme, secrets, window, idempotency, status codes, ordering, retries.
     Spec {
@@ -97,6 +102,38 @@ enum EventsCommand {
         event_id: String,
         #[arg(long)]
         reason: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ForensicsCommand {
+    /// One line per kept request, newest first (or JSON lines).
+    List {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[command(flatten)]
+        filter: crate::store::ForensicFilter,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One kept request, as JSON: detail, redacted headers, body.
+    Show {
+        #[arg(long, short)]
+        config: PathBuf,
+        id: i64,
+    },
+    /// Verify a kept request again with the current secrets and plugin, at its
+    /// original arrival time; nothing is stored.
+    Verify {
+        #[arg(long, short)]
+        config: PathBuf,
+        id: i64,
+    },
+    /// Ingest a kept request that now passes, under the event id its plugin gives it.
+    Reingest {
+        #[arg(long, short)]
+        config: PathBuf,
+        id: i64,
     },
 }
 
@@ -178,6 +215,7 @@ pub fn main() -> ExitCode {
         Command::Dlq { command } => operate(Operation::Dlq(command)),
         Command::Endpoint { command } => operate(Operation::Endpoint(command)),
         Command::Spec { config, endpoint } => spec(config, &endpoint),
+        Command::Forensics { command } => forensics(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -548,6 +586,89 @@ async fn print_list(
                 event.last_error.as_deref().unwrap_or("")
             );
         }
+    }
+    Ok(())
+}
+
+/// `hookhost forensics …`: listing and showing read the store; verifying and
+/// re-ingesting run the endpoint's plugin, so they build the receiver (without serving).
+fn forensics(command: ForensicsCommand) -> anyhow::Result<()> {
+    let config = match &command {
+        ForensicsCommand::List { config, filter, .. } => {
+            filter
+                .check()
+                .map_err(|reason| anyhow::anyhow!("--{reason}"))?;
+            config
+        }
+        ForensicsCommand::Show { config, .. }
+        | ForensicsCommand::Verify { config, .. }
+        | ForensicsCommand::Reingest { config, .. } => config,
+    };
+    let config = Config::load(config)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let (id, reingest) = match command {
+            ForensicsCommand::Verify { id, .. } => (id, false),
+            ForensicsCommand::Reingest { id, .. } => (id, true),
+            listing => {
+                let store = crate::store::Store::open(&config.store).await?;
+                let result = print_forensics(&store, listing).await;
+                store.close().await;
+                return result;
+            }
+        };
+        let app = crate::build(&config).await?;
+        let result = if reingest {
+            crate::forensics::reingest(&app, id).await.map(|done| {
+                println!("{id}: re-ingested as {} ({})", done.event_id, done.outcome);
+            })
+        } else {
+            crate::forensics::reverify(&app, id)
+                .await
+                .map(|(verdict, _)| {
+                    println!("{}", serde_json::json!(verdict));
+                })
+        };
+        app.store.close().await;
+        Ok(result?)
+    })
+}
+
+async fn print_forensics(
+    store: &crate::store::Store,
+    command: ForensicsCommand,
+) -> anyhow::Result<()> {
+    match command {
+        ForensicsCommand::Show { id, .. } => {
+            let row = store
+                .forensic(id)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("no kept request {id}"))?;
+            let shown = crate::forensics::shown(&row);
+            println!("{}", serde_json::to_string_pretty(&shown)?);
+        }
+        ForensicsCommand::List { filter, json, .. } => {
+            for kept in store.forensics(&filter).await? {
+                if json {
+                    println!("{}", serde_json::to_string(&kept)?);
+                    continue;
+                }
+                let reingested = kept.reingest_outcome.map(|o| format!("reingested={o}"));
+                println!(
+                    "{:<6} {:<16} {:<8} {} {:<26} bytes={} {}",
+                    kept.id,
+                    kept.endpoint,
+                    kept.kind,
+                    kept.status,
+                    kept.code,
+                    kept.body_len,
+                    reingested.unwrap_or_default()
+                );
+            }
+        }
+        ForensicsCommand::Verify { .. } | ForensicsCommand::Reingest { .. } => {}
     }
     Ok(())
 }

@@ -50,6 +50,8 @@ pub struct Config {
     pub delivery: DeliveryConfig,
     /// How long settled receipts are kept before the purge job deletes them.
     pub retention: RetentionConfig,
+    /// What is kept of requests refused after their body was read.
+    pub forensics: ForensicsConfig,
     /// The admin API's address and bearer token; no token, no admin API.
     pub admin: Option<(SocketAddr, Secret)>,
     /// Keys whose secrets were given literally, for a warning at start.
@@ -100,6 +102,42 @@ pub fn redact_password(url: &str) -> String {
             format!("{scheme}://{user}:[redacted]@{host}{path}")
         }
         _ => url.to_string(),
+    }
+}
+
+/// Rejected requests kept per endpoint, newest first, unless `[forensics]` says.
+pub const DEFAULT_REJECTED_PER_ENDPOINT: u32 = 1_000;
+/// Days a rejected request is kept, unless `[forensics]` says.
+pub const DEFAULT_REJECTED_DAYS: u64 = 7;
+
+/// `[forensics]`: what is kept of requests refused after their body was read.
+/// Verified requests that failed with a 5xx are always kept in full, until
+/// re-ingested; these settings bound the rejected ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForensicsConfig {
+    /// The newest this many rejected requests per endpoint are kept.
+    pub rejected_per_endpoint: u32,
+    /// Rejected requests (and re-ingested failed ones) are deleted after this.
+    pub rejected_for: Duration,
+    /// Keep a rejected request's body (`full`, so it can be re-verified) or only its
+    /// length and SHA-256 (`digest`).
+    pub rejected_body: BodyKept,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BodyKept {
+    Full,
+    Digest,
+}
+
+impl Default for ForensicsConfig {
+    fn default() -> Self {
+        Self {
+            rejected_per_endpoint: DEFAULT_REJECTED_PER_ENDPOINT,
+            rejected_for: days(DEFAULT_REJECTED_DAYS),
+            rejected_body: BodyKept::Full,
+        }
     }
 }
 
@@ -227,6 +265,8 @@ struct RawConfig {
     delivery: RawDelivery,
     #[serde(default)]
     retention: RawRetention,
+    #[serde(default)]
+    forensics: RawForensics,
 }
 
 /// `store = "PATH or URL"`, or a `[store]` table.
@@ -244,6 +284,14 @@ struct RawStoreTable {
     max_connections: Option<u32>,
     connect_timeout_ms: Option<u64>,
     statement_timeout_ms: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawForensics {
+    rejected_per_endpoint: Option<u32>,
+    rejected_days: Option<u64>,
+    rejected_body: Option<BodyKept>,
 }
 
 #[derive(Deserialize, Default)]
@@ -420,6 +468,27 @@ impl Config {
                 .map_or(days(DEFAULT_DELIVERED_RETENTION_DAYS), days),
             dead: raw.retention.dead_days.map(days),
         };
+        let defaults = ForensicsConfig::default();
+        let forensics = ForensicsConfig {
+            rejected_per_endpoint: raw
+                .forensics
+                .rejected_per_endpoint
+                .unwrap_or(defaults.rejected_per_endpoint),
+            rejected_for: raw
+                .forensics
+                .rejected_days
+                .map_or(defaults.rejected_for, days),
+            rejected_body: raw
+                .forensics
+                .rejected_body
+                .unwrap_or(defaults.rejected_body),
+        };
+        if forensics.rejected_for.is_zero() {
+            return Err(invalid(
+                "forensics.rejected_days",
+                "must be greater than 0".into(),
+            ));
+        }
         if retention.dead.is_some_and(|d| d.is_zero()) {
             return Err(invalid(
                 "retention.dead_days",
@@ -659,6 +728,7 @@ impl Config {
             endpoints,
             delivery,
             retention,
+            forensics,
             admin,
             literal_secrets,
         })
@@ -814,6 +884,25 @@ mod tests {
             parse("").expect("empty").retention,
             RetentionConfig::default()
         );
+        assert_eq!(
+            parse("").expect("empty").forensics,
+            ForensicsConfig::default()
+        );
+        let forensics = parse(
+            "[forensics]\nrejected_per_endpoint = 5\nrejected_days = 2\nrejected_body = \"digest\"",
+        )
+        .expect("forensics")
+        .forensics;
+        assert_eq!(
+            forensics,
+            ForensicsConfig {
+                rejected_per_endpoint: 5,
+                rejected_for: Duration::from_secs(2 * 86_400),
+                rejected_body: BodyKept::Digest,
+            }
+        );
+        assert!(error("[forensics]\nrejected_days = 0").contains("forensics.rejected_days: "));
+        assert!(error("[forensics]\nrejected_body = \"some\"").contains("rejected_body"));
         assert_eq!(
             redact_password("postgres://u@h/db"),
             "postgres://u@h/db".to_string()

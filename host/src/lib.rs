@@ -16,6 +16,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod endpoints;
+pub mod forensics;
 pub mod http;
 pub mod metrics;
 pub mod plugins;
@@ -60,6 +61,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
     })?;
     Ok(Arc::new(http::App {
         endpoints: Registry::new(endpoints),
+        forensics: forensics::Recorder::start(store.clone(), config.forensics),
         store,
         public_url: config.public_url.clone(),
         max_body_bytes: config.limits.max_body_bytes,
@@ -147,6 +149,13 @@ async fn purge_periodically(app: Arc<http::App>, mut stop: tokio::sync::watch::R
             Ok(purged) if purged == store::Purged::default() => {}
             Ok(purged) => tracing::info!(?purged, "retention: purged"),
             Err(error) => tracing::warn!(%error, "retention: purge failed; trying again later"),
+        }
+        let before_ms = clock::now_ms()
+            - i64::try_from(app.forensics.config().rejected_for.as_millis()).unwrap_or(i64::MAX);
+        match app.store.purge_forensics(before_ms).await {
+            Ok(0) => {}
+            Ok(purged) => tracing::info!(purged, "forensics: purged"),
+            Err(error) => tracing::warn!(%error, "forensics: purge failed; trying again later"),
         }
         tokio::select! {
             _ = tokio::time::sleep(PURGE_EVERY) => {}

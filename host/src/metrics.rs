@@ -30,7 +30,19 @@ pub struct Metrics {
     signed_to_delivered: Family<EndpointLabels, Histogram>,
     pending: Family<EndpointOnly, Gauge>,
     oldest_pending: Family<EndpointOnly, Gauge>,
+    forensics: Family<ForensicsLabels, Counter>,
     plugin_calls: PluginCalls,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ForensicsLabels {
+    endpoint: String,
+    plugin: String,
+    /// `failed` (verified, then a 5xx) or `rejected`.
+    kind: &'static str,
+    /// `kept`, or `dropped` (the queue of rejected requests was full, or a failed
+    /// request could not be stored).
+    result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -210,6 +222,13 @@ impl Default for Metrics {
             "How long ago the oldest pending event was received",
             Family::default(),
         );
+        let forensics = registered(
+            r,
+            "forensics",
+            "Requests refused after their body was read, kept for forensics (or \
+             dropped), by kind",
+            Family::default(),
+        );
         let plugin_calls = PluginCalls {
             seconds: registered(
                 r,
@@ -237,6 +256,7 @@ impl Default for Metrics {
             signed_to_delivered,
             pending,
             oldest_pending,
+            forensics,
         }
     }
 }
@@ -397,6 +417,18 @@ impl Metrics {
             let age = oldest.map_or(0, |oldest| (now_ms - oldest).max(0) / 1000);
             self.oldest_pending.get_or_create(&labels).set(age);
         }
+    }
+
+    /// A refused request of `kind` was kept for forensics (`kept`) or not.
+    pub fn forensics(&self, endpoint: &str, plugin: &str, kind: &'static str, kept: bool) {
+        self.forensics
+            .get_or_create(&ForensicsLabels {
+                endpoint: endpoint.to_owned(),
+                plugin: plugin.to_owned(),
+                kind,
+                result: if kept { "kept" } else { "dropped" },
+            })
+            .inc();
     }
 
     /// The Prometheus text exposition of every metric.

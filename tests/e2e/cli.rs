@@ -3,7 +3,8 @@
 use crate::support::workspace;
 use std::process::Command;
 
-fn hookhost(args: &[&str]) -> (bool, String, String) {
+/// Run the `hookhost` binary; (exited 0, stdout, stderr).
+pub fn hookhost(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_hookhost"))
         .args(args)
         .current_dir(workspace())

@@ -6,6 +6,7 @@ mod cluster;
 mod contract;
 mod crash;
 mod delivery;
+mod forensics;
 mod handshakes;
 mod ingest;
 mod operations;

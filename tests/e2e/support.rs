@@ -261,6 +261,22 @@ impl Server {
         }
     }
 
+    /// Stop, then start again in the same directory on the same store with `config`:
+    /// an operator's restart with a changed configuration.
+    pub async fn restart(self, config: &str) -> Server {
+        let database = self.database.clone();
+        let dir = self.stop().await;
+        let config = match &database {
+            Some(db) => format!("store = \"{}\"\n{config}", db.url()),
+            None => config.to_string(),
+        };
+        let mut server = Server::start_in(dir, &config)
+            .await
+            .expect("server restarts");
+        server.database = database;
+        server
+    }
+
     /// Shut down gracefully; hands back the temp dir so the store can be reopened.
     pub async fn stop(mut self) -> tempfile::TempDir {
         if let Some(tx) = self.shutdown.take() {

@@ -5,7 +5,8 @@
 //! probes `/healthz` and `/readyz` are the exception: they say up or ready, no more.
 
 use super::App;
-use crate::store::Filter;
+use crate::forensics::{self, ForensicsError, REDACTED};
+use crate::store::{Filter, ForensicFilter};
 use crate::verify::Secret;
 use axum::Json;
 use axum::extract::{Path, Query, Request, State};
@@ -39,6 +40,10 @@ pub fn router(app: Arc<App>, token: Secret) -> axum::Router {
         )
         .route("/admin/events/{endpoint}/{event_id}/discard", post(discard))
         .route("/admin/replay", post(replay_filtered))
+        .route("/admin/forensics", get(forensics_list))
+        .route("/admin/forensics/{id}", get(forensics_show))
+        .route("/admin/forensics/{id}/verify", post(forensics_verify))
+        .route("/admin/forensics/{id}/reingest", post(forensics_reingest))
         .route("/admin/endpoints/{endpoint}/pause", post(pause))
         .route("/admin/endpoints/{endpoint}/resume", post(resume))
         .route("/metrics", get(metrics))
@@ -152,9 +157,6 @@ async fn show(
         Err(e) => store_error(e),
     }
 }
-
-/// What a redacted header value reads.
-const REDACTED: &str = "[redacted]";
 
 /// The store keeps signature headers as they came (re-verifying needs them); the API
 /// never shows their values. The endpoint's plugin plans the stored request again, and
@@ -287,4 +289,53 @@ async fn set_paused(admin: &Admin, endpoint: &str, paused: bool) -> Response {
         }
         Err(e) => store_error(e),
     }
+}
+
+/// Requests refused after their body was read, newest first (`?endpoint=&kind=&limit=`).
+async fn forensics_list(
+    State(admin): State<Admin>,
+    Query(filter): Query<ForensicFilter>,
+) -> Response {
+    if let Err(reason) = filter.check() {
+        return invalid_filter(&reason);
+    }
+    match admin.app.store.forensics(&filter).await {
+        Ok(kept) => Json(kept).into_response(),
+        Err(e) => store_error(e),
+    }
+}
+
+/// One kept request: detail, redacted headers, body (when kept).
+async fn forensics_show(State(admin): State<Admin>, Path(id): Path<i64>) -> Response {
+    match admin.app.store.forensic(id).await {
+        Ok(Some(row)) => Json(forensics::shown(&row)).into_response(),
+        Ok(None) => forensics_error(&ForensicsError::Unknown(id)),
+        Err(e) => store_error(e),
+    }
+}
+
+/// Verify a kept request again with the current secrets and plugin; nothing is stored.
+async fn forensics_verify(State(admin): State<Admin>, Path(id): Path<i64>) -> Response {
+    match forensics::reverify(&admin.app, id).await {
+        Ok((verdict, _)) => Json(verdict).into_response(),
+        Err(e) => forensics_error(&e),
+    }
+}
+
+/// Ingest a kept request that now passes, under the event id its plugin gives it.
+async fn forensics_reingest(State(admin): State<Admin>, Path(id): Path<i64>) -> Response {
+    match forensics::reingest(&admin.app, id).await {
+        Ok(reingested) => Json(reingested).into_response(),
+        Err(e) => forensics_error(&e),
+    }
+}
+
+fn forensics_error(e: &ForensicsError) -> Response {
+    let (status, code) = e.status_and_code();
+    if let ForensicsError::Store(error) = e {
+        tracing::error!(%error, "admin API: store error");
+    }
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = serde_json::json!({ "error": code, "reason": e.to_string() });
+    (status, Json(body)).into_response()
 }

@@ -9,9 +9,10 @@
 use super::bodies::{BodyBudget, Reservation};
 use super::{App, IngestError};
 use crate::endpoints::Endpoint;
+use crate::forensics::{self, Refused};
 use crate::metrics::RequestOutcome;
 use crate::store::{NewReceipt, Outcome, Resource};
-use crate::verify::{self, Answer, Decision, MessageSource, Verified};
+use crate::verify::{self, Answer, Decision, MessageSource, Trail, Verified};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -98,7 +99,7 @@ async fn handle(
         .run(move || {
             let _in_request = span.enter();
             let started = Instant::now();
-            let judged = judge(&on_thread, &method, &url, &headers, body, received_at_ms);
+            let judged = judge(&on_thread, &method, url, &headers, body, received_at_ms);
             (judged, started.elapsed())
         })
         .await
@@ -118,7 +119,10 @@ async fn handle(
         (Ok(Judged::Answer(answer)), _) => {
             return Ok((handshake(answer), RequestOutcome::Handshake));
         }
-        (Err(error), _) => return Err(error),
+        // Kept for forensics: what arrived, and why it was refused.
+        (Err(refused), _) => {
+            return Err(forensics::keep(app, &endpoint, received_at_ms, *refused).await);
+        }
     };
 
     // 7–8. One transaction: receipt, dedupe, version gate, inbox. 2xx only after commit.
@@ -146,21 +150,33 @@ enum Judged {
 fn judge(
     endpoint: &Endpoint,
     method: &Method,
-    url: &str,
+    url: String,
     headers: &HeaderMap,
     body: Vec<u8>,
     received_at_ms: i64,
-) -> Result<Judged, IngestError> {
+) -> Result<Judged, Box<Refused>> {
     let headers = raw_headers(headers);
     let request = MessageSource {
         method: method.as_str(),
-        url,
+        url: &url,
         headers: &headers,
         body: &body,
     };
-    let verified = match verify::decide(endpoint, &request, received_at_ms / 1000)? {
-        Decision::Store(verified) => *verified,
-        Decision::Answer(answer) => return Ok(Judged::Answer(answer)),
+    let mut trail = Trail::default();
+    let verified = match verify::decide(endpoint, &request, received_at_ms / 1000, &mut trail) {
+        Ok(Decision::Store(verified)) => *verified,
+        Ok(Decision::Answer(answer)) => return Ok(Judged::Answer(answer)),
+        Err(error) => {
+            let method = method.to_string();
+            return Err(Box::new(Refused {
+                error,
+                trail,
+                method,
+                url,
+                headers,
+                body,
+            }));
+        }
     };
     let span = tracing::Span::current();
     span.record("event_id", verified.event_id.as_str());
@@ -214,17 +230,8 @@ fn raw_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-/// Headers that grant access to something; never stored with a receipt.
-const CREDENTIAL_HEADERS: &[&str] = &[
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "x-api-key",
-    "x-auth-token",
-    "x-gitlab-token",
-];
-
-fn receipt(
+/// The receipt of a verified request (also a re-ingested one).
+pub(crate) fn receipt(
     endpoint: &Endpoint,
     verified: Verified,
     headers: Vec<(String, Vec<u8>)>,
@@ -245,7 +252,7 @@ fn receipt(
         body,
         headers: headers
             .into_iter()
-            .filter(|(name, _)| !CREDENTIAL_HEADERS.contains(&name.as_str()))
+            .filter(|(name, _)| !forensics::CREDENTIAL_HEADERS.contains(&name.as_str()))
             .map(|(name, value)| {
                 let value = String::from_utf8(value)
                     .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());

@@ -35,6 +35,8 @@ pub struct App {
     pub delivery: crate::config::DeliveryConfig,
     /// How long settled receipts are kept (the purge job).
     pub retention: crate::config::RetentionConfig,
+    /// Keeps requests refused after their body was read.
+    pub forensics: crate::forensics::Recorder,
     /// What `/metrics` on the admin listener shows.
     pub metrics: crate::metrics::Metrics,
 }
