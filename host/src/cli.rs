@@ -489,6 +489,16 @@ fn operate(operation: Operation) -> anyhow::Result<()> {
             println!("{} replayed", result?);
             return Ok(());
         }
+        if let Operation::Events(EventsCommand::Show {
+            endpoint, event_id, ..
+        }) = &operation
+        {
+            // Redacting the signature asks the endpoint's plugin: build the receiver.
+            let app = crate::build(&config).await?;
+            let result = show_event(&app, endpoint, event_id).await;
+            app.store.close().await;
+            return result;
+        }
         let store = crate::store::Store::open(&config.store).await?;
         let result = run_operation(&store, operation).await;
         store.close().await;
@@ -510,16 +520,8 @@ async fn run_operation(store: &crate::store::Store, operation: Operation) -> any
             };
             print_list(store, filter, json).await
         }
-        Operation::Events(EventsCommand::Show {
-            endpoint, event_id, ..
-        }) => {
-            let shown = store
-                .show(&endpoint, &event_id)
-                .await?
-                .ok_or_else(|| anyhow::anyhow!("no event {event_id:?} on endpoint {endpoint:?}"))?;
-            println!("{}", serde_json::to_string_pretty(&shown)?);
-            Ok(())
-        }
+        // Shown by `show_event`, with the receiver built.
+        Operation::Events(EventsCommand::Show { .. }) => Ok(()),
         Operation::Events(EventsCommand::Replay { filter, .. }) => {
             let replayed = store.replay(&filter).await?;
             println!("{replayed} replayed");
@@ -565,6 +567,19 @@ async fn run_operation(store: &crate::store::Store, operation: Operation) -> any
             Ok(())
         }
     }
+}
+
+/// One event with its attempts, as JSON, signature values redacted as the admin API
+/// shows it.
+async fn show_event(app: &crate::http::App, endpoint: &str, event_id: &str) -> anyhow::Result<()> {
+    let mut shown = app
+        .store
+        .show(endpoint, event_id)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no event {event_id:?} on endpoint {endpoint:?}"))?;
+    crate::http::admin::redact_signatures(app, endpoint, &mut shown).await;
+    println!("{}", serde_json::to_string_pretty(&shown)?);
+    Ok(())
 }
 
 async fn print_list(

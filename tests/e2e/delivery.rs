@@ -433,6 +433,14 @@ async fn dead_letters_are_listed_replayed_and_discarded_from_the_cli() {
     assert_eq!(shown["state"], "delivered");
     assert_eq!(shown["attempts"].as_array().map(Vec::len), Some(4));
     assert_eq!(shown["attempts"][3]["status"], 200);
+    // As on the admin API, the signature's value is not shown.
+    let signature = shown["headers"]
+        .as_array()
+        .expect("headers")
+        .iter()
+        .find(|pair| pair[0] == "stripe-signature")
+        .map(|pair| pair[1].clone());
+    assert_eq!(signature, Some(serde_json::json!("[redacted]")));
 }
 }
 

@@ -162,8 +162,8 @@ async fn show(
 /// never shows their values. The endpoint's plugin plans the stored request again, and
 /// the headers holding one of its candidate signatures are redacted. When that cannot
 /// be done (the endpoint is gone, the plugin refuses the request now), every header
-/// value is.
-async fn redact_signatures(app: &App, endpoint_id: &str, event: &mut serde_json::Value) {
+/// value is. The CLI's `events show` shows the same.
+pub async fn redact_signatures(app: &App, endpoint_id: &str, event: &mut serde_json::Value) {
     let headers: Vec<(String, String)> =
         serde_json::from_value(event["headers"].clone()).unwrap_or_default();
     let body = event["body"]
