@@ -20,9 +20,10 @@
 
 use crate::config::{BodyKept, ForensicsConfig};
 use crate::endpoints::Endpoint;
+use crate::http::ingest::{Judged, judge};
 use crate::http::{App, IngestError};
 use crate::store::{ForensicRow, NewForensic, NewReceipt, Outcome, Store, StoreError};
-use crate::verify::{self, Decision, MessageSource, Trail};
+use crate::verify::Trail;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -454,11 +455,11 @@ pub async fn reverify(
     let on_thread = Arc::clone(&endpoint);
     let judged = app
         .plugin_threads
-        .run(move || judge_again(&on_thread, method, url, headers, body, received_at_ms))
+        .run(move || judge(&on_thread, &method, url, headers, body, received_at_ms))
         .await
         .map_err(|_| ForensicsError::StillRefused(IngestError::PluginFailed.to_string()))?;
     match judged {
-        Ok(Some(receipt)) => {
+        Ok(Judged::Store(receipt)) => {
             let detail = Detail {
                 reason: "verified".into(),
                 message: "the request passes with the current secrets and plugin".into(),
@@ -479,7 +480,7 @@ pub async fn reverify(
             };
             Ok((verdict, Some(*receipt)))
         }
-        Ok(None) => Err(ForensicsError::NotAnEvent),
+        Ok(Judged::Answer(_)) => Err(ForensicsError::NotAnEvent),
         Err(refused) => {
             let detail = detail(&endpoint, &refused, received_at_ms / 1000);
             let verdict = Reverified {
@@ -490,41 +491,6 @@ pub async fn reverify(
             };
             Ok((verdict, None))
         }
-    }
-}
-
-/// Steps 3–6 on a kept request, on a plugin thread: the receipt it makes, `None` for
-/// a handshake, or how it was refused.
-fn judge_again(
-    endpoint: &Endpoint,
-    method: String,
-    url: String,
-    headers: Vec<(String, Vec<u8>)>,
-    body: Vec<u8>,
-    received_at_ms: i64,
-) -> Result<Option<Box<NewReceipt>>, Box<Refused>> {
-    let mut trail = Trail::default();
-    let source = MessageSource {
-        method: &method,
-        url: &url,
-        headers: &headers,
-        body: &body,
-    };
-    match verify::decide(endpoint, &source, received_at_ms / 1000, &mut trail) {
-        Ok(Decision::Store(verified)) => {
-            let receipt =
-                crate::http::ingest::receipt(endpoint, *verified, headers, body, received_at_ms);
-            Ok(Some(Box::new(receipt)))
-        }
-        Ok(Decision::Answer(_)) => Ok(None),
-        Err(error) => Err(Box::new(Refused {
-            error,
-            trail,
-            method,
-            url,
-            headers,
-            body,
-        })),
     }
 }
 

@@ -99,7 +99,15 @@ async fn handle(
         .run(move || {
             let _in_request = span.enter();
             let started = Instant::now();
-            let judged = judge(&on_thread, &method, url, &headers, body, received_at_ms);
+            let headers = raw_headers(&headers);
+            let judged = judge(
+                &on_thread,
+                method.as_str(),
+                url,
+                headers,
+                body,
+                received_at_ms,
+            );
             (judged, started.elapsed())
         })
         .await
@@ -140,24 +148,25 @@ async fn handle(
 }
 
 /// What a plugin thread hands back: a receipt to store, or a handshake's answer.
-enum Judged {
+pub(crate) enum Judged {
     Store(Box<NewReceipt>),
     Answer(Answer),
 }
 
 /// Steps 3–6 and the receipt, on a plugin thread: the plugin calls, the MACs over the
-/// body and its digest are all CPU work. The body moves into the receipt, uncopied.
-fn judge(
+/// body and its digest are all CPU work. The body moves into the receipt, uncopied;
+/// a refused request hands everything back, for forensics. Also judges a kept request
+/// again (`forensics::reverify`), with its arrival time as the clock.
+pub(crate) fn judge(
     endpoint: &Endpoint,
-    method: &Method,
+    method: &str,
     url: String,
-    headers: &HeaderMap,
+    headers: Vec<(String, Vec<u8>)>,
     body: Vec<u8>,
     received_at_ms: i64,
 ) -> Result<Judged, Box<Refused>> {
-    let headers = raw_headers(headers);
     let request = MessageSource {
-        method: method.as_str(),
+        method,
         url: &url,
         headers: &headers,
         body: &body,
@@ -167,7 +176,7 @@ fn judge(
         Ok(Decision::Store(verified)) => *verified,
         Ok(Decision::Answer(answer)) => return Ok(Judged::Answer(answer)),
         Err(error) => {
-            let method = method.to_string();
+            let method = method.to_owned();
             return Err(Box::new(Refused {
                 error,
                 trail,
@@ -230,8 +239,7 @@ fn raw_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-/// The receipt of a verified request (also a re-ingested one).
-pub(crate) fn receipt(
+fn receipt(
     endpoint: &Endpoint,
     verified: Verified,
     headers: Vec<(String, Vec<u8>)>,
