@@ -52,6 +52,8 @@ pub struct Config {
     pub retention: RetentionConfig,
     /// What is kept of requests refused after their body was read.
     pub forensics: ForensicsConfig,
+    /// Tenants managed at runtime through the admin listener (`[tenancy]`).
+    pub tenancy: Option<TenancyConfig>,
     /// The admin API's address and bearer token; no token, no admin API.
     pub admin: Option<(SocketAddr, Secret)>,
     /// Keys whose secrets were given literally, for a warning at start.
@@ -103,6 +105,16 @@ pub fn redact_password(url: &str) -> String {
         }
         _ => url.to_string(),
     }
+}
+
+/// `[tenancy]`: tenants, their endpoints and secrets, managed through the admin
+/// listener's `/v1` API and stored in the database.
+#[derive(Debug, Clone)]
+pub struct TenancyConfig {
+    /// Creates tenants and issues their tokens.
+    pub operator_token: Secret,
+    /// Seals endpoint secrets at rest: 32 bytes, base64 (`env:` or `file:`).
+    pub master_key: crate::tenancy::MasterKey,
 }
 
 /// Rejected requests kept per endpoint, newest first, unless `[forensics]` says.
@@ -267,6 +279,14 @@ struct RawConfig {
     retention: RawRetention,
     #[serde(default)]
     forensics: RawForensics,
+    tenancy: Option<RawTenancy>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTenancy {
+    operator_token: String,
+    master_key: String,
 }
 
 /// `store = "PATH or URL"`, or a `[store]` table.
@@ -692,6 +712,25 @@ impl Config {
                 Some((address, token))
             }
         };
+        let tenancy = match &raw.tenancy {
+            None => None,
+            Some(t) => {
+                if admin.is_none() {
+                    return Err(invalid(
+                        "tenancy",
+                        "the tenant API is served on the admin listener: set admin_token".into(),
+                    ));
+                }
+                let operator_token = resolve_secret(&t.operator_token, "tenancy.operator_token")?;
+                let key = resolve_secret(&t.master_key, "tenancy.master_key")?;
+                let master_key = crate::tenancy::MasterKey::decode(key.expose())
+                    .map_err(|reason| invalid("tenancy.master_key", reason))?;
+                Some(TenancyConfig {
+                    operator_token,
+                    master_key,
+                })
+            }
+        };
         let defaults = DeliveryConfig::default();
         let delivery = DeliveryConfig {
             workers: raw.delivery.workers.unwrap_or(defaults.workers),
@@ -729,6 +768,7 @@ impl Config {
             delivery,
             retention,
             forensics,
+            tenancy,
             admin,
             literal_secrets,
         })
@@ -902,6 +942,10 @@ mod tests {
             }
         );
         assert!(error("[forensics]\nrejected_days = 0").contains("forensics.rejected_days: "));
+        let tenancy = "[tenancy]\noperator_token = \"op\"\nmaster_key = \"c2hvcnQ=\"";
+        assert!(error(tenancy).contains("tenancy: the tenant API is served on the admin listener"));
+        let with_admin = format!("admin_token = \"a\"\n{tenancy}");
+        assert!(error(&with_admin).contains("tenancy.master_key: 5 bytes; a master key is 32"));
         assert!(error("[forensics]\nrejected_body = \"some\"").contains("rejected_body"));
         assert_eq!(
             redact_password("postgres://u@h/db"),

@@ -110,17 +110,32 @@ impl Endpoint {
     }
 }
 
-/// All endpoints, looked up by id; replaced as a whole.
+/// All endpoints, looked up by id; replaced as a whole. The configuration file's are
+/// fixed; the tenants' (managed through the API) are swapped in when they change.
 #[derive(Debug, Default)]
 pub struct Registry {
     current: RwLock<Arc<HashMap<String, Arc<Endpoint>>>>,
+    fixed: Vec<Arc<Endpoint>>,
 }
 
 impl Registry {
     pub fn new(endpoints: Vec<Endpoint>) -> Registry {
-        let registry = Registry::default();
-        registry.replace(endpoints);
+        let registry = Registry {
+            current: RwLock::default(),
+            fixed: endpoints.into_iter().map(Arc::new).collect(),
+        };
+        registry.replace_managed(Vec::new());
         registry
+    }
+
+    /// Whether `id` is one of the configuration file's endpoints (read-only).
+    pub fn is_fixed(&self, id: &str) -> bool {
+        self.fixed.iter().any(|e| e.id == id)
+    }
+
+    /// The configuration file's endpoints.
+    pub fn fixed(&self) -> &[Arc<Endpoint>] {
+        &self.fixed
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Endpoint>> {
@@ -143,11 +158,14 @@ impl Registry {
             .collect()
     }
 
-    /// Swap in a new set of endpoints; requests in flight keep the one they resolved.
-    pub fn replace(&self, endpoints: Vec<Endpoint>) {
-        let map = endpoints
+    /// Swap in the tenants' endpoints beside the fixed ones (which win an id both
+    /// claim); requests in flight keep the endpoint they resolved.
+    pub fn replace_managed(&self, managed: Vec<Endpoint>) {
+        let map = managed
             .into_iter()
-            .map(|e| (e.id.clone(), Arc::new(e)))
+            .map(Arc::new)
+            .chain(self.fixed.iter().cloned())
+            .map(|e| (e.id.clone(), e))
             .collect();
         *self
             .current

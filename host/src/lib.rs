@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod plugins;
 pub mod spec;
 pub mod store;
+pub mod tenancy;
 pub mod vectors;
 pub mod verify;
 pub mod worker;
@@ -71,6 +72,8 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
         plugin_threads: plugins::threads::PluginThreads::per_core()
             .context("cannot start the plugin threads")?,
         metrics: metrics::Metrics::counting(catalog.iter().map(|p| &**p)),
+        catalog,
+        tenancy: config.tenancy.clone(),
     }))
 }
 
@@ -92,7 +95,10 @@ pub async fn run(
                 )
             })?;
             tracing::info!(%address, "admin API listening");
-            let router = http::admin::router(app.clone(), token.clone());
+            let mut router = http::admin::router(app.clone(), token.clone());
+            if let Some(tenancy) = &config.tenancy {
+                router = router.merge(tenancy::router(app.clone(), tenancy.clone()));
+            }
             Some(tokio::spawn(async move {
                 axum::serve(admin_listener, router)
                     .with_graceful_shutdown(async move {
@@ -121,7 +127,11 @@ pub async fn serve(
     tracing::info!(%addr, "hookhost listening");
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let workers = worker::spawn(app.clone(), app.delivery, stopped.clone());
-    let purging = tokio::spawn(purge_periodically(app.clone(), stopped));
+    let purging = tokio::spawn(purge_periodically(app.clone(), stopped.clone()));
+    let reloading = app.tenancy.as_ref().map(|tenancy| {
+        let key = tenancy.master_key.clone();
+        tokio::spawn(tenancy::keep_registry_current(app.clone(), key, stopped))
+    });
     // On shutdown: stop accepting and stop leasing together; requests in flight finish,
     // deliveries in flight get the grace period; then the store is flushed and closed.
     let served = axum::serve(listener, http::router(app.clone()))
@@ -132,6 +142,9 @@ pub async fn serve(
         .await;
     let _ = workers.await;
     let _ = purging.await;
+    if let Some(reloading) = reloading {
+        let _ = reloading.await;
+    }
     app.store.close().await;
     served?;
     Ok(())

@@ -14,3 +14,4 @@ mod postgres;
 mod sandbox;
 mod schemes;
 mod support;
+mod tenancy;

@@ -35,6 +35,10 @@ pub struct App {
     pub delivery: crate::config::DeliveryConfig,
     /// How long settled receipts are kept (the purge job).
     pub retention: crate::config::RetentionConfig,
+    /// Every plugin endpoints may use (tenant endpoints are built from it at runtime).
+    pub catalog: crate::plugins::Catalog,
+    /// Tenants' endpoints and secrets managed through the `/v1` API, when configured.
+    pub tenancy: Option<crate::config::TenancyConfig>,
     /// Keeps requests refused after their body was read.
     pub forensics: crate::forensics::Recorder,
     /// What `/metrics` on the admin listener shows.

@@ -95,35 +95,6 @@ impl ForensicFilter {
     }
 }
 
-/// Run `$body` with `$pool` bound to the backend's pool for writes (SQLite: the one
-/// worker connection) or for reads; the same statement text on both.
-macro_rules! on_pool {
-    ($store:expr, writes, $pool:ident => $body:expr) => {
-        match &$store.backend {
-            Backend::Sqlite(s) => {
-                let $pool = &s.worker;
-                $body
-            }
-            Backend::Postgres(p) => {
-                let $pool = &p.pool;
-                $body
-            }
-        }
-    };
-    ($store:expr, reads, $pool:ident => $body:expr) => {
-        match &$store.backend {
-            Backend::Sqlite(s) => {
-                let $pool = &s.readers;
-                $body
-            }
-            Backend::Postgres(p) => {
-                let $pool = &p.pool;
-                $body
-            }
-        }
-    };
-}
-
 const SUMMARY: &str = "id, endpoint, kind, received_at_ms, status, code, event_id, body_len,
                        body IS NOT NULL AS body_kept, reingested_at_ms, reingest_outcome";
 

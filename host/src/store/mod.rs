@@ -9,6 +9,35 @@
 //! promises across processes. A failed transaction answers `Unavailable`. Never sees a
 //! secret or a plugin.
 
+/// Run `$body` with `$pool` bound to the backend's pool for writes (SQLite: the one
+/// worker connection) or for reads; the same statement text on both.
+macro_rules! on_pool {
+    ($store:expr, writes, $pool:ident => $body:expr) => {
+        match &$store.backend {
+            Backend::Sqlite(s) => {
+                let $pool = &s.worker;
+                $body
+            }
+            Backend::Postgres(p) => {
+                let $pool = &p.pool;
+                $body
+            }
+        }
+    };
+    ($store:expr, reads, $pool:ident => $body:expr) => {
+        match &$store.backend {
+            Backend::Sqlite(s) => {
+                let $pool = &s.readers;
+                $body
+            }
+            Backend::Postgres(p) => {
+                let $pool = &p.pool;
+                $body
+            }
+        }
+    };
+}
+
 mod delivery;
 mod forensics;
 mod judge;
@@ -16,11 +45,13 @@ mod operator;
 mod postgres;
 mod seen;
 mod sqlite;
+mod tenancy;
 mod writer;
 
 pub use delivery::{AttemptRecord, Leased, Next};
 pub use forensics::{ForensicFilter, ForensicRow, ForensicSummary, NewForensic};
 pub use operator::{Filter, REPLAYABLE_STATES, Summary};
+pub use tenancy::{ManagedEndpoint, Retired, SealedSecret, TenantRow};
 
 pub use sqlite::{ReceiptRow, single_commit_rate};
 

@@ -1,0 +1,43 @@
+-- As SQLite's migration 0006: tenants and what they manage at runtime through the `/v1` API.
+CREATE TABLE tenants (
+    id             TEXT    PRIMARY KEY,
+    name           TEXT    NOT NULL,
+    created_at_ms  BIGINT  NOT NULL
+);
+
+-- API tokens: only their SHA-256 is kept; a token is shown once, when issued.
+CREATE TABLE tenant_tokens (
+    id             TEXT    PRIMARY KEY,
+    tenant         TEXT    NOT NULL REFERENCES tenants (id),
+    token_sha256   BYTEA    NOT NULL UNIQUE,
+    created_at_ms  BIGINT  NOT NULL,
+    revoked_at_ms  BIGINT
+);
+
+-- Endpoints created through the API; `spec` is their settings as JSON (no secret).
+CREATE TABLE managed_endpoints (
+    id             TEXT    PRIMARY KEY, -- `{tenant}.{name}`: /webhooks/{id}
+    tenant         TEXT    NOT NULL REFERENCES tenants (id),
+    spec           TEXT    NOT NULL,
+    created_at_ms  BIGINT  NOT NULL,
+    updated_at_ms  BIGINT  NOT NULL
+);
+
+-- Endpoint secrets, sealed with the master key (nonce || ciphertext, the endpoint and
+-- secret ids as associated data). The newest active one is current.
+CREATE TABLE endpoint_secrets (
+    id             TEXT    PRIMARY KEY,
+    endpoint       TEXT    NOT NULL,
+    sealed         BYTEA    NOT NULL,
+    fingerprint    TEXT    NOT NULL,
+    created_at_ms  BIGINT  NOT NULL,
+    retired_at_ms  BIGINT
+);
+CREATE INDEX endpoint_secrets_by_endpoint ON endpoint_secrets (endpoint);
+
+-- Bumped by every change above; each process polls it and reloads when it moves.
+CREATE TABLE registry_version (
+    id       BIGINT  PRIMARY KEY CHECK (id = 1),
+    version  BIGINT  NOT NULL
+);
+INSERT INTO registry_version (id, version) VALUES (1, 0);

@@ -1,0 +1,296 @@
+//! Tenants, their API tokens, and the endpoints and sealed secrets they manage at
+//! runtime. Every change bumps `registry_version` in its own transaction; each
+//! process polls it and reloads its endpoint registry when it moves.
+//!
+//! Every query that reads or changes a tenant's resource names the tenant: an id of
+//! another tenant's resource matches nothing, exactly like an id that does not exist.
+
+use super::{Backend, Store, StoreError};
+
+const BUMP: &str = "UPDATE registry_version SET version = version + 1 WHERE id = 1";
+
+/// Insert a sealed secret within the transaction `$tx`.
+macro_rules! insert_secret {
+    ($tx:expr, $secret:expr) => {
+        sqlx::query(
+            "INSERT INTO endpoint_secrets (id, endpoint, sealed, fingerprint, created_at_ms)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&$secret.id)
+        .bind(&$secret.endpoint)
+        .bind(&$secret.sealed)
+        .bind(&$secret.fingerprint)
+        .bind($secret.created_at_ms)
+        .execute($tx)
+        .await?
+    };
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
+pub struct TenantRow {
+    pub id: String,
+    pub name: String,
+    pub created_at_ms: i64,
+}
+
+/// An endpoint created through the API.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ManagedEndpoint {
+    pub id: String,
+    pub tenant: String,
+    /// Its settings as JSON (see `tenancy::EndpointSpec`).
+    pub spec: String,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+/// A secret as stored: sealed, with its fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct SealedSecret {
+    pub id: String,
+    pub endpoint: String,
+    pub sealed: Vec<u8>,
+    pub fingerprint: String,
+    pub created_at_ms: i64,
+    pub retired_at_ms: Option<i64>,
+}
+
+/// What retiring a secret did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retired {
+    Retired,
+    /// No such active secret on that endpoint.
+    Unknown,
+    /// It is the endpoint's last active secret: refused.
+    LastActive,
+}
+
+impl Store {
+    /// The number every change to tenants' endpoints and secrets moves.
+    pub async fn registry_version(&self) -> Result<i64, StoreError> {
+        const SQL: &str = "SELECT version FROM registry_version WHERE id = 1";
+        Ok(on_pool!(self, reads, pool => {
+            sqlx::query_scalar(SQL).fetch_one(pool).await?
+        }))
+    }
+
+    /// Create a tenant; `false` when the id is taken.
+    pub async fn create_tenant(
+        &self,
+        id: &str,
+        name: &str,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        const SQL: &str = "INSERT INTO tenants (id, name, created_at_ms) VALUES ($1, $2, $3)
+                           ON CONFLICT DO NOTHING";
+        Ok(on_pool!(self, writes, pool => {
+            let query = sqlx::query(SQL).bind(id).bind(name).bind(now_ms);
+            query.execute(pool).await?.rows_affected() == 1
+        }))
+    }
+
+    pub async fn tenants(&self) -> Result<Vec<TenantRow>, StoreError> {
+        const SQL: &str = "SELECT id, name, created_at_ms FROM tenants ORDER BY id";
+        Ok(on_pool!(self, reads, pool => {
+            sqlx::query_as(SQL).fetch_all(pool).await?
+        }))
+    }
+
+    /// Keep a token's SHA-256 for `tenant`; `false` when there is no such tenant.
+    pub async fn issue_token(
+        &self,
+        tenant: &str,
+        token_id: &str,
+        token_sha256: &[u8],
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        const SQL: &str = "INSERT INTO tenant_tokens (id, tenant, token_sha256, created_at_ms)
+                           SELECT $1, id, $3, $4 FROM tenants WHERE id = $2";
+        Ok(on_pool!(self, writes, pool => {
+            let query = sqlx::query(SQL).bind(token_id).bind(tenant).bind(token_sha256).bind(now_ms);
+            query.execute(pool).await?.rows_affected() == 1
+        }))
+    }
+
+    /// Revoke one of `tenant`'s tokens; `false` when it has no such live token.
+    pub async fn revoke_token(
+        &self,
+        tenant: &str,
+        token_id: &str,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        const SQL: &str = "UPDATE tenant_tokens SET revoked_at_ms = $3
+                           WHERE id = $1 AND tenant = $2 AND revoked_at_ms IS NULL";
+        Ok(on_pool!(self, writes, pool => {
+            let query = sqlx::query(SQL).bind(token_id).bind(tenant).bind(now_ms);
+            query.execute(pool).await?.rows_affected() == 1
+        }))
+    }
+
+    /// The tenant a live token (by its SHA-256) belongs to.
+    pub async fn token_tenant(&self, token_sha256: &[u8]) -> Result<Option<String>, StoreError> {
+        const SQL: &str = "SELECT tenant FROM tenant_tokens
+                           WHERE token_sha256 = $1 AND revoked_at_ms IS NULL";
+        Ok(on_pool!(self, reads, pool => {
+            sqlx::query_scalar(SQL).bind(token_sha256).fetch_optional(pool).await?
+        }))
+    }
+
+    /// Every managed endpoint, or one tenant's.
+    pub async fn managed_endpoints(
+        &self,
+        tenant: Option<&str>,
+    ) -> Result<Vec<ManagedEndpoint>, StoreError> {
+        const SQL: &str = "SELECT id, tenant, spec, created_at_ms, updated_at_ms
+                           FROM managed_endpoints WHERE ($1 IS NULL OR tenant = $1) ORDER BY id";
+        Ok(on_pool!(self, reads, pool => {
+            sqlx::query_as(SQL).bind(tenant).fetch_all(pool).await?
+        }))
+    }
+
+    /// Create a managed endpoint with its first secret, in one transaction; `false`
+    /// when the id is taken.
+    pub async fn create_endpoint(
+        &self,
+        endpoint: &ManagedEndpoint,
+        secret: &SealedSecret,
+    ) -> Result<bool, StoreError> {
+        const SQL: &str =
+            "INSERT INTO managed_endpoints (id, tenant, spec, created_at_ms, updated_at_ms)
+                           VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
+        on_pool!(self, writes, pool => {
+            let mut tx = pool.begin().await?;
+            let created = sqlx::query(SQL)
+                .bind(&endpoint.id)
+                .bind(&endpoint.tenant)
+                .bind(&endpoint.spec)
+                .bind(endpoint.created_at_ms)
+                .bind(endpoint.updated_at_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected() == 1;
+            if !created {
+                return Ok(false);
+            }
+            insert_secret!(&mut *tx, secret);
+            sqlx::query(BUMP).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(true)
+        })
+    }
+
+    /// Replace a tenant's endpoint's settings; `false` when it has no such endpoint.
+    pub async fn update_endpoint(
+        &self,
+        tenant: &str,
+        id: &str,
+        spec: &str,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        const SQL: &str = "UPDATE managed_endpoints SET spec = $3, updated_at_ms = $4
+                           WHERE id = $1 AND tenant = $2";
+        on_pool!(self, writes, pool => {
+            let mut tx = pool.begin().await?;
+            let query = sqlx::query(SQL).bind(id).bind(tenant).bind(spec).bind(now_ms);
+            if query.execute(&mut *tx).await?.rows_affected() == 0 {
+                return Ok(false);
+            }
+            sqlx::query(BUMP).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(true)
+        })
+    }
+
+    /// Delete a tenant's endpoint and its secrets (its receipts stay); `false` when it
+    /// has no such endpoint.
+    pub async fn delete_endpoint(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
+        const SQL: &str = "DELETE FROM managed_endpoints WHERE id = $1 AND tenant = $2";
+        const SECRETS: &str = "DELETE FROM endpoint_secrets WHERE endpoint = $1";
+        on_pool!(self, writes, pool => {
+            let mut tx = pool.begin().await?;
+            let query = sqlx::query(SQL).bind(id).bind(tenant);
+            if query.execute(&mut *tx).await?.rows_affected() == 0 {
+                return Ok(false);
+            }
+            sqlx::query(SECRETS).bind(id).execute(&mut *tx).await?;
+            sqlx::query(BUMP).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(true)
+        })
+    }
+
+    /// Add a secret to a tenant's endpoint (it becomes current); `false` when the
+    /// tenant has no such endpoint.
+    pub async fn add_secret(
+        &self,
+        tenant: &str,
+        secret: &SealedSecret,
+    ) -> Result<bool, StoreError> {
+        const OWNED: &str = "SELECT COUNT(*) FROM managed_endpoints WHERE id = $1 AND tenant = $2";
+        on_pool!(self, writes, pool => {
+            let mut tx = pool.begin().await?;
+            let owned: i64 = sqlx::query_scalar(OWNED)
+                .bind(&secret.endpoint)
+                .bind(tenant)
+                .fetch_one(&mut *tx)
+                .await?;
+            if owned == 0 {
+                return Ok(false);
+            }
+            insert_secret!(&mut *tx, secret);
+            sqlx::query(BUMP).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(true)
+        })
+    }
+
+    /// An endpoint's secrets (active and retired), newest first; `None` when the tenant
+    /// has no such endpoint. `tenant = None` reads any endpoint's (the registry).
+    pub async fn secrets(
+        &self,
+        tenant: Option<&str>,
+        endpoint: Option<&str>,
+    ) -> Result<Vec<SealedSecret>, StoreError> {
+        const SQL: &str =
+            "SELECT s.id, s.endpoint, s.sealed, s.fingerprint, s.created_at_ms, s.retired_at_ms
+                           FROM endpoint_secrets s JOIN managed_endpoints e ON e.id = s.endpoint
+                           WHERE ($1 IS NULL OR e.tenant = $1) AND ($2 IS NULL OR s.endpoint = $2)
+                           ORDER BY s.endpoint, s.created_at_ms DESC, s.id DESC";
+        Ok(on_pool!(self, reads, pool => {
+            sqlx::query_as(SQL).bind(tenant).bind(endpoint).fetch_all(pool).await?
+        }))
+    }
+
+    /// Retire one of a tenant's endpoint's active secrets, unless it is the last.
+    pub async fn retire_secret(
+        &self,
+        tenant: &str,
+        endpoint: &str,
+        secret: &str,
+        now_ms: i64,
+    ) -> Result<Retired, StoreError> {
+        const ACTIVE: &str = "SELECT s.id FROM endpoint_secrets s
+                              JOIN managed_endpoints e ON e.id = s.endpoint
+                              WHERE s.endpoint = $1 AND e.tenant = $2 AND s.retired_at_ms IS NULL";
+        const RETIRE: &str = "UPDATE endpoint_secrets SET retired_at_ms = $3
+                              WHERE id = $1 AND endpoint = $2";
+        on_pool!(self, writes, pool => {
+            let mut tx = pool.begin().await?;
+            let active: Vec<String> = sqlx::query_scalar(ACTIVE)
+                .bind(endpoint)
+                .bind(tenant)
+                .fetch_all(&mut *tx)
+                .await?;
+            if !active.iter().any(|id| id == secret) {
+                return Ok(Retired::Unknown);
+            }
+            if active.len() == 1 {
+                return Ok(Retired::LastActive);
+            }
+            sqlx::query(RETIRE).bind(secret).bind(endpoint).bind(now_ms).execute(&mut *tx).await?;
+            sqlx::query(BUMP).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(Retired::Retired)
+        })
+    }
+}

@@ -1,0 +1,801 @@
+//! Tenants: endpoints and secrets managed at runtime, through the admin listener's
+//! `/v1` API, stored in the database and served by every process sharing it.
+//!
+//! - The operator token (`[tenancy]`) creates tenants and issues their tokens. A tenant
+//!   token is shown once; only its SHA-256 is stored; it can be revoked.
+//! - A tenant token reaches only that tenant's endpoints and secrets. Another
+//!   tenant's is answered exactly as one that does not exist: 404 `not_found`.
+//! - Secrets are write-only: the API answers with a fingerprint (an HMAC under a key
+//!   derived from the master key, so it cannot be checked against guesses without
+//!   it), never the value. At rest each is sealed with XChaCha20-Poly1305 under
+//!   another key derived from the master key, bound to its endpoint and secret ids.
+//! - Every change moves the store's registry version; every process polls it every
+//!   [`POLL`] and swaps in the rebuilt endpoints. A request in flight keeps the
+//!   endpoint it resolved.
+//! - The configuration file's endpoints keep working; the operator sees them as
+//!   read-only, and no tenant endpoint can take their ids.
+
+use crate::config::{EndpointConfig, TenancyConfig};
+use crate::endpoints::Endpoint;
+use crate::http::App;
+use crate::store::{ManagedEndpoint, Retired, SealedSecret, StoreError};
+use crate::verify::Secret;
+use axum::Json;
+use axum::extract::{Path, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use base64::Engine as _;
+use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload, rand_core::RngCore};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::Duration;
+use subtle::ConstantTimeEq as _;
+
+/// How often each process looks for changes made through the API (by any process).
+pub const POLL: Duration = Duration::from_millis(500);
+
+/// The master key: seals secrets at rest and keys their fingerprints. Never printed.
+#[derive(Clone)]
+pub struct MasterKey {
+    seal: [u8; 32],
+    fingerprint: [u8; 32],
+}
+
+impl std::fmt::Debug for MasterKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MasterKey([redacted])")
+    }
+}
+
+impl MasterKey {
+    /// 32 bytes, base64 (standard or URL-safe, padded or not).
+    pub fn decode(text: &str) -> Result<MasterKey, String> {
+        let engines = [
+            base64::engine::general_purpose::STANDARD,
+            base64::engine::general_purpose::URL_SAFE,
+        ];
+        let text = text.trim_end_matches('=');
+        let bytes = engines
+            .iter()
+            .find_map(|engine| {
+                let padded = format!("{text}{}", "=".repeat((4 - text.len() % 4) % 4));
+                engine.decode(padded).ok()
+            })
+            .ok_or("not base64")?;
+        let master: [u8; 32] = bytes
+            .try_into()
+            .map_err(|b: Vec<u8>| format!("{} bytes; a master key is 32", b.len()))?;
+        // One key per use, derived from the master key.
+        let derive = |purpose: &[u8]| -> [u8; 32] {
+            let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&master).expect("any length");
+            mac.update(purpose);
+            mac.finalize().into_bytes().into()
+        };
+        Ok(MasterKey {
+            seal: derive(b"hookhost secret sealing v1"),
+            fingerprint: derive(b"hookhost secret fingerprint v1"),
+        })
+    }
+
+    /// Seal a secret for one endpoint and secret id: nonce || ciphertext.
+    pub fn seal(&self, endpoint: &str, secret_id: &str, secret: &Secret) -> Vec<u8> {
+        let cipher = XChaCha20Poly1305::new((&self.seal).into());
+        let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
+        let aad = associated(endpoint, secret_id);
+        let payload = Payload {
+            msg: secret.expose().as_bytes(),
+            aad: &aad,
+        };
+        // Encryption into a Vec cannot fail.
+        let sealed = cipher.encrypt(&nonce, payload).unwrap_or_default();
+        [nonce.as_slice(), &sealed].concat()
+    }
+
+    /// Open a sealed secret; it must have been sealed for this endpoint and id.
+    pub fn open(&self, endpoint: &str, secret_id: &str, sealed: &[u8]) -> Result<Secret, String> {
+        if sealed.len() < 24 {
+            return Err("sealed secret is truncated".into());
+        }
+        let (nonce, ciphertext) = sealed.split_at(24);
+        let cipher = XChaCha20Poly1305::new((&self.seal).into());
+        let aad = associated(endpoint, secret_id);
+        let payload = Payload {
+            msg: ciphertext,
+            aad: &aad,
+        };
+        let plain = cipher
+            .decrypt(XNonce::from_slice(nonce), payload)
+            .map_err(|_| "sealed secret does not open with this master key".to_string())?;
+        String::from_utf8(plain)
+            .map(Secret::new)
+            .map_err(|_| "sealed secret is not text".to_string())
+    }
+
+    /// What the API shows of a secret: enough to tell two apart, nothing to guess with.
+    pub fn fingerprint(&self, secret: &Secret) -> String {
+        let mut mac =
+            <Hmac<Sha256> as KeyInit>::new_from_slice(&self.fingerprint).expect("any length");
+        mac.update(secret.expose().as_bytes());
+        format!("fp_{}", hex::encode(&mac.finalize().into_bytes()[..8]))
+    }
+}
+
+fn associated(endpoint: &str, secret_id: &str) -> Vec<u8> {
+    format!("{endpoint}\n{secret_id}").into_bytes()
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    OsRng.fill_bytes(&mut buf);
+    hex::encode(buf)
+}
+
+fn token_sha256(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// A tenant endpoint's settings, as stored (no secret).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointSpec {
+    pub plugin: String,
+    #[serde(default = "empty_object")]
+    pub config: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerance: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_schedule_seconds: Option<Vec<u64>>,
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::json!({})
+}
+
+impl EndpointSpec {
+    fn config(&self, id: &str, secrets: Vec<Secret>) -> EndpointConfig {
+        let schedule = self
+            .retry_schedule_seconds
+            .clone()
+            .unwrap_or_else(|| crate::config::DEFAULT_RETRY_SCHEDULE_SECONDS.to_vec());
+        EndpointConfig {
+            id: id.to_string(),
+            plugin: self.plugin.clone(),
+            secrets,
+            tolerance: self.tolerance,
+            handshake_token: None,
+            plugin_config: self.config.clone(),
+            destination: None,
+            retry_schedule: schedule.into_iter().map(Duration::from_secs).collect(),
+        }
+    }
+}
+
+/// Build the tenants' endpoints from the store's rows: specs, and active secrets
+/// opened (newest first: the newest is current). An endpoint that no longer builds
+/// (its plugin is gone, its secret does not open) is left out and logged.
+fn build_managed(
+    app: &App,
+    key: &MasterKey,
+    managed: Vec<ManagedEndpoint>,
+    secrets: &[SealedSecret],
+) -> Vec<Endpoint> {
+    let mut endpoints = Vec::with_capacity(managed.len());
+    for endpoint in managed {
+        let opened: Result<Vec<Secret>, String> = secrets
+            .iter()
+            .filter(|s| s.endpoint == endpoint.id && s.retired_at_ms.is_none())
+            .map(|s| key.open(&s.endpoint, &s.id, &s.sealed))
+            .collect();
+        let built = serde_json::from_str::<EndpointSpec>(&endpoint.spec)
+            .map_err(|e| e.to_string())
+            .and_then(|spec| Ok(spec.config(&endpoint.id, opened?)))
+            .and_then(|config| build(app, config));
+        match built {
+            Ok(built) => endpoints.push(built),
+            Err(error) => {
+                tracing::error!(endpoint = %endpoint.id, %error, "tenant endpoint not served")
+            }
+        }
+    }
+    endpoints
+}
+
+fn build(app: &App, config: EndpointConfig) -> Result<Endpoint, String> {
+    Endpoint::build(&config, &app.catalog)
+}
+
+/// Reload the tenants' endpoints whenever the store's registry version moves, until
+/// `stop`. The first load happens at once.
+pub async fn keep_registry_current(
+    app: Arc<App>,
+    key: MasterKey,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut loaded = None;
+    loop {
+        match app.store.registry_version().await {
+            Ok(version) if Some(version) != loaded => match refresh(&app, &key).await {
+                Ok(()) => loaded = Some(version),
+                Err(error) => tracing::warn!(%error, "tenant endpoints not reloaded"),
+            },
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "registry version not read"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(POLL) => {}
+            _ = stop.changed() => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+    }
+}
+
+/// Rebuild the tenants' endpoints now and swap them in.
+pub async fn refresh(app: &Arc<App>, key: &MasterKey) -> Result<(), StoreError> {
+    let managed = app.store.managed_endpoints(None).await?;
+    let secrets = app.store.secrets(None, None).await?;
+    // Building runs each plugin's config check: on a plugin thread, as every call.
+    let (on_thread, key) = (app.clone(), key.clone());
+    let built = app
+        .plugin_threads
+        .run(move || build_managed(&on_thread, &key, managed, &secrets))
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("tenant endpoints not built: {e}")))?;
+    app.endpoints.replace_managed(built);
+    Ok(())
+}
+
+/// Who called: the operator, or one tenant.
+#[derive(Debug, Clone)]
+enum Caller {
+    Operator,
+    Tenant(String),
+}
+
+#[derive(Clone)]
+struct Api {
+    app: Arc<App>,
+    tenancy: Arc<TenancyConfig>,
+}
+
+/// The `/v1` router: operator routes (tenants, tokens) and tenant routes (endpoints,
+/// secrets). Without a valid token: 401, and nothing else.
+pub fn router(app: Arc<App>, tenancy: TenancyConfig) -> axum::Router {
+    let api = Api {
+        app,
+        tenancy: Arc::new(tenancy),
+    };
+    axum::Router::new()
+        .route("/v1/tenants", get(list_tenants).post(create_tenant))
+        .route("/v1/tenants/{tenant}/tokens", post(issue_token))
+        .route(
+            "/v1/tenants/{tenant}/tokens/{token}/revoke",
+            post(revoke_token),
+        )
+        .route("/v1/endpoints", get(list_endpoints).post(create_endpoint))
+        .route(
+            "/v1/endpoints/{id}",
+            get(show_endpoint)
+                .put(update_endpoint)
+                .delete(delete_endpoint),
+        )
+        .route(
+            "/v1/endpoints/{id}/secrets",
+            get(list_secrets).post(add_secret),
+        )
+        .route(
+            "/v1/endpoints/{id}/secrets/{secret}/retire",
+            post(retire_secret),
+        )
+        .fallback(|| async { not_found() })
+        .layer(middleware::from_fn_with_state(api.clone(), authenticate))
+        .with_state(api)
+}
+
+async fn authenticate(State(api): State<Api>, mut request: Request, next: Next) -> Answer {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("")
+        .to_string();
+    let operator = api.tenancy.operator_token.expose().as_bytes();
+    let caller = if bool::from(presented.as_bytes().ct_eq(operator)) && !operator.is_empty() {
+        Some(Caller::Operator)
+    } else if presented.is_empty() {
+        None
+    } else {
+        let hash = token_sha256(&presented);
+        api.app.store.token_tenant(&hash).await?.map(Caller::Tenant)
+    };
+    let caller = caller.ok_or(error(StatusCode::UNAUTHORIZED, "unauthorized", None))?;
+    request.extensions_mut().insert(caller);
+    Ok(next.run(request).await)
+}
+
+/// A refusal: a status and a stable code, with a reason where it helps.
+#[derive(Debug)]
+struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    reason: Option<String>,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = match self.reason {
+            Some(reason) => serde_json::json!({ "error": self.code, "reason": reason }),
+            None => serde_json::json!({ "error": self.code }),
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        tracing::error!(error = %e, "tenant API: store error");
+        error(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", None)
+    }
+}
+
+fn error(status: StatusCode, code: &'static str, reason: Option<String>) -> ApiError {
+    ApiError {
+        status,
+        code,
+        reason,
+    }
+}
+
+fn not_found() -> ApiError {
+    error(StatusCode::NOT_FOUND, "not_found", None)
+}
+
+type Answer = Result<Response, ApiError>;
+
+/// The tenant calling, or a 404 for the operator on a tenant route (the operator
+/// manages tenants, not their endpoints).
+fn tenant_of(caller: &Caller) -> Result<&str, ApiError> {
+    match caller {
+        Caller::Tenant(tenant) => Ok(tenant),
+        Caller::Operator => Err(not_found()),
+    }
+}
+
+fn operator_only(caller: &Caller) -> Result<(), ApiError> {
+    match caller {
+        Caller::Operator => Ok(()),
+        Caller::Tenant(_) => Err(not_found()),
+    }
+}
+
+/// Ids of tenants and endpoint names: what fits a URL path segment plainly.
+fn check_name(what: &str, name: &str) -> Result<(), ApiError> {
+    let fits = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if fits {
+        Ok(())
+    } else {
+        Err(error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            Some(format!("{what}: 1 to 64 of a-z, 0-9 and -")),
+        ))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewTenant {
+    id: String,
+    name: String,
+}
+
+fn created(body: serde_json::Value) -> Answer {
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+fn ok(body: serde_json::Value) -> Answer {
+    Ok(Json(body).into_response())
+}
+
+async fn create_tenant(
+    State(api): State<Api>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Json(body): Json<NewTenant>,
+) -> Answer {
+    operator_only(&caller)?;
+    check_name("id", &body.id)?;
+    let now = crate::clock::now_ms();
+    if !api
+        .app
+        .store
+        .create_tenant(&body.id, &body.name, now)
+        .await?
+    {
+        return Err(error(StatusCode::CONFLICT, "tenant_exists", None));
+    }
+    created(serde_json::json!({ "id": body.id, "name": body.name, "created_at_ms": now }))
+}
+
+async fn list_tenants(
+    State(api): State<Api>,
+    axum::Extension(caller): axum::Extension<Caller>,
+) -> Answer {
+    operator_only(&caller)?;
+    ok(serde_json::json!(api.app.store.tenants().await?))
+}
+
+async fn issue_token(
+    State(api): State<Api>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(tenant): Path<String>,
+) -> Answer {
+    operator_only(&caller)?;
+    let token_id = format!("tok_{}", random_hex(8));
+    let token = format!("hht_{}", random_hex(32));
+    let (hash, now) = (token_sha256(&token), crate::clock::now_ms());
+    if !api
+        .app
+        .store
+        .issue_token(&tenant, &token_id, &hash, now)
+        .await?
+    {
+        return Err(not_found());
+    }
+    // The only time the token is shown.
+    created(serde_json::json!({ "tenant": tenant, "token_id": token_id, "token": token }))
+}
+
+async fn revoke_token(
+    State(api): State<Api>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path((tenant, token_id)): Path<(String, String)>,
+) -> Answer {
+    operator_only(&caller)?;
+    let now = crate::clock::now_ms();
+    if !api.app.store.revoke_token(&tenant, &token_id, now).await? {
+        return Err(not_found());
+    }
+    ok(serde_json::json!({ "token_id": token_id, "revoked": true }))
+}
+
+/// An endpoint as the API shows it.
+fn shown(endpoint: &ManagedEndpoint) -> serde_json::Value {
+    let spec: serde_json::Value = serde_json::from_str(&endpoint.spec).unwrap_or_default();
+    serde_json::json!({
+        "id": endpoint.id,
+        "tenant": endpoint.tenant,
+        "path": format!("/webhooks/{}", endpoint.id),
+        "spec": spec,
+        "read_only": false,
+        "created_at_ms": endpoint.created_at_ms,
+        "updated_at_ms": endpoint.updated_at_ms,
+    })
+}
+
+/// A tenant sees its own endpoints; the operator sees every tenant's and the
+/// configuration file's (read-only).
+async fn list_endpoints(
+    State(api): State<Api>,
+    axum::Extension(caller): axum::Extension<Caller>,
+) -> Answer {
+    let tenant = match &caller {
+        Caller::Tenant(tenant) => Some(tenant.as_str()),
+        Caller::Operator => None,
+    };
+    let managed = api.app.store.managed_endpoints(tenant).await?;
+    let mut listed: Vec<serde_json::Value> = managed.iter().map(shown).collect();
+    if let Caller::Operator = caller {
+        listed.extend(api.app.endpoints.fixed().iter().map(|e| {
+            serde_json::json!({
+                "id": e.id,
+                "path": format!("/webhooks/{}", e.id),
+                "spec": { "plugin": e.plugin.name() },
+                "read_only": true,
+            })
+        }));
+    }
+    ok(serde_json::json!(listed))
+}
+
+/// The tenant's endpoint `id`, or a 404 (whoever else's it is).
+async fn owned(api: &Api, caller: &Caller, id: &str) -> Result<ManagedEndpoint, ApiError> {
+    let tenant = tenant_of(caller)?;
+    let managed = api.app.store.managed_endpoints(Some(tenant)).await?;
+    managed
+        .into_iter()
+        .find(|e| e.id == id)
+        .ok_or_else(not_found)
+}
+
+async fn show_endpoint(
+    State(api): State<Api>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(id): Path<String>,
+) -> Answer {
+    ok(shown(&owned(&api, &caller, &id).await?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewEndpoint {
+    name: String,
+    /// The first secret: write-only.
+    secret: String,
+    plugin: String,
+    #[serde(default = "empty_object")]
+    config: serde_json::Value,
+    #[serde(default)]
+    tolerance: Option<u32>,
+    #[serde(default)]
+    retry_schedule_seconds: Option<Vec<u64>>,
+}
+
+/// Check that an endpoint builds as it would be served (plugin, its config check, the
+/// secrets' key format): a 400 naming what is wrong, before anything is stored.
+async fn validate(
+    api: &Api,
+    spec: &EndpointSpec,
+    id: &str,
+    secrets: Vec<Secret>,
+) -> Result<(), ApiError> {
+    let (app, config) = (api.app.clone(), spec.config(id, secrets));
+    let built = api
+        .app
+        .plugin_threads
+        .run(move || build(&app, config).map(drop))
+        .await
+        .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed", None))?;
+    built.map_err(|reason| error(StatusCode::BAD_REQUEST, "invalid_endpoint", Some(reason)))
+}
+
+/// A secret sealed for `endpoint`, with a fresh id.
+fn sealed(api: &Api, endpoint: &str, secret: &Secret) -> SealedSecret {
+    let key = &api.tenancy.master_key;
+    let id = format!("sec_{}", random_hex(8));
+    SealedSecret {
+        sealed: key.seal(endpoint, &id, secret),
+        fingerprint: key.fingerprint(secret),
+        id,
+        endpoint: endpoint.to_string(),
+        created_at_ms: crate::clock::now_ms(),
+        retired_at_ms: None,
+    }
+}
+
+async fn create_endpoint(
+    State(api): State<Api>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Json(body): Json<NewEndpoint>,
+) -> Answer {
+    let tenant = tenant_of(&caller)?.to_string();
+    check_name("name", &body.name)?;
+    let id = format!("{tenant}.{}", body.name);
+    if api.app.endpoints.is_fixed(&id) {
+        let reason = "the configuration file has an endpoint with this id".to_string();
+        return Err(error(StatusCode::CONFLICT, "endpoint_exists", Some(reason)));
+    }
+    let spec = EndpointSpec {
+        plugin: body.plugin,
+        config: body.config,
+        tolerance: body.tolerance,
+        retry_schedule_seconds: body.retry_schedule_seconds,
+    };
+    let secret = Secret::new(body.secret);
+    validate(&api, &spec, &id, vec![secret.clone()]).await?;
+    let now = crate::clock::now_ms();
+    let endpoint = ManagedEndpoint {
+        id: id.clone(),
+        tenant,
+        spec: serde_json::to_string(&spec).unwrap_or_default(),
+        created_at_ms: now,
+        updated_at_ms: now,
+    };
+    let first = sealed(&api, &id, &secret);
+    if !api.app.store.create_endpoint(&endpoint, &first).await? {
+        return Err(error(StatusCode::CONFLICT, "endpoint_exists", None));
+    }
+    reload(&api).await;
+    created(shown(&endpoint))
+}
+
+/// This process serves a change at once; the others within [`POLL`].
+async fn reload(api: &Api) {
+    if let Err(error) = refresh(&api.app, &api.tenancy.master_key).await {
+        tracing::warn!(%error, "tenant endpoints not reloaded after a change");
+    }
+}
+
+/// A tenant endpoint's active secrets, opened, newest first.
+async fn active_secrets(api: &Api, endpoint: &ManagedEndpoint) -> Result<Vec<Secret>, ApiError> {
+    let secrets = api
+        .app
+        .store
+        .secrets(Some(&endpoint.tenant), Some(&endpoint.id))
+        .await?;
+    let key = &api.tenancy.master_key;
+    let opened: Result<Vec<Secret>, String> = secrets
+        .iter()
+        .filter(|s| s.retired_at_ms.is_none())
+        .map(|s| key.open(&s.endpoint, &s.id, &s.sealed))
+        .collect();
+    opened.map_err(|reason| {
+        tracing::error!(endpoint = %endpoint.id, %reason, "secret does not open");
+        error(StatusCode::INTERNAL_SERVER_ERROR, "secret_unreadable", None)
+    })
+}
+
+async fn update_endpoint(
+    State(api): State<Api>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(id): Path<String>,
+    Json(spec): Json<EndpointSpec>,
+) -> Answer {
+    let endpoint = owned(&api, &caller, &id).await?;
+    let secrets = active_secrets(&api, &endpoint).await?;
+    validate(&api, &spec, &id, secrets).await?;
+    let text = serde_json::to_string(&spec).unwrap_or_default();
+    let now = crate::clock::now_ms();
+    if !api
+        .app
+        .store
+        .update_endpoint(&endpoint.tenant, &id, &text, now)
+        .await?
+    {
+        return Err(not_found());
+    }
+    reload(&api).await;
+    ok(shown(&ManagedEndpoint {
+        spec: text,
+        updated_at_ms: now,
+        ..endpoint
+    }))
+}
+
+async fn delete_endpoint(
+    State(api): State<Api>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(id): Path<String>,
+) -> Answer {
+    let endpoint = owned(&api, &caller, &id).await?;
+    if !api.app.store.delete_endpoint(&endpoint.tenant, &id).await? {
+        return Err(not_found());
+    }
+    reload(&api).await;
+    ok(serde_json::json!({ "id": id, "deleted": true }))
+}
+
+/// A secret as the API shows it: never its value.
+fn secret_shown(secret: &SealedSecret, current: bool) -> serde_json::Value {
+    serde_json::json!({
+        "id": secret.id,
+        "fingerprint": secret.fingerprint,
+        "created_at_ms": secret.created_at_ms,
+        "retired_at_ms": secret.retired_at_ms,
+        "current": current,
+    })
+}
+
+async fn list_secrets(
+    State(api): State<Api>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(id): Path<String>,
+) -> Answer {
+    let endpoint = owned(&api, &caller, &id).await?;
+    let secrets = api
+        .app
+        .store
+        .secrets(Some(&endpoint.tenant), Some(&id))
+        .await?;
+    let current = secrets
+        .iter()
+        .find(|s| s.retired_at_ms.is_none())
+        .map(|s| &s.id);
+    let shown: Vec<_> = secrets
+        .iter()
+        .map(|s| secret_shown(s, Some(&s.id) == current))
+        .collect();
+    ok(serde_json::json!(shown))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewSecret {
+    value: String,
+}
+
+/// Add a secret: it becomes current; the others stay active until retired.
+async fn add_secret(
+    State(api): State<Api>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(id): Path<String>,
+    Json(body): Json<NewSecret>,
+) -> Answer {
+    let endpoint = owned(&api, &caller, &id).await?;
+    let secret = Secret::new(body.value);
+    let spec: EndpointSpec = serde_json::from_str(&endpoint.spec)
+        .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "spec_unreadable", None))?;
+    // The new secret must decode with the plugin's key format.
+    validate(&api, &spec, &id, vec![secret.clone()]).await?;
+    let added = sealed(&api, &id, &secret);
+    if !api.app.store.add_secret(&endpoint.tenant, &added).await? {
+        return Err(not_found());
+    }
+    reload(&api).await;
+    created(secret_shown(&added, true))
+}
+
+async fn retire_secret(
+    State(api): State<Api>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path((id, secret)): Path<(String, String)>,
+) -> Answer {
+    let endpoint = owned(&api, &caller, &id).await?;
+    let now = crate::clock::now_ms();
+    match api
+        .app
+        .store
+        .retire_secret(&endpoint.tenant, &id, &secret, now)
+        .await?
+    {
+        Retired::Retired => {
+            reload(&api).await;
+            ok(serde_json::json!({ "id": secret, "retired_at_ms": now }))
+        }
+        Retired::Unknown => Err(not_found()),
+        Retired::LastActive => Err(error(
+            StatusCode::CONFLICT,
+            "last_active_secret",
+            Some("add a new secret before retiring the last active one".into()),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> MasterKey {
+        MasterKey::decode(&base64::engine::general_purpose::STANDARD.encode([7u8; 32]))
+            .expect("32 bytes")
+    }
+
+    #[test]
+    fn a_sealed_secret_opens_only_for_its_endpoint_and_id() {
+        let secret = Secret::new("whsec_plain");
+        let sealed = key().seal("a.shop", "sec_1", &secret);
+        assert!(!sealed.windows(11).any(|w| w == b"whsec_plain"));
+        assert_eq!(key().open("a.shop", "sec_1", &sealed), Ok(secret.clone()));
+        assert!(key().open("b.shop", "sec_1", &sealed).is_err());
+        assert!(key().open("a.shop", "sec_2", &sealed).is_err());
+        let other = MasterKey::decode(&base64::engine::general_purpose::STANDARD.encode([8u8; 32]))
+            .expect("key");
+        assert!(other.open("a.shop", "sec_1", &sealed).is_err());
+        // Two seals of one secret differ (fresh nonces); fingerprints agree.
+        assert_ne!(sealed, key().seal("a.shop", "sec_1", &secret));
+        assert_eq!(key().fingerprint(&secret), key().fingerprint(&secret));
+        assert_ne!(other.fingerprint(&secret), key().fingerprint(&secret));
+    }
+
+    #[test]
+    fn a_master_key_is_32_bytes_of_base64() {
+        assert!(MasterKey::decode("not base64!").is_err());
+        let short = base64::engine::general_purpose::STANDARD.encode([1u8; 16]);
+        assert_eq!(
+            MasterKey::decode(&short).map(drop),
+            Err("16 bytes; a master key is 32".to_string())
+        );
+        let url_safe = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([0xfbu8; 32]);
+        assert!(MasterKey::decode(&url_safe).is_ok());
+    }
+}

@@ -1,0 +1,426 @@
+//! Tenants managing endpoints and secrets at runtime through the `/v1` API: access
+//! only to their own, write-only secrets sealed at rest, changes served by every
+//! process sharing the store.
+
+use crate::support::*;
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+const OPERATOR: &str = "operator-token-for-tests";
+
+/// A configuration with the tenant API on, beside the Stripe endpoint of the file.
+fn config() -> String {
+    let key = b64(&[42u8; 32]);
+    stripe_config(&format!(
+        "admin_token = \"admin-token-for-tests\"\n\
+         [tenancy]\noperator_token = \"{OPERATOR}\"\nmaster_key = \"{key}\"\n"
+    ))
+}
+
+/// Serve the server's `/v1` API on a port of its own.
+async fn api(server: &Server) -> SocketAddr {
+    let tenancy = server.app.tenancy.clone().expect("tenancy configured");
+    let router = hookhost::tenancy::router(server.app.clone(), tenancy);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    addr
+}
+
+/// One call: (status, JSON body).
+async fn call(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Value,
+) -> (u16, Value) {
+    let headers = [
+        ("authorization", format!("Bearer {token}")),
+        ("content-type", "application/json".to_string()),
+    ];
+    let body = if body.is_null() {
+        Default::default()
+    } else {
+        body.to_string().into()
+    };
+    request(addr, method, path, &headers, body).await
+}
+
+/// Create a tenant and issue it a token.
+async fn tenant(addr: SocketAddr, id: &str) -> String {
+    let created = call(
+        addr,
+        "POST",
+        "/v1/tenants",
+        OPERATOR,
+        json!({"id": id, "name": id}),
+    )
+    .await;
+    assert_eq!(created.0, 201, "{created:?}");
+    let (status, issued) = call(
+        addr,
+        "POST",
+        &format!("/v1/tenants/{id}/tokens"),
+        OPERATOR,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 201, "{issued}");
+    issued["token"].as_str().expect("token").to_string()
+}
+
+/// POST a Stripe event signed with `secret` to `endpoint`: the status.
+async fn post_signed(server: &Server, endpoint: &str, secret: &str, id: &str) -> u16 {
+    let t = now();
+    let body = stripe_event(id, "customer.updated", id, t);
+    server
+        .post(endpoint, &stripe_headers(&[secret], t, &body), body)
+        .await
+        .0
+}
+
+/// Wait until a request signed with `secret` gets `status` from `server` (another
+/// process picking up a change); how long it took.
+async fn until(server: &Server, endpoint: &str, secret: &str, status: u16) -> Duration {
+    let started = Instant::now();
+    for n in 0.. {
+        if post_signed(
+            server,
+            endpoint,
+            secret,
+            &format!("evt_wait_{secret}_{status}_{n}"),
+        )
+        .await
+            == status
+        {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{endpoint} never answered {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    unreachable!()
+}
+
+const SECRET: &str = "whsec_tenant_secret_marker_1";
+const ROTATED: &str = "whsec_tenant_secret_marker_2";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_reaches_only_its_own_and_secrets_are_write_only_and_sealed() {
+    let server = Server::start(&config()).await;
+    let addr = api(&server).await;
+    assert_eq!(
+        call(addr, "GET", "/v1/endpoints", "", Value::Null).await.0,
+        401
+    );
+    assert_eq!(
+        call(addr, "GET", "/v1/endpoints", "hht_made_up", Value::Null)
+            .await
+            .0,
+        401
+    );
+    let acme = tenant(addr, "acme").await;
+    let globex = tenant(addr, "globex").await;
+    let again = call(
+        addr,
+        "POST",
+        "/v1/tenants",
+        OPERATOR,
+        json!({"id": "acme", "name": "x"}),
+    )
+    .await;
+    assert_eq!(again, (409, json!({"error": "tenant_exists"})));
+
+    let new = json!({"name": "shop", "plugin": "stripe", "secret": SECRET});
+    let (status, created) = call(addr, "POST", "/v1/endpoints", &acme, new).await;
+    assert_eq!(
+        (status, &created["id"], &created["path"]),
+        (201, &json!("acme.shop"), &json!("/webhooks/acme.shop")),
+        "{created}"
+    );
+    // Served at once by the process that took the change.
+    assert_eq!(
+        post_signed(&server, "acme.shop", SECRET, "evt_t1").await,
+        200
+    );
+    assert_eq!(
+        post_signed(&server, "acme.shop", "whsec_wrong", "evt_t2").await,
+        400
+    );
+
+    // Refused before anything is stored, with the reason.
+    let bad = call(
+        addr,
+        "POST",
+        "/v1/endpoints",
+        &acme,
+        json!({"name": "x", "plugin": "nope", "secret": "s"}),
+    )
+    .await;
+    assert_eq!(bad.1["error"], "invalid_endpoint", "{bad:?}");
+    assert!(
+        bad.1["reason"]
+            .as_str()
+            .expect("reason")
+            .contains("unknown plugin \"nope\"")
+    );
+    let bad = call(
+        addr,
+        "POST",
+        "/v1/endpoints",
+        &acme,
+        json!({"name": "Shop!", "plugin": "stripe", "secret": "s"}),
+    )
+    .await;
+    assert_eq!((bad.0, &bad.1["error"]), (400, &json!("invalid_request")));
+
+    // Another tenant's endpoint reads exactly as one that does not exist, on every route.
+    let (_, secrets) = call(
+        addr,
+        "GET",
+        "/v1/endpoints/acme.shop/secrets",
+        &acme,
+        Value::Null,
+    )
+    .await;
+    let first = secrets[0]["id"].as_str().expect("secret id").to_string();
+    let routes = [
+        ("GET", "/v1/endpoints/{id}".to_string(), Value::Null),
+        (
+            "PUT",
+            "/v1/endpoints/{id}".into(),
+            json!({"plugin": "stripe"}),
+        ),
+        ("DELETE", "/v1/endpoints/{id}".into(), Value::Null),
+        ("GET", "/v1/endpoints/{id}/secrets".into(), Value::Null),
+        (
+            "POST",
+            "/v1/endpoints/{id}/secrets".into(),
+            json!({"value": "whsec_x"}),
+        ),
+        (
+            "POST",
+            format!("/v1/endpoints/{{id}}/secrets/{first}/retire"),
+            Value::Null,
+        ),
+    ];
+    for (method, path, body) in &routes {
+        let theirs = call(
+            addr,
+            method,
+            &path.replace("{id}", "acme.shop"),
+            &globex,
+            body.clone(),
+        )
+        .await;
+        let nobodys = call(
+            addr,
+            method,
+            &path.replace("{id}", "globex.none"),
+            &globex,
+            body.clone(),
+        )
+        .await;
+        assert_eq!(
+            theirs,
+            (404, json!({"error": "not_found"})),
+            "{method} {path}"
+        );
+        assert_eq!(theirs, nobodys, "{method} {path}");
+    }
+    assert_eq!(
+        call(addr, "GET", "/v1/endpoints", &globex, Value::Null).await,
+        (200, json!([]))
+    );
+    // Tenants do not manage tenants.
+    assert_eq!(
+        call(addr, "GET", "/v1/tenants", &acme, Value::Null).await.0,
+        404
+    );
+    assert_eq!(
+        call(
+            addr,
+            "POST",
+            "/v1/tenants/globex/tokens",
+            &acme,
+            Value::Null
+        )
+        .await
+        .0,
+        404
+    );
+    // The operator sees every endpoint; the file's are read-only.
+    let (_, all) = call(addr, "GET", "/v1/endpoints", OPERATOR, Value::Null).await;
+    let ids: Vec<(&str, bool)> = all
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|e| {
+            (
+                e["id"].as_str().expect("id"),
+                e["read_only"].as_bool().expect("flag"),
+            )
+        })
+        .collect();
+    assert_eq!(ids, [("acme.shop", false), ("stripe", true)]);
+    let (status, _) = call(
+        addr,
+        "POST",
+        "/v1/endpoints",
+        &acme,
+        json!({"name": "stripe", "plugin": "stripe", "secret": "s"}),
+    )
+    .await;
+    assert_eq!(status, 201, "a tenant's ids are its own: acme.stripe");
+
+    // Rotation: the new secret is current, the old verifies until retired, the last
+    // active secret cannot be retired.
+    let (status, added) = call(
+        addr,
+        "POST",
+        "/v1/endpoints/acme.shop/secrets",
+        &acme,
+        json!({"value": ROTATED}),
+    )
+    .await;
+    assert_eq!((status, &added["current"]), (201, &json!(true)), "{added}");
+    assert_eq!(
+        post_signed(&server, "acme.shop", ROTATED, "evt_t3").await,
+        200
+    );
+    assert_eq!(
+        post_signed(&server, "acme.shop", SECRET, "evt_t4").await,
+        200
+    );
+    let receipt = server.receipt("acme.shop", "evt_t4").await;
+    assert_eq!(receipt.secret_index, 1, "the old secret matched");
+    let retire = format!("/v1/endpoints/acme.shop/secrets/{first}/retire");
+    assert_eq!(call(addr, "POST", &retire, &acme, Value::Null).await.0, 200);
+    assert_eq!(
+        post_signed(&server, "acme.shop", SECRET, "evt_t5").await,
+        400
+    );
+    let last = format!(
+        "/v1/endpoints/acme.shop/secrets/{}/retire",
+        added["id"].as_str().expect("id")
+    );
+    let refused = call(addr, "POST", &last, &acme, Value::Null).await;
+    assert_eq!(
+        (refused.0, &refused.1["error"]),
+        (409, &json!("last_active_secret"))
+    );
+
+    // Write-only: the API shows fingerprints; the database holds no secret's bytes.
+    let (_, secrets) = call(
+        addr,
+        "GET",
+        "/v1/endpoints/acme.shop/secrets",
+        &acme,
+        Value::Null,
+    )
+    .await;
+    let text = secrets.to_string();
+    assert!(!text.contains(SECRET) && !text.contains(ROTATED), "{text}");
+    assert_eq!(secrets.as_array().map(Vec::len), Some(2));
+    assert!(
+        secrets[0]["fingerprint"]
+            .as_str()
+            .expect("fp")
+            .starts_with("fp_")
+    );
+    assert_ne!(secrets[0]["fingerprint"], secrets[1]["fingerprint"]);
+
+    // A revoked token opens nothing.
+    let (_, tokens) = call(
+        addr,
+        "POST",
+        "/v1/tenants/acme/tokens",
+        OPERATOR,
+        Value::Null,
+    )
+    .await;
+    let spare = tokens["token"].as_str().expect("token");
+    let revoke = format!(
+        "/v1/tenants/acme/tokens/{}/revoke",
+        tokens["token_id"].as_str().expect("id")
+    );
+    assert_eq!(
+        call(addr, "GET", "/v1/endpoints", spare, Value::Null)
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        call(addr, "POST", &revoke, OPERATOR, Value::Null).await.0,
+        200
+    );
+    assert_eq!(
+        call(addr, "GET", "/v1/endpoints", spare, Value::Null)
+            .await
+            .0,
+        401
+    );
+    assert_eq!(
+        call(addr, "GET", "/v1/endpoints", &acme, Value::Null)
+            .await
+            .0,
+        200
+    );
+
+    let fingerprint = secrets[0]["fingerprint"].as_str().expect("fp").to_string();
+    let dir = server.stop().await;
+    let mut bytes = std::fs::read(dir.path().join("hookhost.db")).expect("the database file");
+    bytes.extend(std::fs::read(dir.path().join("hookhost.db-wal")).unwrap_or_default());
+    let holds = |text: &str| bytes.windows(text.len()).any(|w| w == text.as_bytes());
+    // The rows are there (their fingerprints), the secrets are not.
+    assert!(
+        holds(&fingerprint),
+        "the secrets' rows are not in the file read"
+    );
+    assert!(
+        !holds(SECRET) && !holds(ROTATED),
+        "the database holds a secret in the clear"
+    );
+}
+
+crate::both_stores! {
+async fn a_change_through_one_process_is_served_by_another_within_two_seconds() {
+    let a = Server::start(&config()).await;
+    // B shares A's store (on PostgreSQL, A's database; on SQLite, A's file).
+    let store = match &a.database {
+        Some(db) => db.url(),
+        None => a.db_path().display().to_string(),
+    };
+    let b = Server::start(&format!("store = \"{store}\"\n{}", config())).await;
+    let addr = api(&a).await;
+    let acme = tenant(addr, "acme").await;
+    let created = call(addr, "POST", "/v1/endpoints", &acme, json!({"name": "shop", "plugin": "stripe", "secret": SECRET})).await;
+    assert_eq!(created.0, 201, "{created:?}");
+    let took = until(&b, "acme.shop", SECRET, 200).await;
+    assert!(took < Duration::from_secs(2), "B served the new endpoint after {took:?}");
+
+    let added = call(addr, "POST", "/v1/endpoints/acme.shop/secrets", &acme, json!({"value": ROTATED})).await;
+    assert_eq!(added.0, 201);
+    let took = until(&b, "acme.shop", ROTATED, 200).await;
+    assert!(took < Duration::from_secs(2), "B verified the new secret after {took:?}");
+    assert_eq!(post_signed(&b, "acme.shop", SECRET, "evt_old_still").await, 200);
+
+    let (_, secrets) = call(addr, "GET", "/v1/endpoints/acme.shop/secrets", &acme, Value::Null).await;
+    let old = secrets[1]["id"].as_str().expect("old secret").to_string();
+    let retired = call(addr, "POST", &format!("/v1/endpoints/acme.shop/secrets/{old}/retire"), &acme, Value::Null).await;
+    assert_eq!(retired.0, 200);
+    let took = until(&b, "acme.shop", SECRET, 400).await;
+    assert!(took < Duration::from_secs(2), "B refused the retired secret after {took:?}");
+
+    let deleted = call(addr, "DELETE", "/v1/endpoints/acme.shop", &acme, Value::Null).await;
+    assert_eq!(deleted.0, 200);
+    let took = until(&b, "acme.shop", ROTATED, 404).await;
+    assert!(took < Duration::from_secs(2), "B stopped serving the deleted endpoint after {took:?}");
+}
+}
