@@ -115,6 +115,27 @@ pub struct TenancyConfig {
     pub operator_token: Secret,
     /// Seals endpoint secrets at rest: 32 bytes, base64 (`env:` or `file:`).
     pub master_key: crate::tenancy::MasterKey,
+    /// A tenant's quotas unless it was created with its own.
+    pub quotas: Quotas,
+}
+
+/// What one tenant may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quotas {
+    /// Requests per second at ingest, across its endpoints, in each process; past it
+    /// 429 with `Retry-After`.
+    pub requests_per_second: u32,
+    /// Endpoints it may have.
+    pub max_endpoints: u32,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Quotas {
+            requests_per_second: 100,
+            max_endpoints: 20,
+        }
+    }
 }
 
 /// Rejected requests kept per endpoint, newest first, unless `[forensics]` says.
@@ -287,6 +308,8 @@ struct RawConfig {
 struct RawTenancy {
     operator_token: String,
     master_key: String,
+    requests_per_second: Option<u32>,
+    max_endpoints: Option<u32>,
 }
 
 /// `store = "PATH or URL"`, or a `[store]` table.
@@ -725,9 +748,23 @@ impl Config {
                 let key = resolve_secret(&t.master_key, "tenancy.master_key")?;
                 let master_key = crate::tenancy::MasterKey::decode(key.expose())
                     .map_err(|reason| invalid("tenancy.master_key", reason))?;
+                let defaults = Quotas::default();
+                let quotas = Quotas {
+                    requests_per_second: t
+                        .requests_per_second
+                        .unwrap_or(defaults.requests_per_second),
+                    max_endpoints: t.max_endpoints.unwrap_or(defaults.max_endpoints),
+                };
+                if quotas.requests_per_second == 0 {
+                    return Err(invalid(
+                        "tenancy.requests_per_second",
+                        "must be greater than 0".into(),
+                    ));
+                }
                 Some(TenancyConfig {
                     operator_token,
                     master_key,
+                    quotas,
                 })
             }
         };

@@ -29,6 +29,15 @@ pub struct Endpoint {
     pub destination: Option<Arc<dyn Destination>>,
     /// Delay before each delivery attempt (see `worker::next_step`).
     pub retry_schedule: Vec<Duration>,
+    /// The tenant that manages it through the API (none: the configuration file's).
+    pub tenant: Option<TenantLimits>,
+}
+
+/// A tenant endpoint's owner and the ingest rate it may use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantLimits {
+    pub id: String,
+    pub requests_per_second: u32,
 }
 
 impl Endpoint {
@@ -106,6 +115,7 @@ impl Endpoint {
             plugin_config,
             destination,
             retry_schedule: config.retry_schedule.clone(),
+            tenant: None,
         })
     }
 }

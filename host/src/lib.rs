@@ -74,6 +74,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
         metrics: metrics::Metrics::counting(catalog.iter().map(|p| &**p)),
         catalog,
         tenancy: config.tenancy.clone(),
+        limiter: tenancy::Limiter::default(),
     }))
 }
 
@@ -128,9 +129,12 @@ pub async fn serve(
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let workers = worker::spawn(app.clone(), app.delivery, stopped.clone());
     let purging = tokio::spawn(purge_periodically(app.clone(), stopped.clone()));
-    let reloading = app.tenancy.as_ref().map(|tenancy| {
-        let key = tenancy.master_key.clone();
-        tokio::spawn(tenancy::keep_registry_current(app.clone(), key, stopped))
+    let reloading = app.tenancy.clone().map(|tenancy| {
+        tokio::spawn(tenancy::keep_registry_current(
+            app.clone(),
+            tenancy,
+            stopped,
+        ))
     });
     // On shutdown: stop accepting and stop leasing together; requests in flight finish,
     // deliveries in flight get the grace period; then the store is flushed and closed.

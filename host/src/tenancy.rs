@@ -15,10 +15,10 @@
 //! - The configuration file's endpoints keep working; the operator sees them as
 //!   read-only, and no tenant endpoint can take their ids.
 
-use crate::config::{EndpointConfig, TenancyConfig};
-use crate::endpoints::Endpoint;
-use crate::http::App;
-use crate::store::{ManagedEndpoint, Retired, SealedSecret, StoreError};
+use crate::config::{EndpointConfig, Quotas, TenancyConfig};
+use crate::endpoints::{Endpoint, TenantLimits};
+use crate::http::{App, IngestError};
+use crate::store::{ManagedEndpoint, Retired, SealedSecret, StoreError, TenantRow};
 use crate::verify::Secret;
 use axum::Json;
 use axum::extract::{Path, Request, State};
@@ -38,6 +38,46 @@ use subtle::ConstantTimeEq as _;
 
 /// How often each process looks for changes made through the API (by any process).
 pub const POLL: Duration = Duration::from_millis(500);
+
+/// Each tenant's ingest rate in this process: a token bucket per tenant holding up to
+/// one second of its quota, refilled continuously.
+#[derive(Debug, Default)]
+pub struct Limiter {
+    buckets: std::sync::Mutex<std::collections::HashMap<String, Bucket>>,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: std::time::Instant,
+}
+
+impl Limiter {
+    /// Take one request from the tenant's bucket, or say when to try again.
+    pub fn admit(&self, tenant: &TenantLimits) -> Result<(), IngestError> {
+        let rate = f64::from(tenant.requests_per_second.max(1));
+        let now = std::time::Instant::now();
+        let mut buckets = self
+            .buckets
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let bucket = buckets.entry(tenant.id.clone()).or_insert(Bucket {
+            tokens: rate,
+            at: now,
+        });
+        let refilled = now.duration_since(bucket.at).as_secs_f64() * rate;
+        bucket.tokens = (bucket.tokens + refilled).min(rate);
+        bucket.at = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            return Ok(());
+        }
+        let wait = (1.0 - bucket.tokens) / rate;
+        Err(IngestError::RateLimited {
+            retry_after_seconds: wait.ceil().max(1.0) as u64,
+        })
+    }
+}
 
 /// The master key: seals secrets at rest and keys their fingerprints. Never printed.
 #[derive(Clone)]
@@ -180,10 +220,12 @@ impl EndpointSpec {
 /// (its plugin is gone, its secret does not open) is left out and logged.
 fn build_managed(
     app: &App,
-    key: &MasterKey,
+    tenancy: &TenancyConfig,
+    tenants: &[TenantRow],
     managed: Vec<ManagedEndpoint>,
     secrets: &[SealedSecret],
 ) -> Vec<Endpoint> {
+    let key = &tenancy.master_key;
     let mut endpoints = Vec::with_capacity(managed.len());
     for endpoint in managed {
         let opened: Result<Vec<Secret>, String> = secrets
@@ -196,13 +238,37 @@ fn build_managed(
             .and_then(|spec| Ok(spec.config(&endpoint.id, opened?)))
             .and_then(|config| build(app, config));
         match built {
-            Ok(built) => endpoints.push(built),
+            Ok(mut built) => {
+                let quotas = quotas(tenancy, tenants.iter().find(|t| t.id == endpoint.tenant));
+                built.tenant = Some(TenantLimits {
+                    id: endpoint.tenant.clone(),
+                    requests_per_second: quotas.requests_per_second,
+                });
+                endpoints.push(built);
+            }
             Err(error) => {
                 tracing::error!(endpoint = %endpoint.id, %error, "tenant endpoint not served")
             }
         }
     }
     endpoints
+}
+
+/// A tenant's quotas: its own where it has them, else the configuration's.
+fn quotas(tenancy: &TenancyConfig, tenant: Option<&TenantRow>) -> Quotas {
+    let own = |value: Option<i64>, default: u32| {
+        value.and_then(|v| u32::try_from(v).ok()).unwrap_or(default)
+    };
+    Quotas {
+        requests_per_second: own(
+            tenant.and_then(|t| t.requests_per_second),
+            tenancy.quotas.requests_per_second,
+        ),
+        max_endpoints: own(
+            tenant.and_then(|t| t.max_endpoints),
+            tenancy.quotas.max_endpoints,
+        ),
+    }
 }
 
 fn build(app: &App, config: EndpointConfig) -> Result<Endpoint, String> {
@@ -213,13 +279,13 @@ fn build(app: &App, config: EndpointConfig) -> Result<Endpoint, String> {
 /// `stop`. The first load happens at once.
 pub async fn keep_registry_current(
     app: Arc<App>,
-    key: MasterKey,
+    tenancy: TenancyConfig,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut loaded = None;
     loop {
         match app.store.registry_version().await {
-            Ok(version) if Some(version) != loaded => match refresh(&app, &key).await {
+            Ok(version) if Some(version) != loaded => match refresh(&app, &tenancy).await {
                 Ok(()) => loaded = Some(version),
                 Err(error) => tracing::warn!(%error, "tenant endpoints not reloaded"),
             },
@@ -237,14 +303,15 @@ pub async fn keep_registry_current(
 }
 
 /// Rebuild the tenants' endpoints now and swap them in.
-pub async fn refresh(app: &Arc<App>, key: &MasterKey) -> Result<(), StoreError> {
+pub async fn refresh(app: &Arc<App>, tenancy: &TenancyConfig) -> Result<(), StoreError> {
+    let tenants = app.store.tenants().await?;
     let managed = app.store.managed_endpoints(None).await?;
     let secrets = app.store.secrets(None, None).await?;
     // Building runs each plugin's config check: on a plugin thread, as every call.
-    let (on_thread, key) = (app.clone(), key.clone());
+    let (on_thread, tenancy) = (app.clone(), tenancy.clone());
     let built = app
         .plugin_threads
-        .run(move || build_managed(&on_thread, &key, managed, &secrets))
+        .run(move || build_managed(&on_thread, &tenancy, &tenants, managed, &secrets))
         .await
         .map_err(|e| StoreError::Unavailable(format!("tenant endpoints not built: {e}")))?;
     app.endpoints.replace_managed(built);
@@ -398,6 +465,11 @@ fn check_name(what: &str, name: &str) -> Result<(), ApiError> {
 struct NewTenant {
     id: String,
     name: String,
+    /// Its own quotas; absent: the configuration's.
+    #[serde(default)]
+    requests_per_second: Option<u32>,
+    #[serde(default)]
+    max_endpoints: Option<u32>,
 }
 
 fn created(body: serde_json::Value) -> Answer {
@@ -415,16 +487,35 @@ async fn create_tenant(
 ) -> Answer {
     operator_only(&caller)?;
     check_name("id", &body.id)?;
-    let now = crate::clock::now_ms();
-    if !api
-        .app
-        .store
-        .create_tenant(&body.id, &body.name, now)
-        .await?
-    {
+    if body.requests_per_second == Some(0) {
+        let reason = Some("requests_per_second must be greater than 0".into());
+        return Err(error(StatusCode::BAD_REQUEST, "invalid_request", reason));
+    }
+    let tenant = TenantRow {
+        id: body.id,
+        name: body.name,
+        created_at_ms: crate::clock::now_ms(),
+        requests_per_second: body.requests_per_second.map(i64::from),
+        max_endpoints: body.max_endpoints.map(i64::from),
+    };
+    if !api.app.store.create_tenant(&tenant).await? {
         return Err(error(StatusCode::CONFLICT, "tenant_exists", None));
     }
-    created(serde_json::json!({ "id": body.id, "name": body.name, "created_at_ms": now }))
+    created(tenant_shown(&api, &tenant))
+}
+
+/// A tenant as the API shows it: with the quotas that apply to it.
+fn tenant_shown(api: &Api, tenant: &TenantRow) -> serde_json::Value {
+    let quotas = quotas(&api.tenancy, Some(tenant));
+    serde_json::json!({
+        "id": tenant.id,
+        "name": tenant.name,
+        "created_at_ms": tenant.created_at_ms,
+        "quotas": {
+            "requests_per_second": quotas.requests_per_second,
+            "max_endpoints": quotas.max_endpoints,
+        },
+    })
 }
 
 async fn list_tenants(
@@ -432,7 +523,9 @@ async fn list_tenants(
     axum::Extension(caller): axum::Extension<Caller>,
 ) -> Answer {
     operator_only(&caller)?;
-    ok(serde_json::json!(api.app.store.tenants().await?))
+    let tenants = api.app.store.tenants().await?;
+    let shown: Vec<_> = tenants.iter().map(|t| tenant_shown(&api, t)).collect();
+    ok(serde_json::json!(shown))
 }
 
 async fn issue_token(
@@ -591,6 +684,13 @@ async fn create_endpoint(
         tolerance: body.tolerance,
         retry_schedule_seconds: body.retry_schedule_seconds,
     };
+    let tenants = api.app.store.tenants().await?;
+    let limit = quotas(&api.tenancy, tenants.iter().find(|t| t.id == tenant)).max_endpoints;
+    let existing = api.app.store.managed_endpoints(Some(&tenant)).await?.len();
+    if existing >= limit as usize {
+        let reason = format!("the tenant's quota is {limit} endpoints");
+        return Err(error(StatusCode::FORBIDDEN, "quota_exceeded", Some(reason)));
+    }
     let secret = Secret::new(body.secret);
     validate(&api, &spec, &id, vec![secret.clone()]).await?;
     let now = crate::clock::now_ms();
@@ -611,7 +711,7 @@ async fn create_endpoint(
 
 /// This process serves a change at once; the others within [`POLL`].
 async fn reload(api: &Api) {
-    if let Err(error) = refresh(&api.app, &api.tenancy.master_key).await {
+    if let Err(error) = refresh(&api.app, &api.tenancy).await {
         tracing::warn!(%error, "tenant endpoints not reloaded after a change");
     }
 }

@@ -424,3 +424,74 @@ async fn a_change_through_one_process_is_served_by_another_within_two_seconds() 
     assert!(took < Duration::from_secs(2), "B stopped serving the deleted endpoint after {took:?}");
 }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_bound_a_tenants_request_rate_and_its_endpoints() {
+    let server = Server::start(&config()).await;
+    let addr = api(&server).await;
+    let small =
+        json!({"id": "small", "name": "Small", "requests_per_second": 1, "max_endpoints": 1});
+    let (status, created) = call(addr, "POST", "/v1/tenants", OPERATOR, small).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(
+        created["quotas"],
+        json!({"requests_per_second": 1, "max_endpoints": 1})
+    );
+    let (_, issued) = call(
+        addr,
+        "POST",
+        "/v1/tenants/small/tokens",
+        OPERATOR,
+        Value::Null,
+    )
+    .await;
+    let token = issued["token"].as_str().expect("token").to_string();
+    let big = tenant(addr, "big").await;
+    let shop = json!({"name": "shop", "plugin": "stripe", "secret": SECRET});
+    assert_eq!(
+        call(addr, "POST", "/v1/endpoints", &token, shop.clone())
+            .await
+            .0,
+        201
+    );
+    assert_eq!(call(addr, "POST", "/v1/endpoints", &big, shop).await.0, 201);
+    let second = json!({"name": "other", "plugin": "stripe", "secret": SECRET});
+    let refused = call(addr, "POST", "/v1/endpoints", &token, second).await;
+    assert_eq!(
+        (refused.0, &refused.1["error"]),
+        (403, &json!("quota_exceeded")),
+        "{refused:?}"
+    );
+
+    // One request a second: the first is admitted, the next is told when to retry.
+    assert_eq!(
+        post_signed(&server, "small.shop", SECRET, "evt_q1").await,
+        200
+    );
+    let t = now();
+    let body = stripe_event("evt_q2", "customer.updated", "cus_q", t);
+    let (status, headers, answer) = request_raw(
+        server.addr,
+        "POST",
+        "/webhooks/small.shop",
+        &stripe_headers(&[SECRET], t, &body),
+        body.into(),
+    )
+    .await;
+    assert_eq!(status, 429, "{answer:?}");
+    assert_eq!(
+        headers.get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"1"[..])
+    );
+    assert_eq!(&answer[..], br#"{"error":"rate_limited"}"#);
+    // Another tenant is not held back by it; after the wait, the tenant is admitted.
+    assert_eq!(
+        post_signed(&server, "big.shop", SECRET, "evt_q3").await,
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(
+        post_signed(&server, "small.shop", SECRET, "evt_q4").await,
+        200
+    );
+}

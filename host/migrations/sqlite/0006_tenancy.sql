@@ -2,7 +2,10 @@
 CREATE TABLE tenants (
     id             TEXT    PRIMARY KEY,
     name           TEXT    NOT NULL,
-    created_at_ms  INTEGER NOT NULL
+    created_at_ms  INTEGER NOT NULL,
+    -- Quotas; NULL: the configuration's defaults.
+    requests_per_second  INTEGER,
+    max_endpoints        INTEGER
 ) STRICT;
 
 -- API tokens: only their SHA-256 is kept; a token is shown once, when issued.

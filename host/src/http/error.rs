@@ -35,6 +35,11 @@ pub enum IngestError {
     PluginFailed,
     #[error("the receipt could not be stored")]
     StoreUnavailable,
+    #[error("the tenant's request rate is over its quota")]
+    RateLimited {
+        /// When the sender may try again.
+        retry_after_seconds: u64,
+    },
 }
 
 impl IngestError {
@@ -56,6 +61,7 @@ impl IngestError {
             IngestError::HandshakeRefused => (StatusCode::FORBIDDEN, "handshake_refused"),
             IngestError::PluginFailed => (StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed"),
             IngestError::StoreUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
+            IngestError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
         }
     }
 }
@@ -76,6 +82,16 @@ impl IntoResponse for IngestError {
             IngestError::Rejected(reason) => serde_json::json!({ "error": code, "reason": reason }),
             _ => serde_json::json!({ "error": code }),
         };
+        if let IngestError::RateLimited {
+            retry_after_seconds,
+        } = self
+        {
+            let retry_after = [(
+                axum::http::header::RETRY_AFTER,
+                retry_after_seconds.to_string(),
+            )];
+            return (status, retry_after, Json(body)).into_response();
+        }
         (status, Json(body)).into_response()
     }
 }
@@ -104,6 +120,13 @@ mod tests {
             (IngestError::HandshakeRefused, 403, "handshake_refused"),
             (IngestError::PluginFailed, 500, "plugin_failed"),
             (IngestError::StoreUnavailable, 503, "store_unavailable"),
+            (
+                IngestError::RateLimited {
+                    retry_after_seconds: 1,
+                },
+                429,
+                "rate_limited",
+            ),
         ];
         for (error, status, code) in cases {
             let (s, c) = error.status_and_code();

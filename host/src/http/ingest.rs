@@ -78,6 +78,10 @@ async fn handle(
     if method != Method::POST && method != Method::GET {
         return Err(IngestError::MethodNotAllowed);
     }
+    // A tenant's endpoint: within the tenant's request rate, before the body is read.
+    if let Some(tenant) = &endpoint.tenant {
+        app.limiter.admit(tenant)?;
+    }
 
     // 2. The raw body, capped while reading; nothing has parsed it yet. Its room in
     // the budget for bodies in memory is held until the answer is ready.

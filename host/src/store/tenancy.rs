@@ -31,6 +31,9 @@ pub struct TenantRow {
     pub id: String,
     pub name: String,
     pub created_at_ms: i64,
+    /// Its own quotas; `None`: the configuration's.
+    pub requests_per_second: Option<i64>,
+    pub max_endpoints: Option<i64>,
 }
 
 /// An endpoint created through the API.
@@ -75,22 +78,26 @@ impl Store {
     }
 
     /// Create a tenant; `false` when the id is taken.
-    pub async fn create_tenant(
-        &self,
-        id: &str,
-        name: &str,
-        now_ms: i64,
-    ) -> Result<bool, StoreError> {
-        const SQL: &str = "INSERT INTO tenants (id, name, created_at_ms) VALUES ($1, $2, $3)
-                           ON CONFLICT DO NOTHING";
+    pub async fn create_tenant(&self, tenant: &TenantRow) -> Result<bool, StoreError> {
+        const SQL: &str =
+            "INSERT INTO tenants (id, name, created_at_ms, requests_per_second, max_endpoints)
+                           VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
         Ok(on_pool!(self, writes, pool => {
-            let query = sqlx::query(SQL).bind(id).bind(name).bind(now_ms);
-            query.execute(pool).await?.rows_affected() == 1
+            sqlx::query(SQL)
+                .bind(&tenant.id)
+                .bind(&tenant.name)
+                .bind(tenant.created_at_ms)
+                .bind(tenant.requests_per_second)
+                .bind(tenant.max_endpoints)
+                .execute(pool)
+                .await?
+                .rows_affected() == 1
         }))
     }
 
     pub async fn tenants(&self) -> Result<Vec<TenantRow>, StoreError> {
-        const SQL: &str = "SELECT id, name, created_at_ms FROM tenants ORDER BY id";
+        const SQL: &str = "SELECT id, name, created_at_ms, requests_per_second, max_endpoints
+                           FROM tenants ORDER BY id";
         Ok(on_pool!(self, reads, pool => {
             sqlx::query_as(SQL).fetch_all(pool).await?
         }))
