@@ -426,6 +426,25 @@ fn not_found() -> ApiError {
 
 type Answer = Result<Response, ApiError>;
 
+/// A JSON request body; one that does not parse is 400 `invalid_request`, with the
+/// reason, like every other refusal of this API.
+struct Body<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        match <Json<T> as axum::extract::FromRequest<S>>::from_request(request, state).await {
+            Ok(Json(value)) => Ok(Body(value)),
+            Err(rejection) => Err(error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                Some(rejection.body_text()),
+            )),
+        }
+    }
+}
+
 /// The tenant calling, or a 404 for the operator on a tenant route (the operator
 /// manages tenants, not their endpoints).
 fn tenant_of(caller: &Caller) -> Result<&str, ApiError> {
@@ -483,7 +502,7 @@ fn ok(body: serde_json::Value) -> Answer {
 async fn create_tenant(
     State(api): State<Api>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Json(body): Json<NewTenant>,
+    Body(body): Body<NewTenant>,
 ) -> Answer {
     operator_only(&caller)?;
     check_name("id", &body.id)?;
@@ -669,7 +688,7 @@ fn sealed(api: &Api, endpoint: &str, secret: &Secret) -> SealedSecret {
 async fn create_endpoint(
     State(api): State<Api>,
     axum::Extension(caller): axum::Extension<Caller>,
-    Json(body): Json<NewEndpoint>,
+    Body(body): Body<NewEndpoint>,
 ) -> Answer {
     let tenant = tenant_of(&caller)?.to_string();
     check_name("name", &body.name)?;
@@ -739,7 +758,7 @@ async fn update_endpoint(
     State(api): State<Api>,
     axum::Extension(caller): axum::Extension<Caller>,
     Path(id): Path<String>,
-    Json(spec): Json<EndpointSpec>,
+    Body(spec): Body<EndpointSpec>,
 ) -> Answer {
     let endpoint = owned(&api, &caller, &id).await?;
     let secrets = active_secrets(&api, &endpoint).await?;
@@ -819,7 +838,7 @@ async fn add_secret(
     State(api): State<Api>,
     axum::Extension(caller): axum::Extension<Caller>,
     Path(id): Path<String>,
-    Json(body): Json<NewSecret>,
+    Body(body): Body<NewSecret>,
 ) -> Answer {
     let endpoint = owned(&api, &caller, &id).await?;
     let secret = Secret::new(body.value);

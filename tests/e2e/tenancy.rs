@@ -30,7 +30,49 @@ async fn api(server: &Server) -> SocketAddr {
     addr
 }
 
-/// One call: (status, JSON body).
+/// docs/openapi.json, read once.
+fn openapi() -> &'static Value {
+    static DOC: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    DOC.get_or_init(|| {
+        let text = std::fs::read_to_string(workspace().join("docs/openapi.json"))
+            .expect("docs/openapi.json");
+        serde_json::from_str(&text).expect("docs/openapi.json is JSON")
+    })
+}
+
+/// Whether a concrete path fits a path template of the OpenAPI file.
+fn fits(template: &str, path: &str) -> bool {
+    let (t, p): (Vec<&str>, Vec<&str>) = (template.split('/').collect(), path.split('/').collect());
+    t.len() == p.len() && t.iter().zip(&p).all(|(t, p)| t == p || t.starts_with('{'))
+}
+
+/// The answer is one docs/openapi.json lists for this operation, and its body matches
+/// the schema it gives.
+fn conforms(method: &str, path: &str, status: u16, body: &Value) {
+    let doc = openapi();
+    let paths = doc["paths"].as_object().expect("paths");
+    let (template, item) = paths
+        .iter()
+        .find(|(template, _)| fits(template, path))
+        .unwrap_or_else(|| panic!("{path} is not in docs/openapi.json"));
+    let operation = &item[method.to_ascii_lowercase()];
+    assert!(
+        operation.is_object(),
+        "{method} {template} is not in docs/openapi.json"
+    );
+    let response = &operation["responses"][status.to_string()];
+    assert!(
+        response.is_object(),
+        "{method} {template} answered {status}, not listed in docs/openapi.json: {body}"
+    );
+    let mut schema = response["content"]["application/json"]["schema"].clone();
+    schema["components"] = doc["components"].clone();
+    if let Err(e) = jsonschema::validate(&schema, body) {
+        panic!("{method} {path} {status}: {e} in {body}");
+    }
+}
+
+/// One call, checked against docs/openapi.json: (status, JSON body).
 async fn call(
     addr: SocketAddr,
     method: &str,
@@ -47,7 +89,9 @@ async fn call(
     } else {
         body.to_string().into()
     };
-    request(addr, method, path, &headers, body).await
+    let (status, answer) = request(addr, method, path, &headers, body).await;
+    conforms(method, path, status, &answer);
+    (status, answer)
 }
 
 /// Create a tenant and issue it a token.
