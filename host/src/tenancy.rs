@@ -179,7 +179,7 @@ fn token_sha256(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// A tenant endpoint's settings, as stored (no secret).
+/// A tenant endpoint's settings, as stored and shown (no secret).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EndpointSpec {
@@ -190,18 +190,52 @@ pub struct EndpointSpec {
     pub tolerance: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_schedule_seconds: Option<Vec<u64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<DestinationSpec>,
+}
+
+/// Where a tenant endpoint delivers; its signing secret is sealed apart.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DestinationSpec {
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 fn empty_object() -> serde_json::Value {
     serde_json::json!({})
 }
 
+/// The sealed destination secret's id (its associated data, with the endpoint's id).
+const DESTINATION: &str = "destination";
+
 impl EndpointSpec {
-    fn config(&self, id: &str, secrets: Vec<Secret>) -> EndpointConfig {
+    /// The endpoint as the configuration file would have it. Without the destination's
+    /// secret there is no destination.
+    fn config(
+        &self,
+        id: &str,
+        secrets: Vec<Secret>,
+        destination_secret: Option<Secret>,
+    ) -> EndpointConfig {
         let schedule = self
             .retry_schedule_seconds
             .clone()
             .unwrap_or_else(|| crate::config::DEFAULT_RETRY_SCHEDULE_SECONDS.to_vec());
+        let destination = self
+            .destination
+            .as_ref()
+            .zip(destination_secret)
+            .map(|(d, secret)| crate::config::DestinationConfig {
+                url: d.url.clone(),
+                ca: None,
+                secret,
+                connect_timeout: Duration::from_millis(d.connect_timeout_ms.unwrap_or(2_000)),
+                timeout: Duration::from_millis(d.timeout_ms.unwrap_or(15_000)),
+            });
         EndpointConfig {
             id: id.to_string(),
             plugin: self.plugin.clone(),
@@ -209,7 +243,7 @@ impl EndpointSpec {
             tolerance: self.tolerance,
             handshake_token: None,
             plugin_config: self.config.clone(),
-            destination: None,
+            destination,
             retry_schedule: schedule.into_iter().map(Duration::from_secs).collect(),
         }
     }
@@ -233,9 +267,14 @@ fn build_managed(
             .filter(|s| s.endpoint == endpoint.id && s.retired_at_ms.is_none())
             .map(|s| key.open(&s.endpoint, &s.id, &s.sealed))
             .collect();
+        let destination = endpoint
+            .destination_sealed
+            .as_deref()
+            .map(|sealed| key.open(&endpoint.id, DESTINATION, sealed))
+            .transpose();
         let built = serde_json::from_str::<EndpointSpec>(&endpoint.spec)
             .map_err(|e| e.to_string())
-            .and_then(|spec| Ok(spec.config(&endpoint.id, opened?)))
+            .and_then(|spec| Ok(spec.config(&endpoint.id, opened?, destination?)))
             .and_then(|config| build(app, config));
         match built {
             Ok(mut built) => {
@@ -352,6 +391,8 @@ pub fn router(app: Arc<App>, tenancy: TenancyConfig) -> axum::Router {
                 .put(update_endpoint)
                 .delete(delete_endpoint),
         )
+        .route("/v1/endpoints/{id}/pause", post(pause))
+        .route("/v1/endpoints/{id}/resume", post(resume))
         .route(
             "/v1/endpoints/{id}/secrets",
             get(list_secrets).post(add_secret),
@@ -651,6 +692,60 @@ struct NewEndpoint {
     tolerance: Option<u32>,
     #[serde(default)]
     retry_schedule_seconds: Option<Vec<u64>>,
+    #[serde(default)]
+    destination: Option<NewDestination>,
+}
+
+/// An endpoint's settings as a replacement gives them.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Settings {
+    plugin: String,
+    #[serde(default = "empty_object")]
+    config: serde_json::Value,
+    #[serde(default)]
+    tolerance: Option<u32>,
+    #[serde(default)]
+    retry_schedule_seconds: Option<Vec<u64>>,
+    #[serde(default)]
+    destination: Option<NewDestination>,
+}
+
+/// A destination as given: its settings and, write-only, its signing secret (on a
+/// replacement, absent keeps the one stored).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewDestination {
+    url: String,
+    #[serde(default)]
+    secret: Option<String>,
+    #[serde(default)]
+    connect_timeout_ms: Option<u64>,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+}
+
+impl Settings {
+    /// The settings to store, and the destination's new secret if one was given.
+    fn split(self) -> (EndpointSpec, Option<Secret>) {
+        let secret = self
+            .destination
+            .as_ref()
+            .and_then(|d| d.secret.clone())
+            .map(Secret::new);
+        let spec = EndpointSpec {
+            plugin: self.plugin,
+            config: self.config,
+            tolerance: self.tolerance,
+            retry_schedule_seconds: self.retry_schedule_seconds,
+            destination: self.destination.map(|d| DestinationSpec {
+                url: d.url,
+                connect_timeout_ms: d.connect_timeout_ms,
+                timeout_ms: d.timeout_ms,
+            }),
+        };
+        (spec, secret)
+    }
 }
 
 /// Check that an endpoint builds as it would be served (plugin, its config check, the
@@ -660,8 +755,31 @@ async fn validate(
     spec: &EndpointSpec,
     id: &str,
     secrets: Vec<Secret>,
+    destination_secret: Option<Secret>,
 ) -> Result<(), ApiError> {
-    let (app, config) = (api.app.clone(), spec.config(id, secrets));
+    let invalid = |reason: &str| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "invalid_endpoint",
+            Some(reason.into()),
+        )
+    };
+    if spec
+        .retry_schedule_seconds
+        .as_ref()
+        .is_some_and(Vec::is_empty)
+    {
+        return Err(invalid("retry_schedule_seconds: at least one attempt"));
+    }
+    if spec.destination.is_some() && destination_secret.is_none() {
+        return Err(invalid(
+            "destination.secret: a destination needs its signing secret",
+        ));
+    }
+    let (app, config) = (
+        api.app.clone(),
+        spec.config(id, secrets, destination_secret),
+    );
     let built = api
         .app
         .plugin_threads
@@ -697,12 +815,15 @@ async fn create_endpoint(
         let reason = "the configuration file has an endpoint with this id".to_string();
         return Err(error(StatusCode::CONFLICT, "endpoint_exists", Some(reason)));
     }
-    let spec = EndpointSpec {
+    let secret = Secret::new(body.secret);
+    let (spec, destination_secret) = Settings {
         plugin: body.plugin,
         config: body.config,
         tolerance: body.tolerance,
         retry_schedule_seconds: body.retry_schedule_seconds,
-    };
+        destination: body.destination,
+    }
+    .split();
     let tenants = api.app.store.tenants().await?;
     let limit = quotas(&api.tenancy, tenants.iter().find(|t| t.id == tenant)).max_endpoints;
     let existing = api.app.store.managed_endpoints(Some(&tenant)).await?.len();
@@ -710,13 +831,15 @@ async fn create_endpoint(
         let reason = format!("the tenant's quota is {limit} endpoints");
         return Err(error(StatusCode::FORBIDDEN, "quota_exceeded", Some(reason)));
     }
-    let secret = Secret::new(body.secret);
-    validate(&api, &spec, &id, vec![secret.clone()]).await?;
+    let given = destination_secret.clone();
+    validate(&api, &spec, &id, vec![secret.clone()], given).await?;
     let now = crate::clock::now_ms();
+    let key = &api.tenancy.master_key;
     let endpoint = ManagedEndpoint {
         id: id.clone(),
         tenant,
         spec: serde_json::to_string(&spec).unwrap_or_default(),
+        destination_sealed: destination_secret.map(|s| key.seal(&id, DESTINATION, &s)),
         created_at_ms: now,
         updated_at_ms: now,
     };
@@ -758,27 +881,64 @@ async fn update_endpoint(
     State(api): State<Api>,
     axum::Extension(caller): axum::Extension<Caller>,
     Path(id): Path<String>,
-    Body(spec): Body<EndpointSpec>,
+    Body(settings): Body<Settings>,
 ) -> Answer {
     let endpoint = owned(&api, &caller, &id).await?;
     let secrets = active_secrets(&api, &endpoint).await?;
-    validate(&api, &spec, &id, secrets).await?;
-    let text = serde_json::to_string(&spec).unwrap_or_default();
-    let now = crate::clock::now_ms();
-    if !api
-        .app
-        .store
-        .update_endpoint(&endpoint.tenant, &id, &text, now)
-        .await?
-    {
+    let (spec, given) = settings.split();
+    let key = &api.tenancy.master_key;
+    // A destination without a new secret keeps the stored one.
+    let destination_sealed = match (&spec.destination, &given) {
+        (None, _) => None,
+        (Some(_), Some(secret)) => Some(key.seal(&id, DESTINATION, secret)),
+        (Some(_), None) => endpoint.destination_sealed.clone(),
+    };
+    let destination_secret = match (&given, &destination_sealed) {
+        (Some(secret), _) => Some(secret.clone()),
+        (None, Some(sealed)) => Some(key.open(&id, DESTINATION, sealed).map_err(|reason| {
+            tracing::error!(endpoint = %id, %reason, "destination secret does not open");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "secret_unreadable", None)
+        })?),
+        (None, None) => None,
+    };
+    validate(&api, &spec, &id, secrets, destination_secret).await?;
+    let updated = ManagedEndpoint {
+        spec: serde_json::to_string(&spec).unwrap_or_default(),
+        destination_sealed,
+        updated_at_ms: crate::clock::now_ms(),
+        ..endpoint
+    };
+    if !api.app.store.update_endpoint(&updated).await? {
         return Err(not_found());
     }
     reload(&api).await;
-    ok(shown(&ManagedEndpoint {
-        spec: text,
-        updated_at_ms: now,
-        ..endpoint
-    }))
+    ok(shown(&updated))
+}
+
+/// Pause or resume a tenant endpoint's delivery (events keep being accepted).
+async fn pause(
+    State(api): State<Api>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(id): Path<String>,
+) -> Answer {
+    set_paused(&api, &caller, &id, true).await
+}
+
+async fn resume(
+    State(api): State<Api>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(id): Path<String>,
+) -> Answer {
+    set_paused(&api, &caller, &id, false).await
+}
+
+async fn set_paused(api: &Api, caller: &Caller, id: &str, paused: bool) -> Answer {
+    owned(api, caller, id).await?;
+    api.app
+        .store
+        .set_paused(id, paused, crate::clock::now_ms())
+        .await?;
+    ok(serde_json::json!({ "id": id, "paused": paused }))
 }
 
 async fn delete_endpoint(
@@ -844,8 +1004,13 @@ async fn add_secret(
     let secret = Secret::new(body.value);
     let spec: EndpointSpec = serde_json::from_str(&endpoint.spec)
         .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "spec_unreadable", None))?;
-    // The new secret must decode with the plugin's key format.
-    validate(&api, &spec, &id, vec![secret.clone()]).await?;
+    // The new secret must decode with the plugin's key format (the destination is
+    // not what is checked here).
+    let spec = EndpointSpec {
+        destination: None,
+        ..spec
+    };
+    validate(&api, &spec, &id, vec![secret.clone()], None).await?;
     let added = sealed(&api, &id, &secret);
     if !api.app.store.add_secret(&endpoint.tenant, &added).await? {
         return Err(not_found());

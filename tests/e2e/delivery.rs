@@ -16,7 +16,7 @@ const DESTINATION_KEY: &[u8] = b"destination signing key 32 bytes";
 
 /// One request the downstream received.
 #[derive(Debug, Clone)]
-struct Received {
+pub struct Received {
     at: Instant,
     headers: HeaderMap,
     body: Vec<u8>,
@@ -27,13 +27,13 @@ type Script = HashMap<String, VecDeque<(u16, Option<u64>)>>;
 
 /// A downstream whose answers are scripted per `webhook-id` (then 200).
 #[derive(Clone, Default)]
-struct Downstream {
+pub struct Downstream {
     script: Arc<Mutex<Script>>,
     received: Arc<Mutex<Vec<Received>>>,
 }
 
 impl Downstream {
-    async fn start() -> (Downstream, u16) {
+    pub async fn start() -> (Downstream, u16) {
         let downstream = Downstream::default();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -56,7 +56,7 @@ impl Downstream {
         script.insert(event_id.to_string(), answers.iter().copied().collect());
     }
 
-    fn received(&self, event_id: &str) -> Vec<Received> {
+    pub fn received(&self, event_id: &str) -> Vec<Received> {
         let received = self.received.lock().expect("lock");
         received
             .iter()

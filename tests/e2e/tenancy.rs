@@ -11,10 +11,15 @@ const OPERATOR: &str = "operator-token-for-tests";
 
 /// A configuration with the tenant API on, beside the Stripe endpoint of the file.
 fn config() -> String {
+    config_with("")
+}
+
+/// The same, with more top-level tables.
+fn config_with(tables: &str) -> String {
     let key = b64(&[42u8; 32]);
     stripe_config(&format!(
         "admin_token = \"admin-token-for-tests\"\n\
-         [tenancy]\noperator_token = \"{OPERATOR}\"\nmaster_key = \"{key}\"\n"
+         [tenancy]\noperator_token = \"{OPERATOR}\"\nmaster_key = \"{key}\"\n{tables}"
     ))
 }
 
@@ -538,4 +543,91 @@ async fn quotas_bound_a_tenants_request_rate_and_its_endpoints() {
         post_signed(&server, "small.shop", SECRET, "evt_q4").await,
         200
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_api() {
+    let (downstream, port) = crate::delivery::Downstream::start().await;
+    let server = Server::start(&config_with("[delivery]\npoll_ms = 20\n")).await;
+    let addr = api(&server).await;
+    let acme = tenant(addr, "acme").await;
+    let signing = format!("whsec_{}", b64(b"tenant destination key, 32 bytes"));
+    let url = format!("http://127.0.0.1:{port}/hook");
+    let without =
+        json!({"name": "hook", "plugin": "stripe", "secret": SECRET, "destination": {"url": url}});
+    let refused = call(addr, "POST", "/v1/endpoints", &acme, without).await;
+    assert_eq!(
+        (refused.0, &refused.1["error"]),
+        (400, &json!("invalid_endpoint")),
+        "{refused:?}"
+    );
+    let new = json!({"name": "hook", "plugin": "stripe", "secret": SECRET,
+                     "destination": {"url": url, "secret": signing}});
+    let (status, created) = call(addr, "POST", "/v1/endpoints", &acme, new).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["spec"]["destination"], json!({"url": url}));
+    assert!(!created.to_string().contains(&signing));
+
+    let delivered = |id: &'static str| {
+        let downstream = downstream.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while downstream.received(id).is_empty() {
+                assert!(Instant::now() < deadline, "{id} was not delivered");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    assert_eq!(
+        post_signed(&server, "acme.hook", SECRET, "evt_d1").await,
+        200
+    );
+    delivered("evt_d1").await;
+
+    let paused = call(
+        addr,
+        "POST",
+        "/v1/endpoints/acme.hook/pause",
+        &acme,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(paused, (200, json!({"id": "acme.hook", "paused": true})));
+    assert_eq!(
+        post_signed(&server, "acme.hook", SECRET, "evt_d2").await,
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        downstream.received("evt_d2").is_empty(),
+        "delivered while paused"
+    );
+    assert_eq!(
+        call(
+            addr,
+            "POST",
+            "/v1/endpoints/acme.hook/resume",
+            &acme,
+            Value::Null
+        )
+        .await
+        .0,
+        200
+    );
+    delivered("evt_d2").await;
+
+    // Replacing the settings without the destination's secret keeps the stored one.
+    let settings =
+        json!({"plugin": "stripe", "retry_schedule_seconds": [0, 1], "destination": {"url": url}});
+    let (status, updated) = call(addr, "PUT", "/v1/endpoints/acme.hook", &acme, settings).await;
+    assert_eq!(
+        (status, &updated["spec"]["retry_schedule_seconds"]),
+        (200, &json!([0, 1])),
+        "{updated}"
+    );
+    assert_eq!(
+        post_signed(&server, "acme.hook", SECRET, "evt_d3").await,
+        200
+    );
+    delivered("evt_d3").await;
 }

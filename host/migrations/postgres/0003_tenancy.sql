@@ -22,6 +22,9 @@ CREATE TABLE managed_endpoints (
     id             TEXT    PRIMARY KEY, -- `{tenant}.{name}`: /webhooks/{id}
     tenant         TEXT    NOT NULL REFERENCES tenants (id),
     spec           TEXT    NOT NULL,
+    -- The destination's signing secret, sealed like endpoint_secrets (secret id
+    -- `destination`); NULL without a destination.
+    destination_sealed  BYTEA,
     created_at_ms  BIGINT  NOT NULL,
     updated_at_ms  BIGINT  NOT NULL
 );

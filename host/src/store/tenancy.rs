@@ -43,6 +43,8 @@ pub struct ManagedEndpoint {
     pub tenant: String,
     /// Its settings as JSON (see `tenancy::EndpointSpec`).
     pub spec: String,
+    /// The destination's signing secret, sealed.
+    pub destination_sealed: Option<Vec<u8>>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -148,7 +150,8 @@ impl Store {
         &self,
         tenant: Option<&str>,
     ) -> Result<Vec<ManagedEndpoint>, StoreError> {
-        const SQL: &str = "SELECT id, tenant, spec, created_at_ms, updated_at_ms
+        const SQL: &str =
+            "SELECT id, tenant, spec, destination_sealed, created_at_ms, updated_at_ms
                            FROM managed_endpoints WHERE ($1 IS NULL OR tenant = $1) ORDER BY id";
         Ok(on_pool!(self, reads, pool => {
             sqlx::query_as(SQL).bind(tenant).fetch_all(pool).await?
@@ -163,14 +166,15 @@ impl Store {
         secret: &SealedSecret,
     ) -> Result<bool, StoreError> {
         const SQL: &str =
-            "INSERT INTO managed_endpoints (id, tenant, spec, created_at_ms, updated_at_ms)
-                           VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
+            "INSERT INTO managed_endpoints (id, tenant, spec, destination_sealed, created_at_ms, updated_at_ms)
+                           VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
             let created = sqlx::query(SQL)
                 .bind(&endpoint.id)
                 .bind(&endpoint.tenant)
                 .bind(&endpoint.spec)
+                .bind(&endpoint.destination_sealed)
                 .bind(endpoint.created_at_ms)
                 .bind(endpoint.updated_at_ms)
                 .execute(&mut *tx)
@@ -186,19 +190,20 @@ impl Store {
         })
     }
 
-    /// Replace a tenant's endpoint's settings; `false` when it has no such endpoint.
-    pub async fn update_endpoint(
-        &self,
-        tenant: &str,
-        id: &str,
-        spec: &str,
-        now_ms: i64,
-    ) -> Result<bool, StoreError> {
-        const SQL: &str = "UPDATE managed_endpoints SET spec = $3, updated_at_ms = $4
+    /// Replace a tenant's endpoint's settings and destination secret; `false` when it
+    /// has no such endpoint.
+    pub async fn update_endpoint(&self, endpoint: &ManagedEndpoint) -> Result<bool, StoreError> {
+        const SQL: &str =
+            "UPDATE managed_endpoints SET spec = $3, destination_sealed = $4, updated_at_ms = $5
                            WHERE id = $1 AND tenant = $2";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
-            let query = sqlx::query(SQL).bind(id).bind(tenant).bind(spec).bind(now_ms);
+            let query = sqlx::query(SQL)
+                .bind(&endpoint.id)
+                .bind(&endpoint.tenant)
+                .bind(&endpoint.spec)
+                .bind(&endpoint.destination_sealed)
+                .bind(endpoint.updated_at_ms);
             if query.execute(&mut *tx).await?.rows_affected() == 0 {
                 return Ok(false);
             }
