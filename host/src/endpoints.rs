@@ -38,6 +38,8 @@ pub struct Endpoint {
 pub struct TenantLimits {
     pub id: String,
     pub requests_per_second: u32,
+    /// The ids of the endpoint's active secrets, in the order of its keys.
+    pub secret_ids: Vec<String>,
 }
 
 impl Endpoint {

@@ -75,6 +75,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
         catalog,
         tenancy: config.tenancy.clone(),
         limiter: tenancy::Limiter::default(),
+        secret_use: tenancy::SecretUse::default(),
     }))
 }
 

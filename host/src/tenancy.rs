@@ -79,6 +79,42 @@ impl Limiter {
     }
 }
 
+/// When each tenant secret last verified a request, in this process, until written.
+#[derive(Debug, Default)]
+pub struct SecretUse {
+    matched: std::sync::Mutex<std::collections::HashMap<String, i64>>,
+}
+
+impl SecretUse {
+    /// The endpoint's key at `index` verified a request at `at_ms`.
+    pub fn matched(&self, tenant: &TenantLimits, index: usize, at_ms: i64) {
+        if let Some(id) = tenant.secret_ids.get(index) {
+            let mut matched = self
+                .matched
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            matched.insert(id.clone(), at_ms);
+        }
+    }
+
+    /// Write what was noted since the last time.
+    pub async fn flush(&self, store: &crate::store::Store) {
+        let noted: Vec<(String, i64)> = {
+            let mut matched = self
+                .matched
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            matched.drain().collect()
+        };
+        if noted.is_empty() {
+            return;
+        }
+        if let Err(error) = store.secrets_matched(&noted).await {
+            tracing::warn!(%error, "when secrets last matched was not written");
+        }
+    }
+}
+
 /// The master key: seals secrets at rest and keys their fingerprints. Never printed.
 #[derive(Clone)]
 pub struct MasterKey {
@@ -262,11 +298,15 @@ fn build_managed(
     let key = &tenancy.master_key;
     let mut endpoints = Vec::with_capacity(managed.len());
     for endpoint in managed {
-        let opened: Result<Vec<Secret>, String> = secrets
+        let active: Vec<&SealedSecret> = secrets
             .iter()
             .filter(|s| s.endpoint == endpoint.id && s.retired_at_ms.is_none())
+            .collect();
+        let opened: Result<Vec<Secret>, String> = active
+            .iter()
             .map(|s| key.open(&s.endpoint, &s.id, &s.sealed))
             .collect();
+        let secret_ids = active.iter().map(|s| s.id.clone()).collect();
         let destination = endpoint
             .destination_sealed
             .as_deref()
@@ -282,6 +322,7 @@ fn build_managed(
                 built.tenant = Some(TenantLimits {
                     id: endpoint.tenant.clone(),
                     requests_per_second: quotas.requests_per_second,
+                    secret_ids,
                 });
                 endpoints.push(built);
             }
@@ -331,11 +372,13 @@ pub async fn keep_registry_current(
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "registry version not read"),
         }
+        app.secret_use.flush(&app.store).await;
         tokio::select! {
             _ = tokio::time::sleep(POLL) => {}
-            _ = stop.changed() => return,
+            _ = stop.changed() => {}
         }
         if *stop.borrow() {
+            app.secret_use.flush(&app.store).await;
             return;
         }
     }
@@ -800,6 +843,7 @@ fn sealed(api: &Api, endpoint: &str, secret: &Secret) -> SealedSecret {
         endpoint: endpoint.to_string(),
         created_at_ms: crate::clock::now_ms(),
         retired_at_ms: None,
+        last_matched_at_ms: None,
     }
 }
 
@@ -961,6 +1005,7 @@ fn secret_shown(secret: &SealedSecret, current: bool) -> serde_json::Value {
         "fingerprint": secret.fingerprint,
         "created_at_ms": secret.created_at_ms,
         "retired_at_ms": secret.retired_at_ms,
+        "last_matched_at_ms": secret.last_matched_at_ms,
         "current": current,
     })
 }

@@ -37,7 +37,9 @@ CREATE TABLE endpoint_secrets (
     sealed         BYTEA    NOT NULL,
     fingerprint    TEXT    NOT NULL,
     created_at_ms  BIGINT  NOT NULL,
-    retired_at_ms  BIGINT
+    retired_at_ms  BIGINT,
+    -- When a request last verified with it (written every half second or so).
+    last_matched_at_ms  BIGINT
 );
 CREATE INDEX endpoint_secrets_by_endpoint ON endpoint_secrets (endpoint);
 

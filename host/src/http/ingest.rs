@@ -126,6 +126,10 @@ async fn handle(
                 skew,
                 took,
             );
+            if let Some(tenant) = &endpoint.tenant {
+                app.secret_use
+                    .matched(tenant, receipt.secret_index, received_at_ms);
+            }
             *receipt
         }
         (Ok(Judged::Answer(answer)), _) => {

@@ -39,6 +39,8 @@ pub struct App {
     pub catalog: crate::plugins::Catalog,
     /// Tenants' endpoints and secrets managed through the `/v1` API, when configured.
     pub tenancy: Option<crate::config::TenancyConfig>,
+    /// When tenants' secrets last verified a request, until written.
+    pub secret_use: crate::tenancy::SecretUse,
     /// Each tenant's ingest rate, in this process.
     pub limiter: crate::tenancy::Limiter,
     /// Keeps requests refused after their body was read.

@@ -58,6 +58,7 @@ pub struct SealedSecret {
     pub fingerprint: String,
     pub created_at_ms: i64,
     pub retired_at_ms: Option<i64>,
+    pub last_matched_at_ms: Option<i64>,
 }
 
 /// What retiring a secret did.
@@ -264,13 +265,29 @@ impl Store {
         endpoint: Option<&str>,
     ) -> Result<Vec<SealedSecret>, StoreError> {
         const SQL: &str =
-            "SELECT s.id, s.endpoint, s.sealed, s.fingerprint, s.created_at_ms, s.retired_at_ms
+            "SELECT s.id, s.endpoint, s.sealed, s.fingerprint, s.created_at_ms, s.retired_at_ms,
+                                   s.last_matched_at_ms
                            FROM endpoint_secrets s JOIN managed_endpoints e ON e.id = s.endpoint
                            WHERE ($1 IS NULL OR e.tenant = $1) AND ($2 IS NULL OR s.endpoint = $2)
                            ORDER BY s.endpoint, s.created_at_ms DESC, s.id DESC";
         Ok(on_pool!(self, reads, pool => {
             sqlx::query_as(SQL).bind(tenant).bind(endpoint).fetch_all(pool).await?
         }))
+    }
+
+    /// Note when secrets last verified a request: (secret id, unix ms); a time older
+    /// than the one stored changes nothing.
+    pub async fn secrets_matched(&self, matched: &[(String, i64)]) -> Result<(), StoreError> {
+        const SQL: &str = "UPDATE endpoint_secrets SET last_matched_at_ms = $2
+                           WHERE id = $1 AND (last_matched_at_ms IS NULL OR last_matched_at_ms < $2)";
+        on_pool!(self, writes, pool => {
+            let mut tx = pool.begin().await?;
+            for (id, at) in matched {
+                sqlx::query(SQL).bind(id).bind(at).execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
     }
 
     /// Retire one of a tenant's endpoint's active secrets, unless it is the last.
