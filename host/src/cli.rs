@@ -629,7 +629,8 @@ fn forensics(command: ForensicsCommand) -> anyhow::Result<()> {
             ForensicsCommand::Reingest { id, .. } => (id, true),
             listing => {
                 let store = crate::store::Store::open(&config.store).await?;
-                let result = print_forensics(&store, listing).await;
+                let key = config.tenancy.as_ref().map(|t| &t.master_key);
+                let result = print_forensics(&store, listing, key).await;
                 store.close().await;
                 return result;
             }
@@ -654,6 +655,7 @@ fn forensics(command: ForensicsCommand) -> anyhow::Result<()> {
 async fn print_forensics(
     store: &crate::store::Store,
     command: ForensicsCommand,
+    key: Option<&crate::tenancy::MasterKey>,
 ) -> anyhow::Result<()> {
     match command {
         ForensicsCommand::Show { id, .. } => {
@@ -661,7 +663,7 @@ async fn print_forensics(
                 .forensic(id)
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("no kept request {id}"))?;
-            let shown = crate::forensics::shown(&row);
+            let shown = crate::forensics::shown(&row, key);
             println!("{}", serde_json::to_string_pretty(&shown)?);
         }
         ForensicsCommand::List { filter, json, .. } => {

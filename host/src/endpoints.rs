@@ -34,12 +34,14 @@ pub struct Endpoint {
 }
 
 /// A tenant endpoint's owner and the ingest rate it may use.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct TenantLimits {
     pub id: String,
     pub requests_per_second: u32,
     /// The ids of the endpoint's active secrets, in the order of its keys.
     pub secret_ids: Vec<String>,
+    /// When the tenant seals raw bodies at rest: the key (see `tenancy::stored_body`).
+    pub seal_bodies: Option<crate::tenancy::MasterKey>,
 }
 
 impl Endpoint {

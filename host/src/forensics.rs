@@ -184,7 +184,8 @@ pub async fn keep(
         signature_headers: signature_headers.map(|names| serde_json::json!(names).to_string()),
         body_sha256: Sha256::digest(&refused.body).into(),
         body_len: i64::try_from(refused.body.len()).unwrap_or(i64::MAX),
-        body: keep_body.then_some(refused.body),
+        // A sealing tenant's body is kept sealed.
+        body: keep_body.then(|| crate::tenancy::stored_body(endpoint, refused.body)),
         event_id: refused.trail.event_id,
     };
     let plugin = endpoint.plugin.name();
@@ -331,8 +332,18 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// A kept request as the API and CLI show it: signature values and credentials
-/// redacted, the detail as JSON, the body as text when it was kept.
-pub fn shown(row: &ForensicRow) -> serde_json::Value {
+/// redacted, the detail as JSON, the body as text when it was kept (a sealed one
+/// opened with `key`, or not shown without it).
+pub fn shown(row: &ForensicRow, key: Option<&crate::tenancy::MasterKey>) -> serde_json::Value {
+    let body = row.body.as_deref().and_then(|body| {
+        if !body.starts_with(crate::tenancy::SEALED_BODY) {
+            return Some(String::from_utf8_lossy(body).into_owned());
+        }
+        let opened = key?.open_body(&row.endpoint, body);
+        opened
+            .ok()
+            .map(|plain| String::from_utf8_lossy(&plain).into_owned())
+    });
     let headers: Vec<(String, String)> = serde_json::from_str(&row.headers).unwrap_or_default();
     let carrying: Option<Vec<String>> = row
         .signature_headers
@@ -361,7 +372,7 @@ pub fn shown(row: &ForensicRow) -> serde_json::Value {
         "method": row.method,
         "url": redact_query(&row.url),
         "headers": headers,
-        "body": row.body.as_deref().map(String::from_utf8_lossy),
+        "body": body,
         "body_sha256": hex::encode(&row.body_sha256),
         "body_len": row.body_len,
         "reingested_at_ms": row.reingested_at_ms,
@@ -397,6 +408,8 @@ pub enum ForensicsError {
     BodyNotKept,
     #[error("the request is a handshake, not an event")]
     NotAnEvent,
+    #[error("the kept body does not open: {0}")]
+    BodyUnreadable(String),
     #[error("the request still does not pass: {0}")]
     StillRefused(String),
     #[error(transparent)]
@@ -411,6 +424,7 @@ impl ForensicsError {
             ForensicsError::EndpointGone(_) => (409, "endpoint_gone"),
             ForensicsError::BodyNotKept => (409, "body_not_kept"),
             ForensicsError::NotAnEvent => (409, "not_an_event"),
+            ForensicsError::BodyUnreadable(_) => (500, "body_unreadable"),
             ForensicsError::StillRefused(_) => (422, "still_refused"),
             ForensicsError::Store(_) => (503, "store_unavailable"),
         }
@@ -446,6 +460,9 @@ pub async fn reverify(
         .get(&row.endpoint)
         .ok_or_else(|| ForensicsError::EndpointGone(row.endpoint.clone()))?;
     let body = row.body.ok_or(ForensicsError::BodyNotKept)?;
+    let body = crate::tenancy::plain_body(app, &row.endpoint, &body)
+        .map_err(ForensicsError::BodyUnreadable)?
+        .into_owned();
     let headers: Vec<(String, String)> = serde_json::from_str(&row.headers).unwrap_or_default();
     let headers: Vec<(String, Vec<u8>)> = headers
         .into_iter()

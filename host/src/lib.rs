@@ -205,9 +205,11 @@ pub async fn replay(app: &http::App, filter: &store::Filter, remap: bool) -> any
         };
         let headers: Vec<(String, String)> =
             serde_json::from_str(&receipt.headers).unwrap_or_default();
+        let body = tenancy::plain_body(app, &event.endpoint, &receipt.body)
+            .map_err(|e| anyhow::anyhow!("{}/{}: {e}", event.endpoint, event.event_id))?
+            .into_owned();
         // A plugin call: on a plugin thread, as at ingest.
-        let (on_thread, public_url, body) =
-            (endpoint.clone(), app.public_url.clone(), receipt.body);
+        let (on_thread, public_url) = (endpoint.clone(), app.public_url.clone());
         let described = app
             .plugin_threads
             .run(move || verify::redescribe(&on_thread, &public_url, &headers, &body))

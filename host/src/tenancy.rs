@@ -120,6 +120,7 @@ impl SecretUse {
 pub struct MasterKey {
     seal: [u8; 32],
     fingerprint: [u8; 32],
+    body: [u8; 32],
 }
 
 impl std::fmt::Debug for MasterKey {
@@ -155,6 +156,7 @@ impl MasterKey {
         Ok(MasterKey {
             seal: derive(b"hookhost secret sealing v1"),
             fingerprint: derive(b"hookhost secret fingerprint v1"),
+            body: derive(b"hookhost body sealing v1"),
         })
     }
 
@@ -192,12 +194,99 @@ impl MasterKey {
             .map_err(|_| "sealed secret is not text".to_string())
     }
 
+    /// Seal a raw body for one endpoint: [`SEALED_BODY`] || nonce || ciphertext.
+    pub fn seal_body(&self, endpoint: &str, body: &[u8]) -> Vec<u8> {
+        let cipher = XChaCha20Poly1305::new((&self.body).into());
+        let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
+        let payload = Payload {
+            msg: body,
+            aad: endpoint.as_bytes(),
+        };
+        let sealed = cipher.encrypt(&nonce, payload).unwrap_or_default();
+        [SEALED_BODY, nonce.as_slice(), &sealed].concat()
+    }
+
+    /// Open a body sealed for `endpoint`.
+    pub fn open_body(&self, endpoint: &str, sealed: &[u8]) -> Result<Vec<u8>, String> {
+        let rest = sealed
+            .strip_prefix(SEALED_BODY)
+            .filter(|rest| rest.len() >= 24)
+            .ok_or("not a sealed body")?;
+        let (nonce, ciphertext) = rest.split_at(24);
+        let cipher = XChaCha20Poly1305::new((&self.body).into());
+        let payload = Payload {
+            msg: ciphertext,
+            aad: endpoint.as_bytes(),
+        };
+        cipher
+            .decrypt(XNonce::from_slice(nonce), payload)
+            .map_err(|_| "sealed body does not open with this master key".to_string())
+    }
+
     /// What the API shows of a secret: enough to tell two apart, nothing to guess with.
     pub fn fingerprint(&self, secret: &Secret) -> String {
         let mut mac =
             <Hmac<Sha256> as KeyInit>::new_from_slice(&self.fingerprint).expect("any length");
         mac.update(secret.expose().as_bytes());
         format!("fp_{}", hex::encode(&mac.finalize().into_bytes()[..8]))
+    }
+}
+
+/// How a sealed body starts: a body stored before its tenant turned sealing on (or of
+/// an endpoint that does not seal) is kept as it came and read as it is.
+pub const SEALED_BODY: &[u8] = b"hookhost-sealed-body-v1:";
+
+/// A stored body as it arrived: opened with the master key when it was sealed.
+pub fn plain_body<'a>(
+    app: &App,
+    endpoint: &str,
+    stored: &'a [u8],
+) -> Result<std::borrow::Cow<'a, [u8]>, String> {
+    if !stored.starts_with(SEALED_BODY) {
+        return Ok(std::borrow::Cow::Borrowed(stored));
+    }
+    let tenancy = app
+        .tenancy
+        .as_ref()
+        .ok_or("a sealed body, and no [tenancy] master key to open it")?;
+    tenancy
+        .master_key
+        .open_body(endpoint, stored)
+        .map(std::borrow::Cow::Owned)
+}
+
+/// A stored event as shown (`store::show`): a sealed body opened in place, or marked
+/// as not opened.
+pub fn open_shown(app: &App, endpoint: &str, event: &mut serde_json::Value) {
+    let Some(sealed) = event.get("body_sealed").and_then(|b| b.as_str()) else {
+        return;
+    };
+    let opened = base64::engine::general_purpose::STANDARD
+        .decode(sealed)
+        .map_err(|e| e.to_string())
+        .and_then(|sealed| plain_body(app, endpoint, &sealed).map(|b| b.into_owned()));
+    match opened {
+        Ok(plain) => {
+            event["body"] = serde_json::json!(String::from_utf8_lossy(&plain));
+            event["body_sealed"] = serde_json::json!(true);
+        }
+        Err(error) => {
+            tracing::error!(%endpoint, %error, "sealed body does not open");
+            event["body"] = serde_json::Value::Null;
+            event["body_sealed"] = serde_json::json!(true);
+        }
+    }
+}
+
+/// The body a tenant endpoint stores: sealed when its tenant seals bodies.
+pub fn stored_body(endpoint: &Endpoint, body: Vec<u8>) -> Vec<u8> {
+    match endpoint
+        .tenant
+        .as_ref()
+        .and_then(|t| t.seal_bodies.as_ref())
+    {
+        Some(key) => key.seal_body(&endpoint.id, &body),
+        None => body,
     }
 }
 
@@ -319,10 +408,14 @@ fn build_managed(
         match built {
             Ok(mut built) => {
                 let quotas = quotas(tenancy, tenants.iter().find(|t| t.id == endpoint.tenant));
+                let seals = tenants
+                    .iter()
+                    .any(|t| t.id == endpoint.tenant && t.seal_bodies);
                 built.tenant = Some(TenantLimits {
                     id: endpoint.tenant.clone(),
                     requests_per_second: quotas.requests_per_second,
                     secret_ids,
+                    seal_bodies: seals.then(|| key.clone()),
                 });
                 endpoints.push(built);
             }
@@ -573,6 +666,9 @@ struct NewTenant {
     requests_per_second: Option<u32>,
     #[serde(default)]
     max_endpoints: Option<u32>,
+    /// Seal its endpoints' raw bodies at rest.
+    #[serde(default)]
+    seal_bodies: bool,
 }
 
 fn created(body: serde_json::Value) -> Answer {
@@ -600,6 +696,7 @@ async fn create_tenant(
         created_at_ms: crate::clock::now_ms(),
         requests_per_second: body.requests_per_second.map(i64::from),
         max_endpoints: body.max_endpoints.map(i64::from),
+        seal_bodies: body.seal_bodies,
     };
     if !api.app.store.create_tenant(&tenant).await? {
         return Err(error(StatusCode::CONFLICT, "tenant_exists", None));
@@ -614,6 +711,7 @@ fn tenant_shown(api: &Api, tenant: &TenantRow) -> serde_json::Value {
         "id": tenant.id,
         "name": tenant.name,
         "created_at_ms": tenant.created_at_ms,
+        "seal_bodies": tenant.seal_bodies,
         "quotas": {
             "requests_per_second": quotas.requests_per_second,
             "max_endpoints": quotas.max_endpoints,

@@ -17,9 +17,9 @@ const DESTINATION_KEY: &[u8] = b"destination signing key 32 bytes";
 /// One request the downstream received.
 #[derive(Debug, Clone)]
 pub struct Received {
-    at: Instant,
-    headers: HeaderMap,
-    body: Vec<u8>,
+    pub at: Instant,
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
 }
 
 /// Scripted answers: status and optional `Retry-After` seconds, in order.

@@ -638,3 +638,115 @@ async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_ap
     );
     delivered("evt_d3").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealing_tenants_bodies_are_sealed_at_rest_and_opened_to_deliver_and_show() {
+    let (downstream, port) = crate::delivery::Downstream::start().await;
+    let server = Server::start(&config_with("[delivery]\npoll_ms = 20\n")).await;
+    let addr = api(&server).await;
+    let admin = crate::operations::admin(&server).await;
+    let vault = json!({"id": "vault", "name": "Vault", "seal_bodies": true});
+    let (status, created) = call(addr, "POST", "/v1/tenants", OPERATOR, vault).await;
+    assert_eq!(
+        (status, &created["seal_bodies"]),
+        (201, &json!(true)),
+        "{created}"
+    );
+    let (_, issued) = call(
+        addr,
+        "POST",
+        "/v1/tenants/vault/tokens",
+        OPERATOR,
+        Value::Null,
+    )
+    .await;
+    let token = issued["token"].as_str().expect("token").to_string();
+    let signing = format!("whsec_{}", b64(b"tenant destination key, 32 bytes"));
+    let new = json!({"name": "hook", "plugin": "stripe", "secret": SECRET,
+                     "destination": {"url": format!("http://127.0.0.1:{port}/hook"), "secret": signing}});
+    assert_eq!(
+        call(addr, "POST", "/v1/endpoints", &token, new).await.0,
+        201
+    );
+
+    // In the body only: not the event id, type or resource, which are kept in the clear.
+    const MARKER: &str = "sealed-marker-7731@example.com";
+    let t = now();
+    let body =
+        stripe_event("evt_s1", "customer.updated", "cus_s1", t).replace("a@example.com", MARKER);
+    assert!(body.contains(MARKER));
+    let signed = stripe_headers(&[SECRET], t, &body);
+    assert_eq!(
+        server.post("vault.hook", &signed, body.clone()).await.0,
+        200
+    );
+    let refused = stripe_headers(&["whsec_wrong"], t, &body);
+    assert_eq!(
+        server.post("vault.hook", &refused, body.clone()).await.0,
+        400
+    );
+
+    // Delivered as it arrived.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while downstream.received("evt_s1").is_empty() {
+        assert!(Instant::now() < deadline, "evt_s1 was not delivered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(downstream.received("evt_s1")[0].body, body.as_bytes());
+    // Shown opened to the operator: the receipt, and the kept rejected request.
+    let auth = [(
+        "authorization",
+        format!("Bearer {}", crate::operations::ADMIN_TOKEN),
+    )];
+    let (status, shown) = request(
+        admin,
+        "GET",
+        "/admin/events/vault.hook/evt_s1",
+        &auth,
+        Default::default(),
+    )
+    .await;
+    assert_eq!(
+        (status, &shown["body"], &shown["body_sealed"]),
+        (200, &json!(body), &json!(true)),
+        "{shown}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let kept = loop {
+        let (_, kept) = request(
+            admin,
+            "GET",
+            "/admin/forensics?endpoint=vault.hook",
+            &auth,
+            Default::default(),
+        )
+        .await;
+        if kept.as_array().is_some_and(|k| !k.is_empty()) || Instant::now() > deadline {
+            break kept;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (_, forensic) = request(
+        admin,
+        "GET",
+        &format!("/admin/forensics/{}", kept[0]["id"]),
+        &auth,
+        Default::default(),
+    )
+    .await;
+    assert_eq!(forensic["body"], json!(body), "{forensic}");
+
+    // At rest: sealed, both.
+    let dir = server.stop().await;
+    let mut bytes = std::fs::read(dir.path().join("hookhost.db")).expect("the database file");
+    bytes.extend(std::fs::read(dir.path().join("hookhost.db-wal")).unwrap_or_default());
+    let holds = |text: &[u8]| bytes.windows(text.len()).any(|w| w == text);
+    assert!(
+        holds(hookhost::tenancy::SEALED_BODY),
+        "no sealed body in the file read"
+    );
+    assert!(
+        !holds(MARKER.as_bytes()),
+        "a sealing tenant's body is in the database in the clear"
+    );
+}

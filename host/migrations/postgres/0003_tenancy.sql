@@ -5,7 +5,9 @@ CREATE TABLE tenants (
     created_at_ms  BIGINT  NOT NULL,
     -- Quotas; NULL: the configuration's defaults.
     requests_per_second  BIGINT,
-    max_endpoints        BIGINT
+    max_endpoints        BIGINT,
+    -- Its endpoints' raw bodies are sealed at rest with the master key.
+    seal_bodies          BOOLEAN NOT NULL DEFAULT FALSE
 );
 
 -- API tokens: only their SHA-256 is kept; a token is shown once, when issued.

@@ -5,7 +5,9 @@ CREATE TABLE tenants (
     created_at_ms  INTEGER NOT NULL,
     -- Quotas; NULL: the configuration's defaults.
     requests_per_second  INTEGER,
-    max_endpoints        INTEGER
+    max_endpoints        INTEGER,
+    -- Its endpoints' raw bodies are sealed at rest with the master key.
+    seal_bodies          INTEGER NOT NULL DEFAULT 0
 ) STRICT;
 
 -- API tokens: only their SHA-256 is kept; a token is shown once, when issued.

@@ -164,6 +164,7 @@ async fn show(
 /// be done (the endpoint is gone, the plugin refuses the request now), every header
 /// value is. The CLI's `events show` shows the same.
 pub async fn redact_signatures(app: &App, endpoint_id: &str, event: &mut serde_json::Value) {
+    crate::tenancy::open_shown(app, endpoint_id, event);
     let headers: Vec<(String, String)> =
         serde_json::from_value(event["headers"].clone()).unwrap_or_default();
     let body = event["body"]
@@ -308,7 +309,10 @@ async fn forensics_list(
 /// One kept request: detail, redacted headers, body (when kept).
 async fn forensics_show(State(admin): State<Admin>, Path(id): Path<i64>) -> Response {
     match admin.app.store.forensic(id).await {
-        Ok(Some(row)) => Json(forensics::shown(&row)).into_response(),
+        Ok(Some(row)) => {
+            let key = admin.app.tenancy.as_ref().map(|t| &t.master_key);
+            Json(forensics::shown(&row, key)).into_response()
+        }
         Ok(None) => forensics_error(&ForensicsError::Unknown(id)),
         Err(e) => store_error(e),
     }

@@ -264,8 +264,9 @@ fn receipt(
     NewReceipt {
         endpoint: endpoint.id.clone(),
         event_id,
+        // The digest is the body's as it arrived; a sealing tenant's is stored sealed.
         body_sha256: Sha256::digest(&body).into(),
-        body,
+        body: crate::tenancy::stored_body(endpoint, body),
         headers: headers
             .into_iter()
             .filter(|(name, _)| !forensics::CREDENTIAL_HEADERS.contains(&name.as_str()))

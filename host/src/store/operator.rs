@@ -3,6 +3,7 @@
 
 use super::StoreError;
 use super::sqlite::SqliteStore;
+use base64::Engine as _;
 
 /// Which receipts to list or replay; every field narrows. One definition serves the
 /// CLI (`--endpoint … --state dead,quarantined --type …`) and the admin API's query
@@ -251,6 +252,9 @@ pub(super) fn shown(
         "last_error": receipt.last_error,
         "headers": serde_json::from_str::<serde_json::Value>(&receipt.headers).unwrap_or_default(),
         "body": String::from_utf8_lossy(&receipt.body),
+        // A sealed body is shown opened by the caller that holds the key.
+        "body_sealed": receipt.body.starts_with(crate::tenancy::SEALED_BODY)
+            .then(|| base64::engine::general_purpose::STANDARD.encode(&receipt.body)),
         "attempts": attempts,
     })
 }

@@ -34,6 +34,8 @@ pub struct TenantRow {
     /// Its own quotas; `None`: the configuration's.
     pub requests_per_second: Option<i64>,
     pub max_endpoints: Option<i64>,
+    /// Its endpoints' raw bodies are sealed at rest.
+    pub seal_bodies: bool,
 }
 
 /// An endpoint created through the API.
@@ -83,8 +85,8 @@ impl Store {
     /// Create a tenant; `false` when the id is taken.
     pub async fn create_tenant(&self, tenant: &TenantRow) -> Result<bool, StoreError> {
         const SQL: &str =
-            "INSERT INTO tenants (id, name, created_at_ms, requests_per_second, max_endpoints)
-                           VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
+            "INSERT INTO tenants (id, name, created_at_ms, requests_per_second, max_endpoints, seal_bodies)
+                           VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING";
         Ok(on_pool!(self, writes, pool => {
             sqlx::query(SQL)
                 .bind(&tenant.id)
@@ -92,6 +94,7 @@ impl Store {
                 .bind(tenant.created_at_ms)
                 .bind(tenant.requests_per_second)
                 .bind(tenant.max_endpoints)
+                .bind(tenant.seal_bodies)
                 .execute(pool)
                 .await?
                 .rows_affected() == 1
@@ -99,7 +102,8 @@ impl Store {
     }
 
     pub async fn tenants(&self) -> Result<Vec<TenantRow>, StoreError> {
-        const SQL: &str = "SELECT id, name, created_at_ms, requests_per_second, max_endpoints
+        const SQL: &str =
+            "SELECT id, name, created_at_ms, requests_per_second, max_endpoints, seal_bodies
                            FROM tenants ORDER BY id";
         Ok(on_pool!(self, reads, pool => {
             sqlx::query_as(SQL).fetch_all(pool).await?

@@ -102,10 +102,19 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
                     }
                     failures = 0;
                     leased = batch.len();
-                    for event in batch {
+                    for mut event in batch {
                         let Some(endpoint) = app.endpoints.get(&event.endpoint) else {
                             continue;
                         };
+                        // A sealing tenant's body is opened only to be sent.
+                        match crate::tenancy::plain_body(&app, &event.endpoint, &event.body) {
+                            Ok(std::borrow::Cow::Owned(plain)) => event.body = plain,
+                            Ok(std::borrow::Cow::Borrowed(_)) => {}
+                            Err(error) => {
+                                tracing::error!(endpoint = %event.endpoint, %error, "body does not open; not delivered");
+                                continue;
+                            }
+                        }
                         let span = event.span();
                         in_flight.spawn(deliver(endpoint, event).instrument(span));
                     }
