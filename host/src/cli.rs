@@ -427,10 +427,7 @@ fn algorithms(algorithms: &[hookhost_plugin_sdk::Algorithm]) -> String {
 }
 
 fn origin(origin: &Origin) -> String {
-    match origin {
-        Origin::Builtin => "built-in".into(),
-        Origin::File(path) => path.display().to_string(),
-    }
+    origin.to_string()
 }
 
 enum Operation {

@@ -127,6 +127,9 @@ pub struct Quotas {
     pub requests_per_second: u32,
     /// Endpoints it may have.
     pub max_endpoints: u32,
+    /// Plugins it may upload, and the largest.
+    pub max_plugins: u32,
+    pub max_plugin_bytes: usize,
 }
 
 impl Default for Quotas {
@@ -134,6 +137,8 @@ impl Default for Quotas {
         Quotas {
             requests_per_second: 100,
             max_endpoints: 20,
+            max_plugins: 20,
+            max_plugin_bytes: 8 * 1024 * 1024,
         }
     }
 }
@@ -310,6 +315,8 @@ struct RawTenancy {
     master_key: String,
     requests_per_second: Option<u32>,
     max_endpoints: Option<u32>,
+    max_plugins: Option<u32>,
+    max_plugin_bytes: Option<usize>,
 }
 
 /// `store = "PATH or URL"`, or a `[store]` table.
@@ -754,6 +761,8 @@ impl Config {
                         .requests_per_second
                         .unwrap_or(defaults.requests_per_second),
                     max_endpoints: t.max_endpoints.unwrap_or(defaults.max_endpoints),
+                    max_plugins: t.max_plugins.unwrap_or(defaults.max_plugins),
+                    max_plugin_bytes: t.max_plugin_bytes.unwrap_or(defaults.max_plugin_bytes),
                 };
                 if quotas.requests_per_second == 0 {
                     return Err(invalid(

@@ -75,6 +75,8 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
         catalog,
         tenancy: config.tenancy.clone(),
         limiter: tenancy::Limiter::default(),
+        uploaded: tenancy::Uploaded::default(),
+        plugin_limits: config.limits.plugin,
         secret_use: tenancy::SecretUse::default(),
     }))
 }

@@ -54,7 +54,7 @@ pub fn render(
         plugin.contract(),
         match &plugin.origin {
             crate::plugins::Origin::Builtin => "built-in".to_string(),
-            crate::plugins::Origin::File(path) => format!("from {}", path.display()),
+            other => format!("from {other}"),
         }
     ));
     line(format!("- sha256: `{}`\n", plugin.digest));

@@ -18,7 +18,7 @@
 use crate::config::{EndpointConfig, Quotas, TenancyConfig};
 use crate::endpoints::{Endpoint, TenantLimits};
 use crate::http::{App, IngestError};
-use crate::store::{ManagedEndpoint, Retired, SealedSecret, StoreError, TenantRow};
+use crate::store::{ManagedEndpoint, Retired, SealedSecret, StoreError, TenantPlugin, TenantRow};
 use crate::verify::Secret;
 use axum::Json;
 use axum::extract::{Path, Request, State};
@@ -404,7 +404,7 @@ fn build_managed(
         let built = serde_json::from_str::<EndpointSpec>(&endpoint.spec)
             .map_err(|e| e.to_string())
             .and_then(|spec| Ok(spec.config(&endpoint.id, opened?, destination?)))
-            .and_then(|config| build(app, config));
+            .and_then(|config| build(app, &endpoint.tenant, config));
         match built {
             Ok(mut built) => {
                 let quotas = quotas(tenancy, tenants.iter().find(|t| t.id == endpoint.tenant));
@@ -441,11 +441,86 @@ fn quotas(tenancy: &TenancyConfig, tenant: Option<&TenantRow>) -> Quotas {
             tenant.and_then(|t| t.max_endpoints),
             tenancy.quotas.max_endpoints,
         ),
+        ..tenancy.quotas
     }
 }
 
-fn build(app: &App, config: EndpointConfig) -> Result<Endpoint, String> {
-    Endpoint::build(&config, &app.catalog)
+/// How an endpoint names one of its tenant's uploaded plugins: `sha256:<hex>`.
+const UPLOADED: &str = "sha256:";
+
+/// Build a tenant's endpoint: its plugin is a built-in or drop-in by name, or one the
+/// tenant uploaded (`sha256:<hex>`, loaded by [`load_uploaded`]); never another
+/// tenant's.
+fn build(app: &App, tenant: &str, config: EndpointConfig) -> Result<Endpoint, String> {
+    let Some(digest) = config.plugin.strip_prefix(UPLOADED) else {
+        return Endpoint::build(&config, &app.catalog);
+    };
+    let plugin = app.uploaded.get(tenant, digest).ok_or_else(|| {
+        format!(
+            "endpoint {:?}: unknown plugin {:?}: upload it first",
+            config.id, config.plugin
+        )
+    })?;
+    Endpoint::build_with(&config, plugin)
+}
+
+/// Uploaded plugins compiled in this process, by tenant and digest (the compiled code
+/// is also cached on disk by digest, so a restart does not compile them again).
+#[derive(Debug, Default)]
+pub struct Uploaded {
+    plugins:
+        std::sync::RwLock<std::collections::HashMap<(String, String), Arc<crate::plugins::Plugin>>>,
+}
+
+impl Uploaded {
+    fn get(&self, tenant: &str, digest: &str) -> Option<Arc<crate::plugins::Plugin>> {
+        let plugins = self.plugins.read().unwrap_or_else(|p| p.into_inner());
+        plugins
+            .get(&(tenant.to_string(), digest.to_string()))
+            .cloned()
+    }
+
+    fn insert(&self, tenant: &str, digest: &str, plugin: Arc<crate::plugins::Plugin>) {
+        let mut plugins = self.plugins.write().unwrap_or_else(|p| p.into_inner());
+        plugins.insert((tenant.to_string(), digest.to_string()), plugin);
+    }
+}
+
+/// Compile (or take from the disk cache) the uploaded plugins the tenants' endpoints
+/// name and this process has not loaded yet: lazily, on first use.
+async fn load_uploaded(app: &Arc<App>, managed: &[ManagedEndpoint]) -> Result<(), StoreError> {
+    for endpoint in managed {
+        let Ok(spec) = serde_json::from_str::<EndpointSpec>(&endpoint.spec) else {
+            continue;
+        };
+        let Some(digest) = spec.plugin.strip_prefix(UPLOADED) else {
+            continue;
+        };
+        if app.uploaded.get(&endpoint.tenant, digest).is_some() {
+            continue;
+        }
+        let Some(wasm) = app.store.plugin_wasm(&endpoint.tenant, digest).await? else {
+            continue;
+        };
+        let (origin, limits) = (
+            crate::plugins::Origin::Upload(endpoint.tenant.clone()),
+            app.plugin_limits,
+        );
+        let compiled = tokio::task::spawn_blocking(move || {
+            crate::plugins::Plugin::load(&wasm, origin, limits)
+        })
+        .await;
+        match compiled {
+            Ok(Ok(plugin)) => app
+                .uploaded
+                .insert(&endpoint.tenant, digest, Arc::new(plugin)),
+            Ok(Err(error)) => {
+                tracing::error!(tenant = %endpoint.tenant, %digest, %error, "uploaded plugin does not load")
+            }
+            Err(error) => tracing::error!(%error, "uploaded plugin loading panicked"),
+        }
+    }
+    Ok(())
 }
 
 /// Reload the tenants' endpoints whenever the store's registry version moves, until
@@ -482,6 +557,7 @@ pub async fn refresh(app: &Arc<App>, tenancy: &TenancyConfig) -> Result<(), Stor
     let tenants = app.store.tenants().await?;
     let managed = app.store.managed_endpoints(None).await?;
     let secrets = app.store.secrets(None, None).await?;
+    load_uploaded(app, &managed).await?;
     // Building runs each plugin's config check: on a plugin thread, as every call.
     let (on_thread, tenancy) = (app.clone(), tenancy.clone());
     let built = app
@@ -526,6 +602,15 @@ pub fn router(app: Arc<App>, tenancy: TenancyConfig) -> axum::Router {
             get(show_endpoint)
                 .put(update_endpoint)
                 .delete(delete_endpoint),
+        )
+        .route(
+            "/v1/plugins",
+            get(list_plugins)
+                .post(upload_plugin)
+                // Room for the largest plugin allowed, base64-encoded, and its vectors.
+                .layer(axum::extract::DefaultBodyLimit::max(upload_limit(
+                    &api.tenancy,
+                ))),
         )
         .route("/v1/endpoints/{id}/pause", post(pause))
         .route("/v1/endpoints/{id}/resume", post(resume))
@@ -921,10 +1006,12 @@ async fn validate(
         api.app.clone(),
         spec.config(id, secrets, destination_secret),
     );
+    // A tenant's endpoint ids are `{tenant}.{name}`.
+    let tenant = id.split('.').next().unwrap_or_default().to_string();
     let built = api
         .app
         .plugin_threads
-        .run(move || build(&app, config).map(drop))
+        .run(move || build(&app, &tenant, config).map(drop))
         .await
         .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed", None))?;
     built.map_err(|reason| error(StatusCode::BAD_REQUEST, "invalid_endpoint", Some(reason)))
@@ -1055,6 +1142,119 @@ async fn update_endpoint(
     }
     reload(&api).await;
     ok(shown(&updated))
+}
+
+fn upload_limit(tenancy: &TenancyConfig) -> usize {
+    tenancy.quotas.max_plugin_bytes / 3 * 4 + 4 * 1024 * 1024
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewPlugin {
+    /// The component, base64.
+    wasm_base64: String,
+    /// Vectors (VECTORS.md) the plugin must pass before it is accepted.
+    vectors: Vec<serde_json::Value>,
+}
+
+fn plugin_shown(plugin: &TenantPlugin, contract: Option<&str>) -> serde_json::Value {
+    serde_json::json!({
+        "digest": format!("{UPLOADED}{}", plugin.digest),
+        "name": plugin.name,
+        "version": plugin.version,
+        "size": plugin.size,
+        "contract": contract,
+        "created_at_ms": plugin.created_at_ms,
+    })
+}
+
+/// Upload a plugin: a component of a supported contract, whose `info()` answers within
+/// the limits and which passes every vector sent with it. Content-addressed: an
+/// endpoint names it `sha256:<hex>`, in this tenant's namespace only.
+async fn upload_plugin(
+    State(api): State<Api>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Body(body): Body<NewPlugin>,
+) -> Answer {
+    let tenant = tenant_of(&caller)?.to_string();
+    let invalid =
+        |code: &'static str, reason: String| error(StatusCode::BAD_REQUEST, code, Some(reason));
+    let wasm = base64::engine::general_purpose::STANDARD
+        .decode(body.wasm_base64.as_bytes())
+        .map_err(|e| invalid("invalid_request", format!("wasm_base64: {e}")))?;
+    let quotas = api.tenancy.quotas;
+    if wasm.len() > quotas.max_plugin_bytes {
+        let reason = format!(
+            "{} bytes; the limit is {}",
+            wasm.len(),
+            quotas.max_plugin_bytes
+        );
+        return Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "plugin_too_large",
+            Some(reason),
+        ));
+    }
+    let existing = api.app.store.tenant_plugins(&tenant).await?;
+    if existing.len() >= quotas.max_plugins as usize {
+        let reason = format!("the tenant's quota is {} plugins", quotas.max_plugins);
+        return Err(error(StatusCode::FORBIDDEN, "quota_exceeded", Some(reason)));
+    }
+    if body.vectors.is_empty() {
+        return Err(invalid("invalid_request", "vectors: at least one".into()));
+    }
+    // Compiling is CPU work of seconds: off the async workers.
+    let (origin, limits, bytes) = (
+        crate::plugins::Origin::Upload(tenant.clone()),
+        api.app.plugin_limits,
+        wasm.clone(),
+    );
+    let plugin =
+        tokio::task::spawn_blocking(move || crate::plugins::Plugin::load(&bytes, origin, limits))
+            .await
+            .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed", None))?
+            .map_err(|e| invalid("invalid_plugin", e.to_string()))?;
+    let plugin = Arc::new(plugin);
+    let (judging, vectors) = (plugin.clone(), body.vectors);
+    let judged = api
+        .app
+        .plugin_threads
+        .run(move || crate::vectors::judge_with(&judging, vectors))
+        .await
+        .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed", None))?
+        .map_err(|reason| invalid("invalid_request", reason))?;
+    let failed: Vec<String> = judged
+        .iter()
+        .filter(|j| !j.pass)
+        .map(|j| format!("{}: {}", j.name, j.differences.join("; ")))
+        .collect();
+    if !failed.is_empty() {
+        return Err(invalid("vectors_failed", failed.join(" | ")));
+    }
+    let row = TenantPlugin {
+        tenant: tenant.clone(),
+        digest: plugin.digest.clone(),
+        name: plugin.info.name.clone(),
+        version: plugin.info.version.clone(),
+        size: i64::try_from(wasm.len()).unwrap_or(i64::MAX),
+        created_at_ms: crate::clock::now_ms(),
+    };
+    let added = api.app.store.add_plugin(&row, &wasm).await?;
+    api.app
+        .uploaded
+        .insert(&tenant, &row.digest, plugin.clone());
+    let shown = plugin_shown(&row, Some(plugin.contract()));
+    if added { created(shown) } else { ok(shown) }
+}
+
+async fn list_plugins(
+    State(api): State<Api>,
+    axum::Extension(caller): axum::Extension<Caller>,
+) -> Answer {
+    let tenant = tenant_of(&caller)?;
+    let plugins = api.app.store.tenant_plugins(tenant).await?;
+    let shown: Vec<_> = plugins.iter().map(|p| plugin_shown(p, None)).collect();
+    ok(serde_json::json!(shown))
 }
 
 /// Pause or resume a tenant endpoint's delivery (events keep being accepted).

@@ -89,6 +89,37 @@ impl Judged {
     }
 }
 
+/// Vectors from a file's elements; a malformed one is an error naming `shown`, the
+/// element and the field.
+fn parse(elements: Vec<Value>, shown: &str) -> Result<Vec<Vector>, String> {
+    let mut vectors = Vec::new();
+    let mut names = std::collections::HashSet::new();
+    for (i, element) in elements.into_iter().enumerate() {
+        let name = element
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string();
+        let vector: Vector = serde_json::from_value(element)
+            .map_err(|e| format!("{shown}: element {i} ({name:?}): {e}"))?;
+        check_shape(&vector).map_err(|e| format!("{shown}: element {i} ({name:?}): {e}"))?;
+        if !names.insert(vector.name.clone()) {
+            return Err(format!(
+                "{shown}: element {i}: name: {name:?} is not unique in the file"
+            ));
+        }
+        vectors.push(vector);
+    }
+    Ok(vectors)
+}
+
+/// Judge vectors (the elements of a vector file) with one given plugin, whatever
+/// plugin each names: how an uploaded plugin proves itself before it is accepted.
+pub fn judge_with(plugin: &Arc<Plugin>, elements: Vec<Value>) -> Result<Vec<Judged>, String> {
+    let vectors = parse(elements, "vectors")?;
+    Ok(vectors.iter().map(|v| judge_vector(plugin, v)).collect())
+}
+
 /// Run every vector of every file; print one line per vector and the totals.
 pub fn main(files: &[PathBuf], as_json: bool) -> ExitCode {
     let mut passed = 0usize;
@@ -145,24 +176,7 @@ impl Runner {
             std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
         let elements: Vec<Value> = serde_json::from_str(&text)
             .map_err(|e| format!("{shown}: not a JSON array of vectors: {e}"))?;
-        let mut vectors = Vec::new();
-        let mut names = std::collections::HashSet::new();
-        for (i, element) in elements.into_iter().enumerate() {
-            let name = element
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or("?")
-                .to_string();
-            let vector: Vector = serde_json::from_value(element)
-                .map_err(|e| format!("{shown}: element {i} ({name:?}): {e}"))?;
-            check_shape(&vector).map_err(|e| format!("{shown}: element {i} ({name:?}): {e}"))?;
-            if !names.insert(vector.name.clone()) {
-                return Err(format!(
-                    "{shown}: element {i}: name: {name:?} is not unique in the file"
-                ));
-            }
-            vectors.push(vector);
-        }
+        let vectors = parse(elements, &shown.to_string())?;
         let base = path.parent().unwrap_or(Path::new("."));
         let mut results = Vec::new();
         for (i, vector) in vectors.iter().enumerate() {

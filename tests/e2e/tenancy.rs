@@ -750,3 +750,169 @@ async fn a_sealing_tenants_bodies_are_sealed_at_rest_and_opened_to_deliver_and_s
         "a sealing tenant's body is in the database in the clear"
     );
 }
+
+/// A vector for the test guest's scheme (hex HMAC-SHA256 of the body), expecting
+/// `event_type`.
+fn guest_vector(event_type: &str) -> Value {
+    let body = r#"{"n":1}"#;
+    let signature = hex::encode(hmac_sha256(b"s", &[body.as_bytes()]));
+    json!({
+        "name": format!("guest: valid signature, {event_type}"),
+        "plugin": "uploaded",
+        "source": "computed",
+        "request": {
+            "method": "POST",
+            "url": "https://hooks.example.com/webhooks/x",
+            "headers": [["x-test-signature", signature], ["x-test-id", "evt_v1"]],
+            "body": body
+        },
+        "secrets": ["s"],
+        "now": 1_700_000_000,
+        "tolerance_seconds": null,
+        "expect": {"outcome": "accept", "secret_index": 0, "event": {"id": "evt_v1", "type": event_type}}
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_uploads_a_plugin_that_proves_itself_and_pins_it_by_digest() {
+    let server = Server::start(&config()).await;
+    let addr = api(&server).await;
+    let acme = tenant(addr, "acme").await;
+    let globex = tenant(addr, "globex").await;
+    let hostile = std::fs::read(guest("hostile")).expect("the test guest");
+    let upload =
+        |wasm: &[u8], vectors: Vec<Value>| json!({"wasm_base64": b64(wasm), "vectors": vectors});
+
+    // Refused, each with its reason: not a component, a contract this host does not
+    // support, vectors that fail.
+    let (status, broken) = call(
+        addr,
+        "POST",
+        "/v1/plugins",
+        &acme,
+        upload(b"\0asm not really", vec![guest_vector("test.event")]),
+    )
+    .await;
+    assert_eq!(
+        (status, &broken["error"]),
+        (400, &json!("invalid_plugin")),
+        "{broken}"
+    );
+    let future = std::fs::read(guest("future_contract")).expect("the future-contract guest");
+    let (status, wrong) = call(
+        addr,
+        "POST",
+        "/v1/plugins",
+        &acme,
+        upload(&future, vec![guest_vector("test.event")]),
+    )
+    .await;
+    assert_eq!(
+        (status, &wrong["error"]),
+        (400, &json!("invalid_plugin")),
+        "{wrong}"
+    );
+    assert!(
+        wrong["reason"]
+            .as_str()
+            .expect("reason")
+            .contains("exports hookhost:provider/plugin@9.0.0; this hookhost supports"),
+        "{wrong}"
+    );
+    let (status, failing) = call(
+        addr,
+        "POST",
+        "/v1/plugins",
+        &acme,
+        upload(&hostile, vec![guest_vector("other.event")]),
+    )
+    .await;
+    assert_eq!(
+        (status, &failing["error"]),
+        (400, &json!("vectors_failed")),
+        "{failing}"
+    );
+    assert!(
+        failing["reason"]
+            .as_str()
+            .expect("reason")
+            .contains("other.event"),
+        "{failing}"
+    );
+    assert_eq!(
+        call(addr, "GET", "/v1/plugins", &acme, Value::Null).await,
+        (200, json!([]))
+    );
+
+    // Accepted: content-addressed, in the tenant's namespace.
+    let (status, uploaded) = call(
+        addr,
+        "POST",
+        "/v1/plugins",
+        &acme,
+        upload(&hostile, vec![guest_vector("test.event")]),
+    )
+    .await;
+    assert_eq!(status, 201, "{uploaded}");
+    let digest = uploaded["digest"].as_str().expect("digest").to_string();
+    use sha2::Digest as _;
+    assert_eq!(
+        digest,
+        format!("sha256:{}", hex::encode(sha2::Sha256::digest(&hostile)))
+    );
+    let (_, listed) = call(addr, "GET", "/v1/plugins", &acme, Value::Null).await;
+    assert_eq!(listed[0]["digest"], json!(digest));
+    assert_eq!(
+        call(addr, "GET", "/v1/plugins", &globex, Value::Null).await,
+        (200, json!([]))
+    );
+
+    // An endpoint pins it by digest and serves with it; another tenant cannot name it.
+    let new = json!({"name": "guest", "plugin": digest, "secret": "s"});
+    assert_eq!(
+        call(addr, "POST", "/v1/endpoints", &acme, new.clone())
+            .await
+            .0,
+        201
+    );
+    let body = br#"{"n":2}"#.to_vec();
+    let answer = server
+        .post(
+            "acme.guest",
+            &guest_headers("s", "evt_u1", &body),
+            body.clone(),
+        )
+        .await;
+    assert_eq!(answer.0, 200, "{answer:?}");
+    assert_eq!(
+        server.receipt("acme.guest", "evt_u1").await.event_type,
+        "test.event"
+    );
+    let (status, theirs) = call(addr, "POST", "/v1/endpoints", &globex, new).await;
+    assert_eq!(
+        (status, &theirs["error"]),
+        (400, &json!("invalid_endpoint")),
+        "{theirs}"
+    );
+
+    // After a restart it is loaded again from the store on first use.
+    let server = server.restart(&config()).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let answer = server
+            .post(
+                "acme.guest",
+                &guest_headers("s", "evt_u2", &body),
+                body.clone(),
+            )
+            .await;
+        if answer.0 == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not served after a restart: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -45,6 +45,19 @@ CREATE TABLE endpoint_secrets (
 );
 CREATE INDEX endpoint_secrets_by_endpoint ON endpoint_secrets (endpoint);
 
+-- Plugins tenants uploaded: content-addressed and never deleted (a receipt names
+-- the digest that produced it; replay may need it again).
+CREATE TABLE tenant_plugins (
+    tenant         TEXT    NOT NULL REFERENCES tenants (id),
+    digest         TEXT    NOT NULL, -- hex SHA-256 of the component
+    name           TEXT    NOT NULL,
+    version        TEXT    NOT NULL,
+    size           BIGINT  NOT NULL,
+    wasm           BYTEA   NOT NULL,
+    created_at_ms  BIGINT  NOT NULL,
+    PRIMARY KEY (tenant, digest)
+);
+
 -- Bumped by every change above; each process polls it and reloads when it moves.
 CREATE TABLE registry_version (
     id       BIGINT  PRIMARY KEY CHECK (id = 1),

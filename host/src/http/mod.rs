@@ -41,6 +41,10 @@ pub struct App {
     pub tenancy: Option<crate::config::TenancyConfig>,
     /// When tenants' secrets last verified a request, until written.
     pub secret_use: crate::tenancy::SecretUse,
+    /// Plugins tenants uploaded, compiled in this process on first use.
+    pub uploaded: crate::tenancy::Uploaded,
+    /// The limits every plugin call runs under (for plugins loaded at runtime).
+    pub plugin_limits: crate::plugins::PluginLimits,
     /// Each tenant's ingest rate, in this process.
     pub limiter: crate::tenancy::Limiter,
     /// Keeps requests refused after their body was read.

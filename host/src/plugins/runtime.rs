@@ -83,6 +83,18 @@ pub enum LoadError {
 pub enum Origin {
     Builtin,
     File(PathBuf),
+    /// Uploaded through the tenant API by this tenant.
+    Upload(String),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Builtin => f.write_str("built-in"),
+            Origin::File(path) => write!(f, "{}", path.display()),
+            Origin::Upload(tenant) => write!(f, "uploaded by tenant {tenant}"),
+        }
+    }
 }
 
 /// A loaded plugin: compiled once, pre-instantiated, ready for per-request stores.
@@ -421,10 +433,7 @@ impl Plugin {
         origin: Origin,
         limits: PluginLimits,
     ) -> Result<Plugin, LoadError> {
-        let path = match &origin {
-            Origin::Builtin => "built-in".to_string(),
-            Origin::File(p) => p.display().to_string(),
-        };
+        let path = origin.to_string();
         let refuse = |reason: String| LoadError::Refused {
             path: path.clone(),
             reason,
@@ -860,7 +869,7 @@ impl Catalog {
                         plugin.name(),
                         match &existing.origin {
                             Origin::Builtin => "a built-in plugin".to_string(),
-                            Origin::File(p) => p.display().to_string(),
+                            other => other.to_string(),
                         }
                     ),
                 });

@@ -51,7 +51,7 @@ mod writer;
 pub use delivery::{AttemptRecord, Leased, Next};
 pub use forensics::{ForensicFilter, ForensicRow, ForensicSummary, NewForensic};
 pub use operator::{Filter, REPLAYABLE_STATES, Summary};
-pub use tenancy::{ManagedEndpoint, Retired, SealedSecret, TenantRow};
+pub use tenancy::{ManagedEndpoint, Retired, SealedSecret, TenantPlugin, TenantRow};
 
 pub use sqlite::{ReceiptRow, single_commit_rate};
 

@@ -63,6 +63,18 @@ pub struct SealedSecret {
     pub last_matched_at_ms: Option<i64>,
 }
 
+/// A plugin a tenant uploaded, as listed (without its bytes).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
+pub struct TenantPlugin {
+    pub tenant: String,
+    /// Hex SHA-256 of the component.
+    pub digest: String,
+    pub name: String,
+    pub version: String,
+    pub size: i64,
+    pub created_at_ms: i64,
+}
+
 /// What retiring a secret did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retired {
@@ -276,6 +288,47 @@ impl Store {
                            ORDER BY s.endpoint, s.created_at_ms DESC, s.id DESC";
         Ok(on_pool!(self, reads, pool => {
             sqlx::query_as(SQL).bind(tenant).bind(endpoint).fetch_all(pool).await?
+        }))
+    }
+
+    /// Keep an uploaded plugin; `false` when the tenant already has these bytes.
+    pub async fn add_plugin(&self, plugin: &TenantPlugin, wasm: &[u8]) -> Result<bool, StoreError> {
+        const SQL: &str =
+            "INSERT INTO tenant_plugins (tenant, digest, name, version, size, wasm, created_at_ms)
+                           VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
+        Ok(on_pool!(self, writes, pool => {
+            sqlx::query(SQL)
+                .bind(&plugin.tenant)
+                .bind(&plugin.digest)
+                .bind(&plugin.name)
+                .bind(&plugin.version)
+                .bind(plugin.size)
+                .bind(wasm)
+                .bind(plugin.created_at_ms)
+                .execute(pool)
+                .await?
+                .rows_affected() == 1
+        }))
+    }
+
+    /// A tenant's uploaded plugins, oldest first.
+    pub async fn tenant_plugins(&self, tenant: &str) -> Result<Vec<TenantPlugin>, StoreError> {
+        const SQL: &str = "SELECT tenant, digest, name, version, size, created_at_ms
+                           FROM tenant_plugins WHERE tenant = $1 ORDER BY created_at_ms, digest";
+        Ok(on_pool!(self, reads, pool => {
+            sqlx::query_as(SQL).bind(tenant).fetch_all(pool).await?
+        }))
+    }
+
+    /// An uploaded plugin's bytes.
+    pub async fn plugin_wasm(
+        &self,
+        tenant: &str,
+        digest: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        const SQL: &str = "SELECT wasm FROM tenant_plugins WHERE tenant = $1 AND digest = $2";
+        Ok(on_pool!(self, reads, pool => {
+            sqlx::query_scalar(SQL).bind(tenant).bind(digest).fetch_optional(pool).await?
         }))
     }
 
