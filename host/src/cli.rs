@@ -6,6 +6,7 @@ use crate::vectors;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(Parser, Debug)]
 #[command(name = "hookhost", version, about = "A self-hosted webhook receiver")]
@@ -48,6 +49,20 @@ enum Command {
     Endpoint {
         #[command(subcommand)]
         command: EndpointCommand,
+    },
+    /// Judge an endpoint's last stored requests with a candidate plugin beside its
+    /// current one, and report what would change (nothing is stored).
+    Shadow {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[arg(long)]
+        endpoint: String,
+        /// A plugin name, a `.wasm` file, or (a tenant's endpoint) `sha256:<hex>`.
+        #[arg(long)]
+        plugin: String,
+        /// How many of the last stored requests.
+        #[arg(long, default_value_t = 50)]
+        last: u32,
     },
     /// Requests refused after their body was read: list, show, verify again, re-ingest.
     Forensics {
@@ -216,6 +231,12 @@ pub fn main() -> ExitCode {
         Command::Endpoint { command } => operate(Operation::Endpoint(command)),
         Command::Spec { config, endpoint } => spec(config, &endpoint),
         Command::Forensics { command } => forensics(command),
+        Command::Shadow {
+            config,
+            endpoint,
+            plugin,
+            last,
+        } => shadow(config, &endpoint, &plugin, last),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -685,4 +706,72 @@ async fn print_forensics(
         ForensicsCommand::Verify { .. } | ForensicsCommand::Reingest { .. } => {}
     }
     Ok(())
+}
+
+/// `hookhost shadow`: builds the receiver (without serving), then the candidate: the
+/// configuration file's endpoint with another plugin, or a tenant's endpoint with
+/// another plugin, as the tenant API's shadow replay does.
+fn shadow(config_path: PathBuf, id: &str, plugin: &str, last: u32) -> anyhow::Result<()> {
+    let config = Config::load(&config_path)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let app = crate::build(&config).await?;
+        let result = async {
+            let candidate = match config.endpoints.iter().find(|e| e.id == id) {
+                Some(file) => {
+                    let mut candidate = file.clone();
+                    candidate.plugin = plugin.to_string();
+                    let chosen = if plugin.ends_with(".wasm") {
+                        Some(Arc::new(Plugin::load_file(
+                            std::path::Path::new(plugin),
+                            config.limits.plugin,
+                        )?))
+                    } else {
+                        None
+                    };
+                    let on_thread = app.clone();
+                    app.plugin_threads
+                        .run(move || match chosen {
+                            Some(chosen) => {
+                                crate::endpoints::Endpoint::build_with(&candidate, chosen)
+                            }
+                            None => {
+                                crate::endpoints::Endpoint::build(&candidate, &on_thread.catalog)
+                            }
+                        })
+                        .await?
+                        .map_err(|reason| anyhow::anyhow!("{reason}"))?
+                }
+                None => {
+                    let tenancy = config.tenancy.as_ref().ok_or_else(|| {
+                        anyhow::anyhow!("{}: no endpoint {id:?}", config_path.display())
+                    })?;
+                    crate::tenancy::refresh(&app, tenancy).await?;
+                    let managed = app.store.managed_endpoints(None).await?;
+                    let endpoint = managed.iter().find(|e| e.id == id).ok_or_else(|| {
+                        anyhow::anyhow!("no endpoint {id:?} in the configuration or the store")
+                    })?;
+                    crate::tenancy::candidate(&app, tenancy, endpoint, plugin)
+                        .await
+                        .map_err(|reason| anyhow::anyhow!("{reason}"))?
+                }
+            };
+            let current = app
+                .endpoints
+                .get(id)
+                .ok_or_else(|| anyhow::anyhow!("endpoint {id:?} is not served"))?;
+            let report = crate::shadow::replay(&app, current, Arc::new(candidate), last).await?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            eprintln!(
+                "{} of {} stored requests would change",
+                report.changed, report.requests
+            );
+            anyhow::Ok(())
+        }
+        .await;
+        app.store.close().await;
+        result
+    })
 }

@@ -612,6 +612,7 @@ pub fn router(app: Arc<App>, tenancy: TenancyConfig) -> axum::Router {
                     &api.tenancy,
                 ))),
         )
+        .route("/v1/endpoints/{id}/shadow", post(shadow))
         .route("/v1/endpoints/{id}/pause", post(pause))
         .route("/v1/endpoints/{id}/resume", post(resume))
         .route(
@@ -1255,6 +1256,77 @@ async fn list_plugins(
     let plugins = api.app.store.tenant_plugins(tenant).await?;
     let shown: Vec<_> = plugins.iter().map(|p| plugin_shown(p, None)).collect();
     ok(serde_json::json!(shown))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShadowRequest {
+    /// The candidate: a plugin name or one of the tenant's `sha256:<hex>`.
+    plugin: String,
+    /// How many of the last stored requests (default 50, at most 1,000).
+    #[serde(default)]
+    last: Option<u32>,
+}
+
+/// Shadow replay (see `shadow`): the endpoint's last stored requests judged by its
+/// current plugin and by a candidate, before switching to it.
+async fn shadow(
+    State(api): State<Api>,
+    axum::Extension(caller): axum::Extension<Caller>,
+    Path(id): Path<String>,
+    Body(body): Body<ShadowRequest>,
+) -> Answer {
+    let endpoint = owned(&api, &caller, &id).await?;
+    let current = api.app.endpoints.get(&id).ok_or_else(|| {
+        let reason = "the endpoint is not being served (see the server's log)".to_string();
+        error(StatusCode::CONFLICT, "endpoint_not_served", Some(reason))
+    })?;
+    let candidate = candidate(&api.app, &api.tenancy, &endpoint, &body.plugin)
+        .await
+        .map_err(|reason| error(StatusCode::BAD_REQUEST, "invalid_endpoint", Some(reason)))?;
+    let report = crate::shadow::replay(
+        &api.app,
+        current,
+        Arc::new(candidate),
+        body.last.unwrap_or(50),
+    )
+    .await?;
+    ok(serde_json::json!(report))
+}
+
+/// A tenant endpoint as it would be served with `plugin` instead of its own.
+pub async fn candidate(
+    app: &Arc<App>,
+    tenancy: &TenancyConfig,
+    endpoint: &ManagedEndpoint,
+    plugin: &str,
+) -> Result<Endpoint, String> {
+    let mut spec: EndpointSpec = serde_json::from_str(&endpoint.spec).map_err(|e| e.to_string())?;
+    spec.plugin = plugin.to_string();
+    // The candidate's plugin may not be loaded in this process yet.
+    let probe = ManagedEndpoint {
+        spec: serde_json::to_string(&spec).unwrap_or_default(),
+        ..endpoint.clone()
+    };
+    load_uploaded(app, std::slice::from_ref(&probe))
+        .await
+        .map_err(|e| e.to_string())?;
+    let secrets = app
+        .store
+        .secrets(Some(&endpoint.tenant), Some(&endpoint.id))
+        .await
+        .map_err(|e| e.to_string())?;
+    let opened: Vec<Secret> = secrets
+        .iter()
+        .filter(|s| s.retired_at_ms.is_none())
+        .map(|s| tenancy.master_key.open(&s.endpoint, &s.id, &s.sealed))
+        .collect::<Result<_, _>>()?;
+    let config = spec.config(&endpoint.id, opened, None);
+    let (on_thread, tenant) = (app.clone(), endpoint.tenant.clone());
+    app.plugin_threads
+        .run(move || build(&on_thread, &tenant, config))
+        .await
+        .map_err(|e| e.to_string())?
 }
 
 /// Pause or resume a tenant endpoint's delivery (events keep being accepted).

@@ -895,6 +895,97 @@ async fn a_tenant_uploads_a_plugin_that_proves_itself_and_pins_it_by_digest() {
         "{theirs}"
     );
 
+    // Shadow replay: a candidate that maps the same requests differently, before the
+    // switch; from the API and from the CLI.
+    let v01 = std::fs::read(guest("contract_v0_1")).expect("the contract 0.1 guest");
+    let (status, second) = call(
+        addr,
+        "POST",
+        "/v1/plugins",
+        &acme,
+        upload(&v01, vec![guest_vector("legacy.event")]),
+    )
+    .await;
+    assert_eq!(status, 201, "{second}");
+    let candidate = second["digest"].as_str().expect("digest").to_string();
+    let shadow = json!({"plugin": candidate, "last": 10});
+    let (status, report) = call(
+        addr,
+        "POST",
+        "/v1/endpoints/acme.guest/shadow",
+        &acme,
+        shadow,
+    )
+    .await;
+    assert_eq!(
+        (status, &report["requests"], &report["changed"]),
+        (200, &json!(1), &json!(1)),
+        "{report}"
+    );
+    let result = &report["results"][0];
+    assert_eq!(
+        (&result["event_id"], &result["same"]),
+        (&json!("evt_u1"), &json!(false))
+    );
+    assert_eq!(
+        result["current"],
+        json!({"outcome": "accept", "event_id": "evt_u1", "event_type": "test.event", "disposition": "process"})
+    );
+    assert_eq!(
+        result["candidate"],
+        json!({"outcome": "accept", "event_id": "evt_u1", "event_type": "legacy.event", "disposition": "process"})
+    );
+    let (_, unchanged) = call(
+        addr,
+        "POST",
+        "/v1/endpoints/acme.guest/shadow",
+        &acme,
+        json!({"plugin": digest}),
+    )
+    .await;
+    assert_eq!(unchanged["changed"], 0, "{unchanged}");
+    let config_path = server.config_path();
+    let (ok, stdout, stderr) = crate::cli::hookhost(&[
+        "shadow",
+        "--config",
+        &config_path,
+        "--endpoint",
+        "acme.guest",
+        "--plugin",
+        &candidate,
+    ]);
+    assert!(ok, "{stderr}");
+    let printed: Value = serde_json::from_str(&stdout).expect("a JSON report");
+    assert_eq!(
+        (
+            &printed["changed"],
+            &printed["results"][0]["candidate"]["event_type"]
+        ),
+        (&json!(1), &json!("legacy.event"))
+    );
+    // The switch is one replacement of the settings.
+    let switched = call(
+        addr,
+        "PUT",
+        "/v1/endpoints/acme.guest",
+        &acme,
+        json!({"plugin": candidate}),
+    )
+    .await;
+    assert_eq!(switched.0, 200, "{switched:?}");
+    let answer = server
+        .post(
+            "acme.guest",
+            &guest_headers("s", "evt_u3", &body),
+            body.clone(),
+        )
+        .await;
+    assert_eq!(answer.0, 200);
+    assert_eq!(
+        server.receipt("acme.guest", "evt_u3").await.event_type,
+        "legacy.event"
+    );
+
     // After a restart it is loaded again from the store on first use.
     let server = server.restart(&config()).await;
     let deadline = Instant::now() + Duration::from_secs(5);

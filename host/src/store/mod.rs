@@ -159,6 +159,20 @@ impl Store {
         })
     }
 
+    /// An endpoint's last `n` stored requests, newest first: (event id, headers JSON,
+    /// body as stored, received at ms).
+    pub async fn recent_requests(
+        &self,
+        endpoint: &str,
+        n: u32,
+    ) -> Result<Vec<(String, String, Vec<u8>, i64)>, StoreError> {
+        const SQL: &str = "SELECT event_id, headers, body, received_at_ms FROM receipts
+                           WHERE endpoint = $1 ORDER BY received_at_ms DESC, event_id LIMIT $2";
+        Ok(on_pool!(self, reads, pool => {
+            sqlx::query_as(SQL).bind(endpoint).bind(i64::from(n)).fetch_all(pool).await?
+        }))
+    }
+
     /// An endpoint's most recently received receipt.
     pub async fn latest_receipt(&self, endpoint: &str) -> Result<Option<ReceiptRow>, StoreError> {
         const SQL: &str = "SELECT event_id, state, state_reason, event_type, secret_index,

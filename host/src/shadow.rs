@@ -1,0 +1,160 @@
+//! Shadow replay: run a candidate plugin over an endpoint's last stored requests,
+//! beside the endpoint's current one, and report per request whether the verdict and
+//! the described event stay the same. Nothing is stored or delivered.
+//!
+//! Each stored request is judged as it arrived: its raw body (opened when sealed),
+//! its headers, and its arrival time as the clock (so the timestamp window judges it
+//! as it did then). The method and URL are not stored: both plugins see `POST` and
+//! the endpoint's path.
+
+use crate::endpoints::Endpoint;
+use crate::http::App;
+use crate::store::StoreError;
+use crate::verify::{self, MessageSource, Trail};
+use hookhost_plugin_sdk::Disposition;
+use serde::Serialize;
+use std::sync::Arc;
+
+/// Most stored requests one shadow run reads.
+pub const MAX_LAST: u32 = 1_000;
+
+/// What one plugin made of one stored request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// `accept`, or the stable error code it would be answered with.
+    pub outcome: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource_kind: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<u64>,
+    /// `process`, `ignore: <reason>` or `answer`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disposition: Option<String>,
+}
+
+/// One stored request, judged by both plugins.
+#[derive(Debug, Clone, Serialize)]
+pub struct Compared {
+    pub event_id: String,
+    pub received_at_ms: i64,
+    pub same: bool,
+    pub current: Verdict,
+    pub candidate: Verdict,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub endpoint: String,
+    pub current_plugin: String,
+    pub candidate_plugin: String,
+    pub requests: usize,
+    pub changed: usize,
+    pub results: Vec<Compared>,
+}
+
+/// Judge the endpoint's last `last` stored requests (newest first) with `current` and
+/// `candidate`, which serve the same endpoint id with different plugins.
+pub async fn replay(
+    app: &App,
+    current: Arc<Endpoint>,
+    candidate: Arc<Endpoint>,
+    last: u32,
+) -> Result<Report, StoreError> {
+    let stored = app
+        .store
+        .recent_requests(&current.id, last.min(MAX_LAST))
+        .await?;
+    let mut results = Vec::with_capacity(stored.len());
+    for (event_id, headers, body, received_at_ms) in stored {
+        let body = crate::tenancy::plain_body(app, &current.id, &body)
+            .map_err(StoreError::Unavailable)?
+            .into_owned();
+        let headers: Vec<(String, String)> = serde_json::from_str(&headers).unwrap_or_default();
+        let (old, new, url) = (
+            current.clone(),
+            candidate.clone(),
+            format!("{}/webhooks/{}", app.public_url, current.id),
+        );
+        let judged = app
+            .plugin_threads
+            .run(move || {
+                let headers: Vec<(String, Vec<u8>)> = headers
+                    .into_iter()
+                    .map(|(name, value)| (name, value.into_bytes()))
+                    .collect();
+                let source = MessageSource {
+                    method: "POST",
+                    url: &url,
+                    headers: &headers,
+                    body: &body,
+                };
+                let at = received_at_ms / 1000;
+                (verdict(&old, &source, at), verdict(&new, &source, at))
+            })
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("shadow replay: {e}")))?;
+        let (current, candidate) = judged;
+        results.push(Compared {
+            event_id,
+            received_at_ms,
+            same: current == candidate,
+            current,
+            candidate,
+        });
+    }
+    Ok(Report {
+        endpoint: current.id.clone(),
+        current_plugin: format!(
+            "{} {} sha256:{}",
+            current.plugin.name(),
+            current.plugin.info.version,
+            current.plugin.digest
+        ),
+        candidate_plugin: format!(
+            "{} {} sha256:{}",
+            candidate.plugin.name(),
+            candidate.plugin.info.version,
+            candidate.plugin.digest
+        ),
+        requests: results.len(),
+        changed: results.iter().filter(|r| !r.same).count(),
+        results,
+    })
+}
+
+fn verdict(endpoint: &Endpoint, source: &MessageSource<'_>, now: i64) -> Verdict {
+    match verify::judge(endpoint, source, now, &mut Trail::default()) {
+        Ok(verified) => {
+            let event = verified.event;
+            Verdict {
+                outcome: "accept".into(),
+                event_id: Some(verified.event_id),
+                event_type: Some(event.event_type),
+                resource_kind: event.resource_kind,
+                resource_id: event.resource_id,
+                resource_version: event.resource_version,
+                disposition: Some(match event.disposition {
+                    Disposition::Process => "process".into(),
+                    Disposition::Ignore(reason) => format!("ignore: {reason}"),
+                    Disposition::Reject(reason) => format!("reject: {reason}"),
+                    Disposition::Answer(_) => "answer".into(),
+                }),
+            }
+        }
+        Err(error) => Verdict {
+            outcome: error.status_and_code().1.to_string(),
+            event_id: None,
+            event_type: None,
+            resource_kind: None,
+            resource_id: None,
+            resource_version: None,
+            disposition: None,
+        },
+    }
+}
