@@ -176,7 +176,7 @@ impl Drop for Server {
 }
 
 /// A port nobody listens on right now (the server binds it a moment later).
-fn free_loopback_addr() -> anyhow::Result<SocketAddr> {
+pub fn free_loopback_addr() -> anyhow::Result<SocketAddr> {
     let listener =
         std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind a loopback port")?;
     Ok(listener.local_addr()?)

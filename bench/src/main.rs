@@ -37,6 +37,7 @@ mod event;
 mod load;
 mod matrix;
 mod receivers;
+mod tenants;
 mod usage;
 
 use anyhow::{Context as _, anyhow};
@@ -151,6 +152,10 @@ struct Args {
     /// Measure only the plugin's cost in process (the first phase), print it and stop.
     #[arg(long)]
     plugin_only: bool,
+    /// Measure only a restart with this many uploaded tenant plugins (each pinned by
+    /// an endpoint): how long until every endpoint serves again.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    tenant_plugins: Option<u32>,
     /// The delivering server's `[delivery] workers`: deliveries in flight at once.
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=1024))]
     delivery_workers: u32,
@@ -257,6 +262,9 @@ fn run(args: &Args) -> anyhow::Result<()> {
         if args.keep_tmp { " (kept)" } else { "" }
     );
     let load_at_start = load_average();
+    if let Some(n) = args.tenant_plugins {
+        return runtime.block_on(tenants::restart(&binary, dir.path(), n as usize));
+    }
 
     // 1. In process, before any server exists, so nothing competes for the CPU.
     eprintln!("measuring plugin overhead…");

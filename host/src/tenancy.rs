@@ -623,7 +623,8 @@ pub fn router(app: Arc<App>, tenancy: TenancyConfig) -> axum::Router {
             "/v1/endpoints/{id}/secrets/{secret}/retire",
             post(retire_secret),
         )
-        .fallback(|| async { not_found() })
+        // No fallback: it is merged into the admin router, whose fallback (behind the
+        // admin token) answers every other path.
         .layer(middleware::from_fn_with_state(api.clone(), authenticate))
         .with_state(api)
 }

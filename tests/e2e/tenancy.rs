@@ -1007,3 +1007,48 @@ async fn a_tenant_uploads_a_plugin_that_proves_itself_and_pins_it_by_digest() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_serves_the_tenant_api_beside_the_admin_api() {
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+    };
+    let admin = free();
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("hookhost.toml");
+    let text = format!("admin_listen = \"{admin}\"\n{}", config());
+    let parsed = hookhost::config::Config::parse(&path, &text, &|_| None).expect("config");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = hookhost::run(parsed, listener, async {
+        let _ = stopped.await;
+    });
+    let client = async {
+        wait_listening(admin, Duration::from_secs(30), "the admin listener").await;
+        let acme = tenant(admin, "acme").await;
+        let auth = |token: &str| [("authorization", format!("Bearer {token}"))];
+        let get = |path: &'static str, token: String| async move {
+            request(admin, "GET", path, &auth(&token), Default::default())
+                .await
+                .0
+        };
+        assert_eq!(
+            get("/admin/events", "admin-token-for-tests".into()).await,
+            200
+        );
+        // Each token opens its own API only.
+        assert_eq!(get("/admin/events", acme.clone()).await, 401);
+        assert_eq!(
+            get("/v1/endpoints", "admin-token-for-tests".into()).await,
+            401
+        );
+        assert_eq!(get("/v1/endpoints", acme).await, 200);
+        let _ = stop.send(());
+    };
+    let (served, ()) = tokio::join!(server, client);
+    served.expect("served cleanly");
+}

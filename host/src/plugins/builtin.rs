@@ -28,6 +28,11 @@ pub const BUILTIN_NAMES: &[&str] = &{
     names
 };
 
+/// A built-in plugin's component, as embedded (the benchmark uploads copies of one).
+pub fn component(name: &str) -> Option<&'static [u8]> {
+    BUILTIN.iter().find(|b| b.name == name).map(|b| b.bytes)
+}
+
 /// Load every built-in, on one thread per core. Compiling (a first start) keeps every
 /// core busy either way; more threads than cores would only hold more compilations'
 /// memory at once and leave a glibc malloc arena per thread behind, resident for the

@@ -15,7 +15,7 @@ mod stderr;
 pub mod threads;
 
 pub use bindings::PLUGIN_INTERFACES;
-pub use builtin::BUILTIN_NAMES;
+pub use builtin::{BUILTIN_NAMES, component as builtin_component};
 pub use runtime::{
     Catalog, LoadError, MAX_PLUGIN_MEMORY, Origin, Plugin, PluginFailure, PluginLimits, Session,
 };
