@@ -907,21 +907,32 @@ async fn show_endpoint(
     ok(shown(&owned(&api, &caller, &id).await?))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A new endpoint: its `name`, its first `secret` (write-only), and its [`Settings`],
+/// all in one JSON object.
 struct NewEndpoint {
     name: String,
-    /// The first secret: write-only.
     secret: String,
-    plugin: String,
-    #[serde(default = "empty_object")]
-    config: serde_json::Value,
-    #[serde(default)]
-    tolerance: Option<u32>,
-    #[serde(default)]
-    retry_schedule_seconds: Option<Vec<u64>>,
-    #[serde(default)]
-    destination: Option<NewDestination>,
+    settings: Settings,
+}
+
+impl<'de> Deserialize<'de> for NewEndpoint {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut fields = serde_json::Map::deserialize(d)?;
+        let mut take = |key: &str| match fields.remove(key) {
+            Some(serde_json::Value::String(text)) => Ok(text),
+            Some(_) => Err(D::Error::custom(format!("{key}: a string"))),
+            None => Err(D::Error::custom(format!("missing field `{key}`"))),
+        };
+        let (name, secret) = (take("name")?, take("secret")?);
+        let settings =
+            Settings::deserialize(serde_json::Value::Object(fields)).map_err(D::Error::custom)?;
+        Ok(NewEndpoint {
+            name,
+            secret,
+            settings,
+        })
+    }
 }
 
 /// An endpoint's settings as a replacement gives them.
@@ -1047,14 +1058,7 @@ async fn create_endpoint(
         return Err(error(StatusCode::CONFLICT, "endpoint_exists", Some(reason)));
     }
     let secret = Secret::new(body.secret);
-    let (spec, destination_secret) = Settings {
-        plugin: body.plugin,
-        config: body.config,
-        tolerance: body.tolerance,
-        retry_schedule_seconds: body.retry_schedule_seconds,
-        destination: body.destination,
-    }
-    .split();
+    let (spec, destination_secret) = body.settings.split();
     let tenants = api.app.store.tenants().await?;
     let limit = quotas(&api.tenancy, tenants.iter().find(|t| t.id == tenant)).max_endpoints;
     let existing = api.app.store.managed_endpoints(Some(&tenant)).await?.len();

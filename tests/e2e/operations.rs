@@ -7,16 +7,8 @@ pub const ADMIN_TOKEN: &str = "metrics-admin-token";
 
 /// Serve the server's admin API on a port of its own.
 pub async fn admin(server: &Server) -> SocketAddr {
-    let router = hookhost::http::admin::router(
-        server.app.clone(),
-        hookhost::verify::Secret::new(ADMIN_TOKEN),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    addr
+    let token = hookhost::verify::Secret::new(ADMIN_TOKEN);
+    serve_on_loopback(hookhost::http::admin::router(server.app.clone(), token)).await
 }
 
 /// GET `path` on the admin listener; (status, body text).

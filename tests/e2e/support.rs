@@ -300,6 +300,16 @@ impl Drop for Server {
     }
 }
 
+/// Serve `router` on a loopback port of its own; its address.
+pub async fn serve_on_loopback(router: axum::Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    addr
+}
+
 /// One HTTP/1.1 request on a fresh loopback connection.
 /// Wait until a `hookhost serve` started as a process accepts connections on `addr`;
 /// fail the test naming `what` after `within` (start-up may compile every plugin).

@@ -26,13 +26,7 @@ fn config_with(tables: &str) -> String {
 /// Serve the server's `/v1` API on a port of its own.
 async fn api(server: &Server) -> SocketAddr {
     let tenancy = server.app.tenancy.clone().expect("tenancy configured");
-    let router = hookhost::tenancy::router(server.app.clone(), tenancy);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    addr
+    serve_on_loopback(hookhost::tenancy::router(server.app.clone(), tenancy)).await
 }
 
 /// docs/openapi.json, read once.
