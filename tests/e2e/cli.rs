@@ -340,6 +340,10 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
     const DESTINATION_SECRET: &str = "whsec_bG9ndGVzdC1kZXN0aW5hdGlvbi1rZXktMDAwMDAwMA==";
     const ADMIN_TOKEN: &str = "logtest-admin-token-7f3a";
     const SENDER_CREDENTIAL: &str = "Bearer sender-credential-91c2";
+    const OPERATOR_TOKEN: &str = "logtest-operator-token-44d1";
+    // 32 bytes, base64.
+    const MASTER_KEY: &str = "bG9ndGVzdC1tYXN0ZXIta2V5LTMyLWJ5dGVzLTAwMDA=";
+    const TENANT_SECRET: &str = "whsec_logtest_tenant_secret";
     let dir = tempfile::tempdir().expect("dir");
     let free_port = || {
         std::net::TcpListener::bind("127.0.0.1:0")
@@ -362,12 +366,15 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
     std::fs::write(dir.path().join("stripe.secret"), ENDPOINT_SECRET).expect("secret");
     std::fs::write(dir.path().join("destination.secret"), DESTINATION_SECRET).expect("secret");
     std::fs::write(dir.path().join("admin.token"), ADMIN_TOKEN).expect("token");
+    std::fs::write(dir.path().join("operator.token"), OPERATOR_TOKEN).expect("token");
+    std::fs::write(dir.path().join("master.key"), MASTER_KEY).expect("key");
     let config = dir.path().join("hookhost.toml");
     std::fs::write(
         &config,
         format!(
             "listen = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin_port}\"\n\
              admin_token = \"file:admin.token\"\n\
+             [tenancy]\noperator_token = \"file:operator.token\"\nmaster_key = \"file:master.key\"\n\
              [delivery]\npoll_ms = 20\n\
              [[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"file:stripe.secret\"]\n\
              [endpoint.destination]\nurl = \"http://{downstream}/hook\"\nsecret = \"file:destination.secret\"\n"
@@ -389,6 +396,8 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
     let admin: std::net::SocketAddr = format!("127.0.0.1:{admin_port}").parse().expect("addr");
     let mut signatures = Vec::new();
+    // The tenant token, known once issued.
+    let mut forbidden_later = Vec::new();
     runtime.block_on(async {
         crate::support::wait_listening(addr, std::time::Duration::from_secs(30), "server").await;
         crate::support::wait_listening(admin, std::time::Duration::from_secs(30), "admin").await;
@@ -447,10 +456,85 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
         let (status, _) =
             crate::support::request(admin, "GET", "/metrics", &bearer, Default::default()).await;
         assert_eq!(status, 200);
+        // The forged request is kept for forensics, shown without its signature.
+        let (_, kept) = crate::support::request(
+            admin,
+            "GET",
+            "/admin/forensics",
+            &bearer,
+            Default::default(),
+        )
+        .await;
+        let id = &kept[0]["id"];
+        let (_, shown) = crate::support::request(
+            admin,
+            "GET",
+            &format!("/admin/forensics/{id}"),
+            &bearer,
+            Default::default(),
+        )
+        .await;
+        let text = shown.to_string();
+        for signature in &signatures {
+            let v1 = signature.split("v1=").nth(1).expect("v1");
+            assert!(!text.contains(v1), "a signature in {text}");
+        }
+        // A tenant, its token, an endpoint with its secret, a request to it.
+        let json = |token: &str| {
+            [
+                ("authorization", format!("Bearer {token}")),
+                ("content-type", "application/json".to_string()),
+            ]
+        };
+        let body = serde_json::json!({"id": "logt", "name": "Log test"}).to_string();
+        let (status, _) = crate::support::request(
+            admin,
+            "POST",
+            "/v1/tenants",
+            &json(OPERATOR_TOKEN),
+            body.into(),
+        )
+        .await;
+        assert_eq!(status, 201);
+        let (_, issued) = crate::support::request(
+            admin,
+            "POST",
+            "/v1/tenants/logt/tokens",
+            &json(OPERATOR_TOKEN),
+            Default::default(),
+        )
+        .await;
+        let token = issued["token"].as_str().expect("token").to_string();
+        let new = serde_json::json!({"name": "shop", "plugin": "stripe", "secret": TENANT_SECRET})
+            .to_string();
+        let (status, created) =
+            crate::support::request(admin, "POST", "/v1/endpoints", &json(&token), new.into())
+                .await;
+        assert_eq!(status, 201, "{created}");
+        let body = stripe_event("evt_log_tenant", "invoice.paid", "in_log", t);
+        let headers = stripe_headers(&[TENANT_SECRET], t, &body);
+        signatures.push(headers[0].1.clone());
+        let (got, _) =
+            crate::support::request(addr, "POST", "/webhooks/logt.shop", &headers, body.into())
+                .await;
+        assert_eq!(got, 200);
+        let (_, secrets) = crate::support::request(
+            admin,
+            "GET",
+            "/v1/endpoints/logt.shop/secrets",
+            &json(&token),
+            Default::default(),
+        )
+        .await;
+        assert!(!secrets.to_string().contains(TENANT_SECRET), "{secrets}");
+        forbidden_later.push(token);
     });
 
     let log = terminate(child);
     let mut forbidden = vec![
+        OPERATOR_TOKEN.to_string(),
+        MASTER_KEY.to_string(),
+        TENANT_SECRET.to_string(),
         ENDPOINT_SECRET.to_string(),
         DESTINATION_SECRET.to_string(),
         DESTINATION_SECRET.trim_start_matches("whsec_").to_string(),
@@ -458,6 +542,7 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
         SENDER_CREDENTIAL.to_string(),
         "sender-credential-91c2".to_string(),
     ];
+    forbidden.extend(forbidden_later);
     for header in &signatures {
         // `t=…,v1=<hex>`: each signature value on its own.
         forbidden.extend(
