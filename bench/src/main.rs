@@ -156,6 +156,10 @@ struct Args {
     /// an endpoint): how long until every endpoint serves again.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     tenant_plugins: Option<u32>,
+    /// With `--tenant-plugins`: the restarted server's `[tenancy] resident_plugin_bytes`,
+    /// in MiB (uploaded plugins' code it keeps loaded at most).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    resident_plugin_mib: u32,
     /// The delivering server's `[delivery] workers`: deliveries in flight at once.
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=1024))]
     delivery_workers: u32,
@@ -263,7 +267,8 @@ fn run(args: &Args) -> anyhow::Result<()> {
     );
     let load_at_start = load_average();
     if let Some(n) = args.tenant_plugins {
-        return runtime.block_on(tenants::restart(&binary, dir.path(), n as usize));
+        let resident = args.resident_plugin_mib as usize * 1024 * 1024;
+        return runtime.block_on(tenants::restart(&binary, dir.path(), n as usize, resident));
     }
 
     // 1. In process, before any server exists, so nothing competes for the CPU.

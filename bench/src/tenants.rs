@@ -1,9 +1,13 @@
 //! `--tenant-plugins N`: a restart with N uploaded tenant plugins, each pinned by an
 //! endpoint. The first server receives the uploads (each compiled once, its code
 //! cached on disk by digest); the second is timed from spawn until every endpoint
-//! answers a signed request with 200.
+//! answers a signed request with 200 (each plugin's code loads on its first request,
+//! mapped from the disk cache), with `--resident-plugin-mib` as its budget for
+//! uploaded plugins' code. Then every endpoint is asked once more, and the server's
+//! memory and its load and eviction counts are printed.
 
-use crate::load;
+use crate::{load, usage};
+use hookhost::config;
 use anyhow::{Context as _, bail};
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
@@ -17,25 +21,30 @@ use std::time::{Duration, Instant};
 /// The target: serving again in under this after a restart.
 const TARGET: Duration = Duration::from_secs(2);
 const OPERATOR: &str = "bench-operator-token";
+const ADMIN_TOKEN: &str = "bench-admin-token";
 const SECRET: &str = "whsec_bench_tenant";
 /// The signed timestamp of the upload vectors.
 const VECTOR_NOW: i64 = 1_700_000_000;
 
-pub async fn restart(binary: &Path, dir: &Path, n: usize) -> anyhow::Result<()> {
+pub async fn restart(binary: &Path, dir: &Path, n: usize, resident: usize) -> anyhow::Result<()> {
     let stripe = hookhost::plugins::builtin_component("stripe").context("no stripe built-in")?;
     let cache = dir.join("compile-cache");
     let admin = load::free_loopback_addr()?;
     let key = base64::engine::general_purpose::STANDARD.encode([7u8; 32]);
-    let config = move |addr: SocketAddr| -> anyhow::Result<String> {
+    let config = move |addr: SocketAddr, resident: usize| -> anyhow::Result<String> {
         Ok(format!(
             "listen = \"{addr}\"\npublic_url = \"http://{addr}\"\nstore = \"hookhost.db\"\n\
-             admin_listen = \"{admin}\"\nadmin_token = \"bench-admin-token\"\n\
+             admin_listen = \"{admin}\"\nadmin_token = \"{ADMIN_TOKEN}\"\n\
              [tenancy]\noperator_token = \"{OPERATOR}\"\nmaster_key = \"{key}\"\n\
-             requests_per_second = 1000000\nmax_endpoints = {limit}\nmax_plugins = {limit}\n",
+             requests_per_second = 1000000\nmax_endpoints = {limit}\nmax_plugins = {limit}\n\
+             resident_plugin_bytes = {resident}\n",
             limit = n + 1
         ))
     };
-    let first = load::Server::start_config(binary, dir, Some(&cache), config.clone()).await?;
+    let (roomy, first_config) = (config::DEFAULT_RESIDENT_PLUGIN_BYTES, config.clone());
+    let first =
+        load::Server::start_config(binary, dir, Some(&cache), move |a| first_config(a, roomy))
+            .await?;
     call(
         admin,
         "POST",
@@ -85,7 +94,8 @@ pub async fn restart(binary: &Path, dir: &Path, n: usize) -> anyhow::Result<()> 
     drop(first); // killed here
 
     let started = Instant::now();
-    let second = load::Server::start_config(binary, dir, Some(&cache), config).await?;
+    let second =
+        load::Server::start_config(binary, dir, Some(&cache), move |a| config(a, resident)).await?;
     let healthy = started.elapsed();
     let mut waiting: Vec<usize> = (0..n).collect();
     let mut round = 0u64;
@@ -117,6 +127,17 @@ pub async fn restart(binary: &Path, dir: &Path, n: usize) -> anyhow::Result<()> 
         }
     }
     let serving = started.elapsed();
+    let rss_serving = usage::rss_bytes(second.pid())?;
+    // Once more, every endpoint: within the budget, nothing loads again.
+    let again = Instant::now();
+    for i in 0..n {
+        let status = signed_post(second.addr, &format!("bench.e{i}"), &format!("evt_again_{i}")).await?;
+        if status != 200 {
+            bail!("bench.e{i} answered {status} on the second round");
+        }
+    }
+    let again = again.elapsed();
+    let metrics = scrape(admin).await?;
     println!(
         "tenant plugins: {n} uploaded and pinned in {:.1} s (each compiled once); restart: healthy in {} ms, all {n} endpoints serving in {} ms (target < {} ms) {}",
         uploaded_in.as_secs_f64(),
@@ -125,7 +146,35 @@ pub async fn restart(binary: &Path, dir: &Path, n: usize) -> anyhow::Result<()> 
         TARGET.as_millis(),
         if serving < TARGET { "PASS" } else { "FAIL" }
     );
+    println!(
+        "  budget {}: RSS {} once all served; a second round of {n} requests took {} ms; \
+         uploaded plugins' code: {} loads, {} evictions, {} resident ({})",
+        usage::mib(resident as u64),
+        usage::mib(rss_serving),
+        again.as_millis(),
+        sample(&metrics, "hookhost_uploaded_plugin_loads_total"),
+        sample(&metrics, "hookhost_uploaded_plugin_evictions_total"),
+        sample(&metrics, "hookhost_uploaded_plugins_resident"),
+        usage::mib(sample(&metrics, "hookhost_uploaded_plugin_resident_bytes").parse().unwrap_or(0)),
+    );
     Ok(())
+}
+
+/// The admin listener's `/metrics` text.
+async fn scrape(admin: SocketAddr) -> anyhow::Result<String> {
+    let headers = [("authorization", format!("Bearer {ADMIN_TOKEN}"))];
+    let (status, body) = request(admin, "GET", "/metrics", &headers, Bytes::new()).await?;
+    if status != 200 {
+        bail!("/metrics answered {status}");
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// One sample's value as exposed ("?" when it is missing).
+fn sample<'a>(text: &'a str, name: &str) -> &'a str {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or("?")
 }
 
 /// The component with a custom section naming `i`: the same code, another digest.

@@ -401,7 +401,7 @@ fn inspect(plugin: &str) -> anyhow::Result<()> {
         None => println!("timestamp window:  none (the scheme signs no timestamp)"),
     }
     println!("retries:           {}", info.retry_behaviour);
-    println!("imports:           {}", loaded.imports().join(", "));
+    println!("imports:           {}", loaded.imports()?.join(", "));
     Ok(())
 }
 

@@ -117,7 +117,14 @@ pub struct TenancyConfig {
     pub master_key: crate::tenancy::MasterKey,
     /// A tenant's quotas unless it was created with its own.
     pub quotas: Quotas,
+    /// Uploaded plugins' compiled code each process keeps loaded at most, bytes
+    /// (default 256 MiB); past it the least recently used is dropped, and loaded
+    /// again (mapped from the disk cache) when a request needs it.
+    pub resident_plugin_bytes: usize,
 }
+
+/// Default of [`TenancyConfig::resident_plugin_bytes`].
+pub const DEFAULT_RESIDENT_PLUGIN_BYTES: usize = 256 * 1024 * 1024;
 
 /// What one tenant may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -317,6 +324,7 @@ struct RawTenancy {
     max_endpoints: Option<u32>,
     max_plugins: Option<u32>,
     max_plugin_bytes: Option<usize>,
+    resident_plugin_bytes: Option<usize>,
 }
 
 /// `store = "PATH or URL"`, or a `[store]` table.
@@ -774,6 +782,9 @@ impl Config {
                     operator_token,
                     master_key,
                     quotas,
+                    resident_plugin_bytes: t
+                        .resident_plugin_bytes
+                        .unwrap_or(DEFAULT_RESIDENT_PLUGIN_BYTES),
                 })
             }
         };

@@ -6,6 +6,7 @@
 
 use crate::config::EndpointConfig;
 use crate::plugins::{Catalog, Plugin};
+use hookhost_plugin_sdk::EndpointFacts;
 use crate::verify::{Key, decode_key};
 use crate::worker::{Destination, HttpDestination};
 use std::collections::HashMap;
@@ -48,25 +49,21 @@ impl Endpoint {
     /// Resolve an endpoint's plugin and decode its secrets with the plugin's key format.
     /// Errors name the endpoint and what is wrong, never a secret's value.
     pub fn build(config: &EndpointConfig, catalog: &Catalog) -> Result<Endpoint, String> {
-        let plugin = catalog.get(&config.plugin).ok_or_else(|| {
-            format!(
-                "endpoint {:?}: unknown plugin {:?} (available: {})",
-                config.id,
-                config.plugin,
-                catalog.names().join(", ")
-            )
-        })?;
-        Endpoint::build_with(config, plugin)
+        Endpoint::build_with(config, named_plugin(config, catalog)?)
     }
 
     /// As [`Endpoint::build`], with the plugin already chosen.
     pub fn build_with(config: &EndpointConfig, plugin: Arc<Plugin>) -> Result<Endpoint, String> {
+        let facts = Endpoint::check(config, &plugin)?;
+        Endpoint::assemble(config, plugin, &facts)
+    }
+
+    /// The plugin's check of the endpoint's plugin configuration: the facts it returns
+    /// (key formats, default window) replace its static ones for this endpoint.
+    pub fn check(config: &EndpointConfig, plugin: &Plugin) -> Result<EndpointFacts, String> {
         let at = format!("endpoint {:?}", config.id);
-        let plugin_config = config.plugin_config.to_string();
-        // The plugin checks its configuration first; the facts it returns (key formats,
-        // default window) replace its static ones for this endpoint.
-        let facts = plugin
-            .check_config(&plugin_config)
+        plugin
+            .check_config(&config.plugin_config.to_string())
             .map_err(|e| format!("{at}: config: plugin {} failed: {e}", plugin.name()))?
             .map_err(|e| {
                 let key = if e.key.is_empty() {
@@ -75,7 +72,18 @@ impl Endpoint {
                     format!("config.{}", e.key)
                 };
                 format!("{at}: {key}: {} (plugin {})", e.message, plugin.name())
-            })?;
+            })
+    }
+
+    /// The endpoint, with the facts its plugin's configuration check returned (see
+    /// [`Endpoint::check`]): decode the secrets, settle the window, the destination.
+    pub fn assemble(
+        config: &EndpointConfig,
+        plugin: Arc<Plugin>,
+        facts: &EndpointFacts,
+    ) -> Result<Endpoint, String> {
+        let at = format!("endpoint {:?}", config.id);
+        let plugin_config = config.plugin_config.to_string();
         let key_formats = if facts.key_formats.is_empty() {
             &plugin.info.key_formats
         } else {
@@ -122,6 +130,18 @@ impl Endpoint {
             tenant: None,
         })
     }
+}
+
+/// The catalog's plugin an endpoint names; the error lists the ones there are.
+pub fn named_plugin(config: &EndpointConfig, catalog: &Catalog) -> Result<Arc<Plugin>, String> {
+    catalog.get(&config.plugin).ok_or_else(|| {
+        format!(
+            "endpoint {:?}: unknown plugin {:?} (available: {})",
+            config.id,
+            config.plugin,
+            catalog.names().join(", ")
+        )
+    })
 }
 
 /// All endpoints, looked up by id; replaced as a whole. The configuration file's are

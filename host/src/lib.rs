@@ -61,6 +61,16 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
         };
         format!("{at}: store: cannot open {location}")
     })?;
+    let uploaded = tenancy::Uploaded::new(
+        config
+            .tenancy
+            .as_ref()
+            .map_or(config::DEFAULT_RESIDENT_PLUGIN_BYTES, |t| {
+                t.resident_plugin_bytes
+            }),
+    );
+    let mut metrics = metrics::Metrics::counting(catalog.iter().map(|p| &**p));
+    metrics.watch_uploaded(&uploaded.residency);
     Ok(Arc::new(http::App {
         endpoints: Registry::new(endpoints),
         forensics: forensics::Recorder::start(store.clone(), config.forensics),
@@ -72,11 +82,11 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
         bodies: http::bodies::BodyBudget::new(config.limits.max_bodies_in_flight_bytes),
         plugin_threads: plugins::threads::PluginThreads::per_core()
             .context("cannot start the plugin threads")?,
-        metrics: metrics::Metrics::counting(catalog.iter().map(|p| &**p)),
+        metrics,
         catalog,
         tenancy: config.tenancy.clone(),
         limiter: tenancy::Limiter::default(),
-        uploaded: tenancy::Uploaded::default(),
+        uploaded,
         plugin_limits: config.limits.plugin,
         secret_use: tenancy::SecretUse::default(),
     }))

@@ -297,6 +297,40 @@ impl Metrics {
         metrics
     }
 
+    /// Where plugins loaded at runtime count their calls.
+    pub fn plugin_calls(&self) -> &PluginCalls {
+        &self.plugin_calls
+    }
+
+    /// Show how much of the uploaded plugins' code this process keeps loaded.
+    pub fn watch_uploaded(&mut self, residency: &crate::plugins::Residency) {
+        let registry = &mut self.registry;
+        registered(
+            registry,
+            "hookhost_uploaded_plugin_loads",
+            "Uploaded plugins' code loaded (from the disk cache or compiled) on first use",
+            residency.loads.clone(),
+        );
+        registered(
+            registry,
+            "hookhost_uploaded_plugin_evictions",
+            "Uploaded plugins' code dropped to stay within resident_plugin_bytes",
+            residency.evictions.clone(),
+        );
+        registered(
+            registry,
+            "hookhost_uploaded_plugin_resident_bytes",
+            "Bytes of uploaded plugins' compiled code loaded now",
+            residency.resident_bytes.clone(),
+        );
+        registered(
+            registry,
+            "hookhost_uploaded_plugins_resident",
+            "Uploaded plugins whose code is loaded now",
+            residency.resident_plugins.clone(),
+        );
+    }
+
     /// Count one request to the ingest route. `endpoint` and `plugin` are empty when
     /// the endpoint is unknown.
     pub fn request(&self, endpoint: &str, plugin: &str, outcome: &RequestOutcome) {

@@ -18,6 +18,7 @@
 use crate::config::{EndpointConfig, Quotas, TenancyConfig};
 use crate::endpoints::{Endpoint, TenantLimits};
 use crate::http::{App, IngestError};
+use crate::plugins::{Described, Fetch, Plugin, Residency};
 use crate::store::{ManagedEndpoint, Retired, SealedSecret, StoreError, TenantPlugin, TenantRow};
 use crate::verify::Secret;
 use axum::Json;
@@ -30,6 +31,7 @@ use base64::Engine as _;
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload, rand_core::RngCore};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use hmac::{Hmac, Mac};
+use hookhost_plugin_sdk::EndpointFacts;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -401,12 +403,16 @@ fn build_managed(
             .as_deref()
             .map(|sealed| key.open(&endpoint.id, DESTINATION, sealed))
             .transpose();
+        let checked = endpoint
+            .facts
+            .as_deref()
+            .and_then(|facts| serde_json::from_str::<CheckedFacts>(facts).ok());
         let built = serde_json::from_str::<EndpointSpec>(&endpoint.spec)
             .map_err(|e| e.to_string())
             .and_then(|spec| Ok(spec.config(&endpoint.id, opened?, destination?)))
-            .and_then(|config| build(app, &endpoint.tenant, config));
+            .and_then(|config| build(app, &endpoint.tenant, config, checked.as_ref()));
         match built {
-            Ok(mut built) => {
+            Ok((mut built, _)) => {
                 let quotas = quotas(tenancy, tenants.iter().find(|t| t.id == endpoint.tenant));
                 let seals = tenants
                     .iter()
@@ -448,79 +454,172 @@ fn quotas(tenancy: &TenancyConfig, tenant: Option<&TenantRow>) -> Quotas {
 /// How an endpoint names one of its tenant's uploaded plugins: `sha256:<hex>`.
 const UPLOADED: &str = "sha256:";
 
-/// Build a tenant's endpoint: its plugin is a built-in or drop-in by name, or one the
-/// tenant uploaded (`sha256:<hex>`, loaded by [`load_uploaded`]); never another
-/// tenant's.
-fn build(app: &App, tenant: &str, config: EndpointConfig) -> Result<Endpoint, String> {
-    let Some(digest) = config.plugin.strip_prefix(UPLOADED) else {
-        return Endpoint::build(&config, &app.catalog);
-    };
-    let plugin = app.uploaded.get(tenant, digest).ok_or_else(|| {
-        format!(
-            "endpoint {:?}: unknown plugin {:?}: upload it first",
-            config.id, config.plugin
-        )
-    })?;
-    Endpoint::build_with(&config, plugin)
+/// An endpoint's plugin configuration check, as answered by the plugin of `digest`:
+/// kept with the endpoint, so that a reload builds it without loading an uploaded
+/// plugin's code (plugins are pure: the same digest and configuration give the same
+/// answer).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CheckedFacts {
+    digest: String,
+    facts: EndpointFacts,
 }
 
-/// Uploaded plugins compiled in this process, by tenant and digest (the compiled code
-/// is also cached on disk by digest, so a restart does not compile them again).
-#[derive(Debug, Default)]
+/// Build a tenant's endpoint: its plugin is a built-in or drop-in by name, or one the
+/// tenant uploaded (`sha256:<hex>`, loaded by [`load_uploaded`]); never another
+/// tenant's. `checked` is the configuration check kept with it, used while its
+/// plugin's digest is the same; otherwise the plugin checks the configuration now.
+fn build(
+    app: &App,
+    tenant: &str,
+    config: EndpointConfig,
+    checked: Option<&CheckedFacts>,
+) -> Result<(Endpoint, CheckedFacts), String> {
+    let plugin = match config.plugin.strip_prefix(UPLOADED) {
+        None => crate::endpoints::named_plugin(&config, &app.catalog)?,
+        Some(digest) => app.uploaded.get(tenant, digest).ok_or_else(|| {
+            format!(
+                "endpoint {:?}: unknown plugin {:?}: upload it first",
+                config.id, config.plugin
+            )
+        })?,
+    };
+    let facts = match checked {
+        Some(checked) if checked.digest == plugin.digest => checked.facts.clone(),
+        _ => Endpoint::check(&config, &plugin)?,
+    };
+    let checked = CheckedFacts {
+        digest: plugin.digest.clone(),
+        facts,
+    };
+    let endpoint = Endpoint::assemble(&config, plugin, &checked.facts)?;
+    Ok((endpoint, checked))
+}
+
+/// Uploaded plugins known to this process, by tenant and digest. Their code is
+/// loaded on first use and dropped when unused, within the budget of `residency`
+/// (see `plugins::Residency`); the compiled code is also cached on disk by digest,
+/// so loading it again maps it instead of compiling.
+#[derive(Debug)]
 pub struct Uploaded {
     plugins:
-        std::sync::RwLock<std::collections::HashMap<(String, String), Arc<crate::plugins::Plugin>>>,
+        std::sync::RwLock<std::collections::HashMap<(String, String), Arc<Plugin>>>,
+    pub residency: Arc<Residency>,
 }
 
 impl Uploaded {
-    fn get(&self, tenant: &str, digest: &str) -> Option<Arc<crate::plugins::Plugin>> {
+    /// At most `resident_bytes` of uploaded plugins' compiled code stays loaded.
+    pub fn new(resident_bytes: usize) -> Uploaded {
+        Uploaded {
+            plugins: Default::default(),
+            residency: Residency::new(resident_bytes),
+        }
+    }
+
+    fn get(&self, tenant: &str, digest: &str) -> Option<Arc<Plugin>> {
         let plugins = self.plugins.read().unwrap_or_else(|p| p.into_inner());
         plugins
             .get(&(tenant.to_string(), digest.to_string()))
             .cloned()
     }
 
-    fn insert(&self, tenant: &str, digest: &str, plugin: Arc<crate::plugins::Plugin>) {
+    fn insert(&self, tenant: &str, digest: &str, plugin: Arc<Plugin>) {
         let mut plugins = self.plugins.write().unwrap_or_else(|p| p.into_inner());
         plugins.insert((tenant.to_string(), digest.to_string()), plugin);
     }
 }
 
-/// Compile (or take from the disk cache) the uploaded plugins the tenants' endpoints
-/// name and this process has not loaded yet: lazily, on first use.
+/// Make known the uploaded plugins the tenants' endpoints name (see [`know_uploaded`]).
 async fn load_uploaded(app: &Arc<App>, managed: &[ManagedEndpoint]) -> Result<(), StoreError> {
     for endpoint in managed {
-        let Ok(spec) = serde_json::from_str::<EndpointSpec>(&endpoint.spec) else {
-            continue;
-        };
-        let Some(digest) = spec.plugin.strip_prefix(UPLOADED) else {
-            continue;
-        };
-        if app.uploaded.get(&endpoint.tenant, digest).is_some() {
-            continue;
-        }
-        let Some(wasm) = app.store.plugin_wasm(&endpoint.tenant, digest).await? else {
-            continue;
-        };
-        let (origin, limits) = (
-            crate::plugins::Origin::Upload(endpoint.tenant.clone()),
-            app.plugin_limits,
-        );
-        let compiled = tokio::task::spawn_blocking(move || {
-            crate::plugins::Plugin::load(&wasm, origin, limits)
-        })
-        .await;
-        match compiled {
-            Ok(Ok(plugin)) => app
-                .uploaded
-                .insert(&endpoint.tenant, digest, Arc::new(plugin)),
-            Ok(Err(error)) => {
-                tracing::error!(tenant = %endpoint.tenant, %digest, %error, "uploaded plugin does not load")
-            }
-            Err(error) => tracing::error!(%error, "uploaded plugin loading panicked"),
+        if let Ok(spec) = serde_json::from_str::<EndpointSpec>(&endpoint.spec) {
+            know_uploaded(app, &endpoint.tenant, &spec.plugin).await?;
         }
     }
     Ok(())
+}
+
+/// When `plugin` names one of `tenant`'s uploaded plugins that this process does not
+/// know yet, make it known from what it said of itself when it was accepted: its
+/// code is loaded when a call first needs it. Any other name is left to the catalog.
+async fn know_uploaded(app: &Arc<App>, tenant: &str, plugin: &str) -> Result<(), StoreError> {
+    let Some(digest) = plugin.strip_prefix(UPLOADED) else {
+        return Ok(());
+    };
+    if app.uploaded.get(tenant, digest).is_some() {
+        return Ok(());
+    }
+    let Some((described, size)) = app.store.plugin_described(tenant, digest).await? else {
+        return Ok(());
+    };
+    let described = match described.as_deref().map(serde_json::from_str::<Described>) {
+        Some(Ok(described)) => described,
+        _ => match describe_once(app, tenant, digest).await? {
+            Some(described) => described,
+            None => return Ok(()),
+        },
+    };
+    let plugin = Plugin::lazy(
+        described,
+        digest,
+        usize::try_from(size).unwrap_or_default(),
+        crate::plugins::Origin::Upload(tenant.to_string()),
+        app.plugin_limits,
+        fetch_wasm(app, tenant, digest),
+        &app.uploaded.residency,
+    );
+    match plugin {
+        Ok(plugin) => {
+            plugin.count_calls_in(app.metrics.plugin_calls());
+            app.uploaded.insert(tenant, digest, Arc::new(plugin));
+        }
+        Err(error) => tracing::error!(%tenant, %digest, %error, "uploaded plugin not served"),
+    }
+    Ok(())
+}
+
+/// Load a plugin uploaded before what it says of itself was kept, once, and keep that.
+async fn describe_once(
+    app: &Arc<App>,
+    tenant: &str,
+    digest: &str,
+) -> Result<Option<Described>, StoreError> {
+    let Some(wasm) = app.store.plugin_wasm(tenant, digest).await? else {
+        return Ok(None);
+    };
+    let (origin, limits) = (
+        crate::plugins::Origin::Upload(tenant.to_string()),
+        app.plugin_limits,
+    );
+    let loaded = tokio::task::spawn_blocking(move || Plugin::load(&wasm, origin, limits)).await;
+    let described = match loaded {
+        Ok(Ok(plugin)) => plugin.described(),
+        Ok(Err(error)) => {
+            tracing::error!(%tenant, %digest, %error, "uploaded plugin does not load");
+            return Ok(None);
+        }
+        Err(error) => {
+            tracing::error!(%error, "uploaded plugin loading panicked");
+            return Ok(None);
+        }
+    };
+    let json = serde_json::to_string(&described).unwrap_or_default();
+    app.store
+        .set_plugin_described(tenant, digest, &json)
+        .await?;
+    Ok(Some(described))
+}
+
+/// How a plugin thread reads an uploaded component's bytes from the store, when the
+/// disk cache has no compiled code for it.
+fn fetch_wasm(app: &Arc<App>, tenant: &str, digest: &str) -> Fetch {
+    let (store, runtime) = (app.store.clone(), tokio::runtime::Handle::current());
+    let (tenant, digest) = (tenant.to_string(), digest.to_string());
+    Box::new(move || {
+        runtime
+            .block_on(store.plugin_wasm(&tenant, &digest))
+            .map_err(|e| format!("the uploaded plugin cannot be read: {e}"))?
+            .ok_or_else(|| "the uploaded plugin is no longer in the store".to_string())
+    })
 }
 
 /// Reload the tenants' endpoints whenever the store's registry version moves, until
@@ -988,14 +1087,15 @@ impl Settings {
 }
 
 /// Check that an endpoint builds as it would be served (plugin, its config check, the
-/// secrets' key format): a 400 naming what is wrong, before anything is stored.
+/// secrets' key format): a 400 naming what is wrong, before anything is stored. The
+/// plugin's configuration check, as JSON, is kept with the endpoint.
 async fn validate(
     api: &Api,
     spec: &EndpointSpec,
     id: &str,
     secrets: Vec<Secret>,
     destination_secret: Option<Secret>,
-) -> Result<(), ApiError> {
+) -> Result<String, ApiError> {
     let invalid = |reason: &str| {
         error(
             StatusCode::BAD_REQUEST,
@@ -1021,13 +1121,16 @@ async fn validate(
     );
     // A tenant's endpoint ids are `{tenant}.{name}`.
     let tenant = id.split('.').next().unwrap_or_default().to_string();
+    know_uploaded(&api.app, &tenant, &spec.plugin).await?;
     let built = api
         .app
         .plugin_threads
-        .run(move || build(&app, &tenant, config).map(drop))
+        .run(move || build(&app, &tenant, config, None).map(|(_, checked)| checked))
         .await
         .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed", None))?;
-    built.map_err(|reason| error(StatusCode::BAD_REQUEST, "invalid_endpoint", Some(reason)))
+    let checked =
+        built.map_err(|reason| error(StatusCode::BAD_REQUEST, "invalid_endpoint", Some(reason)))?;
+    Ok(serde_json::to_string(&checked).unwrap_or_default())
 }
 
 /// A secret sealed for `endpoint`, with a fresh id.
@@ -1067,7 +1170,7 @@ async fn create_endpoint(
         return Err(error(StatusCode::FORBIDDEN, "quota_exceeded", Some(reason)));
     }
     let given = destination_secret.clone();
-    validate(&api, &spec, &id, vec![secret.clone()], given).await?;
+    let facts = validate(&api, &spec, &id, vec![secret.clone()], given).await?;
     let now = crate::clock::now_ms();
     let key = &api.tenancy.master_key;
     let endpoint = ManagedEndpoint {
@@ -1075,6 +1178,7 @@ async fn create_endpoint(
         tenant,
         spec: serde_json::to_string(&spec).unwrap_or_default(),
         destination_sealed: destination_secret.map(|s| key.seal(&id, DESTINATION, &s)),
+        facts: Some(facts),
         created_at_ms: now,
         updated_at_ms: now,
     };
@@ -1136,10 +1240,11 @@ async fn update_endpoint(
         })?),
         (None, None) => None,
     };
-    validate(&api, &spec, &id, secrets, destination_secret).await?;
+    let facts = validate(&api, &spec, &id, secrets, destination_secret).await?;
     let updated = ManagedEndpoint {
         spec: serde_json::to_string(&spec).unwrap_or_default(),
         destination_sealed,
+        facts: Some(facts),
         updated_at_ms: crate::clock::now_ms(),
         ..endpoint
     };
@@ -1215,8 +1320,7 @@ async fn upload_plugin(
         api.app.plugin_limits,
         wasm.clone(),
     );
-    let plugin =
-        tokio::task::spawn_blocking(move || crate::plugins::Plugin::load(&bytes, origin, limits))
+    let plugin = tokio::task::spawn_blocking(move || Plugin::load(&bytes, origin, limits))
             .await
             .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed", None))?
             .map_err(|e| invalid("invalid_plugin", e.to_string()))?;
@@ -1245,10 +1349,10 @@ async fn upload_plugin(
         size: i64::try_from(wasm.len()).unwrap_or(i64::MAX),
         created_at_ms: crate::clock::now_ms(),
     };
-    let added = api.app.store.add_plugin(&row, &wasm).await?;
-    api.app
-        .uploaded
-        .insert(&tenant, &row.digest, plugin.clone());
+    // What it says of itself is kept beside it: endpoints naming it are served
+    // without loading it, until a request needs its code.
+    let described = serde_json::to_string(&plugin.described()).unwrap_or_default();
+    let added = api.app.store.add_plugin(&row, &wasm, &described).await?;
     let shown = plugin_shown(&row, Some(plugin.contract()));
     if added { created(shown) } else { ok(shown) }
 }
@@ -1308,12 +1412,8 @@ pub async fn candidate(
 ) -> Result<Endpoint, String> {
     let mut spec: EndpointSpec = serde_json::from_str(&endpoint.spec).map_err(|e| e.to_string())?;
     spec.plugin = plugin.to_string();
-    // The candidate's plugin may not be loaded in this process yet.
-    let probe = ManagedEndpoint {
-        spec: serde_json::to_string(&spec).unwrap_or_default(),
-        ..endpoint.clone()
-    };
-    load_uploaded(app, std::slice::from_ref(&probe))
+    // The candidate's plugin may not be known to this process yet.
+    know_uploaded(app, &endpoint.tenant, plugin)
         .await
         .map_err(|e| e.to_string())?;
     let secrets = app
@@ -1329,7 +1429,7 @@ pub async fn candidate(
     let config = spec.config(&endpoint.id, opened, None);
     let (on_thread, tenant) = (app.clone(), endpoint.tenant.clone());
     app.plugin_threads
-        .run(move || build(&on_thread, &tenant, config))
+        .run(move || build(&on_thread, &tenant, config, None).map(|(built, _)| built))
         .await
         .map_err(|e| e.to_string())?
 }

@@ -1,7 +1,7 @@
 //! Plain Rust mirrors of the WIT types, so plugin code never touches generated bindings.
 
 /// How the host turns one configured secret string into a key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum KeyFormat {
     /// The secret's UTF-8 bytes are the HMAC key, verbatim.
     Raw,
@@ -18,7 +18,7 @@ pub enum KeyFormat {
 }
 
 /// Static facts about a plugin.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PluginInfo {
     pub name: String,
     pub version: String,
@@ -31,7 +31,7 @@ pub struct PluginInfo {
     pub retry_behaviour: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Algorithm {
     HmacSha1,
     HmacSha256,
@@ -176,7 +176,7 @@ pub struct Handshake {
 }
 
 /// What one endpoint's plugin configuration changes about the plugin's static facts.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct EndpointFacts {
     /// Replaces [`PluginInfo::key_formats`] for this endpoint when not empty.
     pub key_formats: Vec<KeyFormat>,

@@ -6,7 +6,7 @@ use crate::support::*;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use std::collections::HashMap;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -45,59 +45,23 @@ async fn apply(State((d, delay)): State<(Downstream, Duration)>, headers: Header
     StatusCode::OK
 }
 
-struct Process {
-    child: Child,
-    addr: std::net::SocketAddr,
-}
-
-impl Process {
-    /// `hookhost serve` on its own port, on `database`, delivering to `downstream`.
-    async fn start(
-        dir: &std::path::Path,
-        name: &str,
-        database: &PgDatabase,
-        downstream: u16,
-    ) -> Process {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("port")
-            .port();
-        let config = dir.join(format!("{name}.toml"));
-        std::fs::write(
-            &config,
-            format!(
-                "listen = \"127.0.0.1:{port}\"\nstore = \"{}\"\n\
-                 [delivery]\nworkers = 8\npoll_ms = 20\nlease_seconds = 2\n\
-                 [[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\"]\n\
-                 retry_schedule_seconds = [0, 1, 1, 1, 1]\n\
-                 [endpoint.destination]\nurl = \"http://127.0.0.1:{downstream}/apply\"\nsecret = \"whsec_{}\"\n",
-                database.url(),
-                b64(b"cluster test destination key"),
-            ),
-        )
-        .expect("config");
-        let child = Command::new(env!("CARGO_BIN_EXE_hookhost"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .env("RUST_LOG", "warn")
-            .spawn()
-            .expect("spawn hookhost");
-        let addr = format!("127.0.0.1:{port}").parse().expect("addr");
-        wait_listening(addr, Duration::from_secs(60), &format!("hookhost {name}")).await;
-        Process { child, addr }
-    }
-
-    fn kill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `hookhost serve` on its own port, on `database`, delivering to `downstream`.
+async fn start(
+    dir: &std::path::Path,
+    name: &str,
+    database: &PgDatabase,
+    downstream: u16,
+) -> Process {
+    let config = format!(
+        "store = \"{}\"\n\
+         [delivery]\nworkers = 8\npoll_ms = 20\nlease_seconds = 2\n\
+         [[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\"]\n\
+         retry_schedule_seconds = [0, 1, 1, 1, 1]\n\
+         [endpoint.destination]\nurl = \"http://127.0.0.1:{downstream}/apply\"\nsecret = \"whsec_{}\"\n",
+        database.url(),
+        b64(b"cluster test destination key"),
+    );
+    Process::start(dir, name, &config).await
 }
 
 /// A signed Stripe event for `id` on a resource of its own.
@@ -193,8 +157,8 @@ async fn the_same_event_fifty_times_across_two_processes_is_one_receipt_and_one_
     let downstream = Downstream::default();
     let port = downstream.serve(Duration::ZERO).await;
     let dir = tempfile::tempdir().expect("dir");
-    let a = Process::start(dir.path(), "a", &database, port).await;
-    let b = Process::start(dir.path(), "b", &database, port).await;
+    let a = start(dir.path(), "a", &database, port).await;
+    let b = start(dir.path(), "b", &database, port).await;
     let (headers, body) = event("evt_same");
     let mut tasks = Vec::new();
     for i in 0..50 {
@@ -229,8 +193,8 @@ async fn two_processes_drain_two_thousand_events_once_and_survive_a_sigkill() {
     // Each delivery takes a moment, so a drain lasts long enough to kill a process in it.
     let port = downstream.serve(Duration::from_millis(5)).await;
     let dir = tempfile::tempdir().expect("dir");
-    let a = Process::start(dir.path(), "a", &database, port).await;
-    let b = Process::start(dir.path(), "b", &database, port).await;
+    let a = start(dir.path(), "a", &database, port).await;
+    let b = start(dir.path(), "b", &database, port).await;
 
     // 1,000 events drained by both: every one delivered exactly once.
     let first: Vec<String> = (0..1000).map(|i| format!("evt_one_{i}")).collect();

@@ -310,6 +310,57 @@ pub async fn serve_on_loopback(router: axum::Router) -> SocketAddr {
     addr
 }
 
+/// A loopback port free a moment ago (for a configuration that must name one).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port()
+}
+
+/// `hookhost serve`, the real binary, as a process of its own: killed when dropped.
+pub struct Process {
+    child: std::process::Child,
+    pub addr: SocketAddr,
+}
+
+impl Process {
+    /// Serve `config` (its top-level keys and tables; `listen` is added, on a free
+    /// port), written as `{dir}/{name}.toml`; return once it accepts connections.
+    pub async fn start(dir: &Path, name: &str, config: &str) -> Process {
+        let port = free_port();
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(&path, format!("listen = \"127.0.0.1:{port}\"\n{config}")).expect("config");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
+            .args(["serve", "--config"])
+            .arg(&path)
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .expect("spawn hookhost");
+        let addr = format!("127.0.0.1:{port}").parse().expect("addr");
+        wait_listening(
+            addr,
+            std::time::Duration::from_secs(60),
+            &format!("hookhost {name}"),
+        )
+        .await;
+        Process { child, addr }
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// One HTTP/1.1 request on a fresh loopback connection.
 /// Wait until a `hookhost serve` started as a process accepts connections on `addr`;
 /// fail the test naming `what` after `within` (start-up may compile every plugin).

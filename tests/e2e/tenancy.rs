@@ -117,22 +117,21 @@ async fn tenant(addr: SocketAddr, id: &str) -> String {
 }
 
 /// POST a Stripe event signed with `secret` to `endpoint`: the status.
-async fn post_signed(server: &Server, endpoint: &str, secret: &str, id: &str) -> u16 {
+async fn post_signed(addr: SocketAddr, endpoint: &str, secret: &str, id: &str) -> u16 {
     let t = now();
     let body = stripe_event(id, "customer.updated", id, t);
-    server
-        .post(endpoint, &stripe_headers(&[secret], t, &body), body)
-        .await
-        .0
+    let path = format!("/webhooks/{endpoint}");
+    let headers = stripe_headers(&[secret], t, &body);
+    request(addr, "POST", &path, &headers, body.into()).await.0
 }
 
-/// Wait until a request signed with `secret` gets `status` from `server` (another
-/// process picking up a change); how long it took.
-async fn until(server: &Server, endpoint: &str, secret: &str, status: u16) -> Duration {
+/// Wait until a request signed with `secret` gets `status` from the server at `addr`
+/// (another process picking up a change); how long it took.
+async fn until(addr: SocketAddr, endpoint: &str, secret: &str, status: u16) -> Duration {
     let started = Instant::now();
     for n in 0.. {
         if post_signed(
-            server,
+            addr,
             endpoint,
             secret,
             &format!("evt_wait_{secret}_{status}_{n}"),
@@ -189,11 +188,11 @@ async fn a_tenant_reaches_only_its_own_and_secrets_are_write_only_and_sealed() {
     );
     // Served at once by the process that took the change.
     assert_eq!(
-        post_signed(&server, "acme.shop", SECRET, "evt_t1").await,
+        post_signed(server.addr, "acme.shop", SECRET, "evt_t1").await,
         200
     );
     assert_eq!(
-        post_signed(&server, "acme.shop", "whsec_wrong", "evt_t2").await,
+        post_signed(server.addr, "acme.shop", "whsec_wrong", "evt_t2").await,
         400
     );
 
@@ -334,11 +333,11 @@ async fn a_tenant_reaches_only_its_own_and_secrets_are_write_only_and_sealed() {
     .await;
     assert_eq!((status, &added["current"]), (201, &json!(true)), "{added}");
     assert_eq!(
-        post_signed(&server, "acme.shop", ROTATED, "evt_t3").await,
+        post_signed(server.addr, "acme.shop", ROTATED, "evt_t3").await,
         200
     );
     assert_eq!(
-        post_signed(&server, "acme.shop", SECRET, "evt_t4").await,
+        post_signed(server.addr, "acme.shop", SECRET, "evt_t4").await,
         200
     );
     let receipt = server.receipt("acme.shop", "evt_t4").await;
@@ -346,7 +345,7 @@ async fn a_tenant_reaches_only_its_own_and_secrets_are_write_only_and_sealed() {
     let retire = format!("/v1/endpoints/acme.shop/secrets/{first}/retire");
     assert_eq!(call(addr, "POST", &retire, &acme, Value::Null).await.0, 200);
     assert_eq!(
-        post_signed(&server, "acme.shop", SECRET, "evt_t5").await,
+        post_signed(server.addr, "acme.shop", SECRET, "evt_t5").await,
         400
     );
     let last = format!(
@@ -442,35 +441,39 @@ async fn a_tenant_reaches_only_its_own_and_secrets_are_write_only_and_sealed() {
 crate::both_stores! {
 async fn a_change_through_one_process_is_served_by_another_within_two_seconds() {
     let a = Server::start(&config()).await;
-    // B shares A's store (on PostgreSQL, A's database; on SQLite, A's file).
+    // B is the hookhost binary, a process of its own, sharing A's store (on
+    // PostgreSQL, A's database; on SQLite, A's file).
     let store = match &a.database {
         Some(db) => db.url(),
         None => a.db_path().display().to_string(),
     };
-    let b = Server::start(&format!("store = \"{store}\"\n{}", config())).await;
+    let admin = free_port();
+    let top = format!("store = \"{store}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n");
+    let process_b = Process::start(a.dir.path(), "b", &format!("{top}{}", config())).await;
+    let b = process_b.addr;
     let addr = api(&a).await;
     let acme = tenant(addr, "acme").await;
     let created = call(addr, "POST", "/v1/endpoints", &acme, json!({"name": "shop", "plugin": "stripe", "secret": SECRET})).await;
     assert_eq!(created.0, 201, "{created:?}");
-    let took = until(&b, "acme.shop", SECRET, 200).await;
+    let took = until(b, "acme.shop", SECRET, 200).await;
     assert!(took < Duration::from_secs(2), "B served the new endpoint after {took:?}");
 
     let added = call(addr, "POST", "/v1/endpoints/acme.shop/secrets", &acme, json!({"value": ROTATED})).await;
     assert_eq!(added.0, 201);
-    let took = until(&b, "acme.shop", ROTATED, 200).await;
+    let took = until(b, "acme.shop", ROTATED, 200).await;
     assert!(took < Duration::from_secs(2), "B verified the new secret after {took:?}");
-    assert_eq!(post_signed(&b, "acme.shop", SECRET, "evt_old_still").await, 200);
+    assert_eq!(post_signed(b, "acme.shop", SECRET, "evt_old_still").await, 200);
 
     let (_, secrets) = call(addr, "GET", "/v1/endpoints/acme.shop/secrets", &acme, Value::Null).await;
     let old = secrets[1]["id"].as_str().expect("old secret").to_string();
     let retired = call(addr, "POST", &format!("/v1/endpoints/acme.shop/secrets/{old}/retire"), &acme, Value::Null).await;
     assert_eq!(retired.0, 200);
-    let took = until(&b, "acme.shop", SECRET, 400).await;
+    let took = until(b, "acme.shop", SECRET, 400).await;
     assert!(took < Duration::from_secs(2), "B refused the retired secret after {took:?}");
 
     let deleted = call(addr, "DELETE", "/v1/endpoints/acme.shop", &acme, Value::Null).await;
     assert_eq!(deleted.0, 200);
-    let took = until(&b, "acme.shop", ROTATED, 404).await;
+    let took = until(b, "acme.shop", ROTATED, 404).await;
     assert!(took < Duration::from_secs(2), "B stopped serving the deleted endpoint after {took:?}");
 }
 }
@@ -515,7 +518,7 @@ async fn quotas_bound_a_tenants_request_rate_and_its_endpoints() {
 
     // One request a second: the first is admitted, the next is told when to retry.
     assert_eq!(
-        post_signed(&server, "small.shop", SECRET, "evt_q1").await,
+        post_signed(server.addr, "small.shop", SECRET, "evt_q1").await,
         200
     );
     let t = now();
@@ -536,12 +539,12 @@ async fn quotas_bound_a_tenants_request_rate_and_its_endpoints() {
     assert_eq!(&answer[..], br#"{"error":"rate_limited"}"#);
     // Another tenant is not held back by it; after the wait, the tenant is admitted.
     assert_eq!(
-        post_signed(&server, "big.shop", SECRET, "evt_q3").await,
+        post_signed(server.addr, "big.shop", SECRET, "evt_q3").await,
         200
     );
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     assert_eq!(
-        post_signed(&server, "small.shop", SECRET, "evt_q4").await,
+        post_signed(server.addr, "small.shop", SECRET, "evt_q4").await,
         200
     );
 }
@@ -580,7 +583,7 @@ async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_ap
         }
     };
     assert_eq!(
-        post_signed(&server, "acme.hook", SECRET, "evt_d1").await,
+        post_signed(server.addr, "acme.hook", SECRET, "evt_d1").await,
         200
     );
     delivered("evt_d1").await;
@@ -595,7 +598,7 @@ async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_ap
     .await;
     assert_eq!(paused, (200, json!({"id": "acme.hook", "paused": true})));
     assert_eq!(
-        post_signed(&server, "acme.hook", SECRET, "evt_d2").await,
+        post_signed(server.addr, "acme.hook", SECRET, "evt_d2").await,
         200
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -627,7 +630,7 @@ async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_ap
         "{updated}"
     );
     assert_eq!(
-        post_signed(&server, "acme.hook", SECRET, "evt_d3").await,
+        post_signed(server.addr, "acme.hook", SECRET, "evt_d3").await,
         200
     );
     delivered("evt_d3").await;

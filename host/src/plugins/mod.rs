@@ -10,12 +10,15 @@
 
 mod bindings;
 mod builtin;
+mod resident;
 mod runtime;
 mod stderr;
 pub mod threads;
 
 pub use bindings::PLUGIN_INTERFACES;
 pub use builtin::{BUILTIN_NAMES, component as builtin_component};
+pub use resident::{Fetch, Residency};
 pub use runtime::{
-    Catalog, LoadError, MAX_PLUGIN_MEMORY, Origin, Plugin, PluginFailure, PluginLimits, Session,
+    Catalog, Described, LoadError, MAX_PLUGIN_MEMORY, Origin, Plugin, PluginFailure, PluginLimits,
+    Session,
 };

@@ -1,6 +1,7 @@
 //! Engine, loading, and per-request sessions.
 
 use super::bindings::{self, v0_1, v0_2};
+use super::resident::{Fetch, LazyCode, Residency};
 use super::stderr::CappedOutput;
 use crate::verify::MessageSource;
 use hookhost_plugin_sdk::{
@@ -107,14 +108,34 @@ pub struct Plugin {
     pub origin: Origin,
     /// Size of the component, bytes.
     pub size: usize,
-    pre: Pre,
+    /// The contract version the component speaks.
+    contract: &'static str,
+    code: Code,
     limits: PluginLimits,
     /// Where each request's calls are counted, once a server's metrics take it.
     calls: OnceLock<crate::metrics::PluginCalls>,
 }
 
+/// Where a plugin's compiled code is.
+enum Code {
+    /// Built-ins and drop-ins: compiled at load, kept for the process's life.
+    Resident(Arc<Pre>),
+    /// Uploaded plugins: loaded on first use, dropped when the process's budget for
+    /// them needs the room (see [`Residency`]).
+    Lazy(Arc<LazyCode>),
+}
+
+/// What a plugin says about itself, kept beside an uploaded component so that a
+/// process serves endpoints naming it without loading it first.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Described {
+    pub contract: String,
+    pub info: PluginInfo,
+    pub algorithms: Vec<Algorithm>,
+}
+
 /// A pre-instantiated component of one contract version.
-enum Pre {
+pub(super) enum Pre {
     V0_1(v0_1::ProviderPre<State>),
     V0_2(v0_2::ProviderPre<State>),
 }
@@ -189,13 +210,13 @@ const CACHE_STALE_TEMP: Duration = Duration::from_secs(3600);
 /// into anonymous memory, so their machine code is clean, shareable, file-backed pages
 /// of which only those touched become resident (wasmtime's own cache is compressed, so
 /// every byte of every plugin was decompressed into the heap and copied at each start).
-struct CodeCache {
+pub(super) struct CodeCache {
     dir: PathBuf,
     /// The engine's `precompile_compatibility_hash`, hex.
     engine_key: String,
 }
 
-fn code_cache() -> Option<&'static CodeCache> {
+pub(super) fn code_cache() -> Option<&'static CodeCache> {
     static CACHE: OnceLock<Option<CodeCache>> = OnceLock::new();
     CACHE.get_or_init(CodeCache::open).as_ref()
 }
@@ -230,18 +251,10 @@ impl CodeCache {
     /// The compiled component for `bytes` (whose SHA-256 is `digest`): mapped from the
     /// cache, or compiled, written to the cache and mapped from there.
     fn component(&self, bytes: &[u8], digest: &[u8; 32]) -> wasmtime::Result<Component> {
-        let path = self
-            .dir
-            .join(format!("{}-{}.cwasm", hex::encode(digest), self.engine_key));
-        if path.is_file() {
-            match map_compiled(&path) {
-                Ok(component) => return Ok(component),
-                // Replaced below (by rename, so other processes' mappings stay intact).
-                Err(error) => {
-                    tracing::warn!(error = %format!("{error:#}"), path = %path.display(), "compiled plugin unusable; compiling again");
-                }
-            }
+        if let Some(component) = self.mapped(digest) {
+            return Ok(component);
         }
+        let path = self.path(digest);
         let compiled = engine().precompile_component(bytes)?;
         match self.store(&path, &compiled) {
             Ok(()) => {
@@ -253,6 +266,26 @@ impl CodeCache {
                 load_compiled(&compiled)
             }
         }
+    }
+
+    fn path(&self, digest: &[u8; 32]) -> PathBuf {
+        self.dir
+            .join(format!("{}-{}.cwasm", hex::encode(digest), self.engine_key))
+    }
+
+    /// The cached compiled component of `digest`, if there is a usable one (an
+    /// unusable one is replaced, by rename so other processes' mappings stay intact,
+    /// when the component is compiled again).
+    pub(super) fn mapped(&self, digest: &[u8; 32]) -> Option<Component> {
+        let path = self.path(digest);
+        if !path.is_file() {
+            return None;
+        }
+        map_compiled(&path)
+            .inspect_err(|error| {
+                tracing::warn!(error = %format!("{error:#}"), path = %path.display(), "compiled plugin unusable; compiling again");
+            })
+            .ok()
     }
 
     /// Write an entry whole or not at all: a temporary file, synced, then renamed, so a
@@ -402,21 +435,54 @@ fn linker() -> &'static Linker<State> {
     })
 }
 
-/// Compiled components, shared by every catalog in the process (keyed by digest).
-fn compile(bytes: &[u8], digest: &[u8; 32]) -> wasmtime::Result<Component> {
+/// Compiled components of built-ins and drop-ins, shared by every catalog in the
+/// process (keyed by digest). Uploaded plugins are not kept here: their code comes and
+/// goes with [`Residency`].
+fn compile(bytes: &[u8], digest: &[u8; 32], origin: &Origin) -> wasmtime::Result<Component> {
     static CACHE: OnceLock<Mutex<HashMap<[u8; 32], Component>>> = OnceLock::new();
+    if let Origin::Upload(_) = origin {
+        return compile_uncached(bytes, digest);
+    }
     let cache = CACHE.get_or_init(Default::default);
     if let Some(hit) = cache.lock().ok().and_then(|c| c.get(digest).cloned()) {
         return Ok(hit);
     }
-    let component = match code_cache() {
-        Some(code) => code.component(bytes, digest)?,
-        None => Component::new(engine(), bytes)?,
-    };
+    let component = compile_uncached(bytes, digest)?;
     if let Ok(mut c) = cache.lock() {
         c.insert(*digest, component.clone());
     }
     Ok(component)
+}
+
+/// The compiled component: mapped from the disk cache, or compiled (and cached).
+pub(super) fn compile_uncached(bytes: &[u8], digest: &[u8; 32]) -> wasmtime::Result<Component> {
+    match code_cache() {
+        Some(code) => code.component(bytes, digest),
+        None => Component::new(engine(), bytes),
+    }
+}
+
+/// Check a compiled component's contract and pre-instantiate it.
+pub(super) fn prepare(component: &Component) -> Result<(&'static str, Pre), String> {
+    let interface = check_contract(component)?;
+    let pre = linker()
+        .instantiate_pre(component)
+        .map_err(|e| format!("imports what the sandbox does not provide: {e}"))?;
+    let mismatch = |e: wasmtime::Error| format!("does not match {interface}: {e:#}");
+    let pre = if interface == v0_2::PLUGIN_INTERFACE {
+        Pre::V0_2(v0_2::ProviderPre::new(pre).map_err(mismatch)?)
+    } else {
+        Pre::V0_1(v0_1::ProviderPre::new(pre).map_err(mismatch)?)
+    };
+    Ok((interface, pre))
+}
+
+/// The contract version (`0.2.0`) of a pre-instantiated component.
+fn contract_of(pre: &Pre) -> &'static str {
+    match pre {
+        Pre::V0_1(_) => "0.1.0",
+        Pre::V0_2(_) => "0.2.0",
+    }
 }
 
 impl Plugin {
@@ -440,23 +506,14 @@ impl Plugin {
         };
         // The bytes are looked at only when they fail to compile: a built-in whose
         // compiled code is cached is never read (see `builtin::Builtin::sha256`).
-        let component = compile(bytes, &digest).map_err(|e| {
+        let component = compile(bytes, &digest, &origin).map_err(|e| {
             if bytes.starts_with(b"\0asm\x01\0\0\0") {
                 refuse("a core wasm module, not a component: build it for wasm32-wasip2".into())
             } else {
                 refuse(format!("not a valid component: {e}"))
             }
         })?;
-        let interface = check_contract(&component).map_err(refuse)?;
-        let pre = linker()
-            .instantiate_pre(&component)
-            .map_err(|e| refuse(format!("imports what the sandbox does not provide: {e}")))?;
-        let mismatch = |e: wasmtime::Error| refuse(format!("does not match {interface}: {e:#}"));
-        let pre = if interface == v0_2::PLUGIN_INTERFACE {
-            Pre::V0_2(v0_2::ProviderPre::new(pre).map_err(mismatch)?)
-        } else {
-            Pre::V0_1(v0_1::ProviderPre::new(pre).map_err(mismatch)?)
-        };
+        let (_, pre) = prepare(&component).map_err(refuse)?;
         let mut plugin = Plugin {
             info: PluginInfo {
                 name: String::new(),
@@ -470,7 +527,8 @@ impl Plugin {
             digest: hex::encode(digest),
             origin,
             size: bytes.len(),
-            pre,
+            contract: contract_of(&pre),
+            code: Code::Resident(Arc::new(pre)),
             limits,
             calls: OnceLock::new(),
         };
@@ -496,6 +554,56 @@ impl Plugin {
         Ok(plugin)
     }
 
+    /// An uploaded plugin known by what it said of itself when it was accepted: its
+    /// code is loaded on first use (`fetch` gives the component's bytes when the disk
+    /// cache has no compiled code for `digest`) and dropped when `residency` needs the
+    /// room. `fetch` is called on a plugin thread, never on an async worker.
+    pub fn lazy(
+        described: Described,
+        digest: &str,
+        size: usize,
+        origin: Origin,
+        limits: PluginLimits,
+        fetch: Fetch,
+        residency: &Arc<Residency>,
+    ) -> Result<Plugin, String> {
+        let contract = match described.contract.as_str() {
+            "0.1.0" => "0.1.0",
+            "0.2.0" => "0.2.0",
+            other => return Err(format!("contract {other:?} is not supported")),
+        };
+        let mut sha256 = [0u8; 32];
+        hex::decode_to_slice(digest, &mut sha256).map_err(|e| format!("digest: {e}"))?;
+        Ok(Plugin {
+            info: described.info,
+            algorithms: described.algorithms,
+            digest: digest.to_string(),
+            origin,
+            size,
+            contract,
+            code: Code::Lazy(LazyCode::new(sha256, contract, fetch, residency)),
+            limits,
+            calls: OnceLock::new(),
+        })
+    }
+
+    /// What the plugin says about itself (kept beside an uploaded component).
+    pub fn described(&self) -> Described {
+        Described {
+            contract: self.contract.to_string(),
+            info: self.info.clone(),
+            algorithms: self.algorithms.clone(),
+        }
+    }
+
+    /// The compiled code, loading it first if it is not resident.
+    fn pre(&self) -> Result<Arc<Pre>, PluginFailure> {
+        match &self.code {
+            Code::Resident(pre) => Ok(pre.clone()),
+            Code::Lazy(code) => code.pre(),
+        }
+    }
+
     /// Load a `.wasm` file.
     pub fn load_file(path: &Path, limits: PluginLimits) -> Result<Plugin, LoadError> {
         let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
@@ -511,10 +619,7 @@ impl Plugin {
 
     /// The contract version the component speaks (`0.2.0`).
     pub fn contract(&self) -> &'static str {
-        match self.pre {
-            Pre::V0_1(_) => "0.1.0",
-            Pre::V0_2(_) => "0.2.0",
-        }
+        self.contract
     }
 
     /// Calls made once when loading (`info`, `check-config`) may take longer than a
@@ -533,7 +638,7 @@ impl Plugin {
         &self,
         config_json: &str,
     ) -> Result<Result<EndpointFacts, ConfigError>, PluginFailure> {
-        if let Pre::V0_1(_) = self.pre {
+        if self.contract == "0.1.0" {
             return Ok(Ok(EndpointFacts::default()));
         }
         let (mut store, instance) = self.instantiate(empty_head(), self.load_limits())?;
@@ -549,15 +654,17 @@ impl Plugin {
     }
 
     /// What the component imports (all satisfied by the empty sandbox).
-    pub fn imports(&self) -> Vec<String> {
-        let component = match &self.pre {
+    pub fn imports(&self) -> Result<Vec<String>, PluginFailure> {
+        let pre = self.pre()?;
+        let component = match &*pre {
             Pre::V0_1(pre) => pre.instance_pre().component(),
             Pre::V0_2(pre) => pre.instance_pre().component(),
         };
         let ty = component.component_type();
-        ty.imports(engine())
+        Ok(ty
+            .imports(engine())
             .map(|(name, _)| name.to_string())
-            .collect()
+            .collect())
     }
 
     fn call_info(&self) -> Result<(Vec<Algorithm>, PluginInfo), PluginFailure> {
@@ -604,7 +711,8 @@ impl Plugin {
         );
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(deadline_ticks(call_limits.time));
-        let instance = match &self.pre {
+        let pre = self.pre()?;
+        let instance = match &*pre {
             Pre::V0_1(pre) => pre.instantiate(&mut store).map(|p| {
                 let head = v0_1::Head {
                     method: head.method,

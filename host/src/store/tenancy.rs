@@ -47,6 +47,9 @@ pub struct ManagedEndpoint {
     pub spec: String,
     /// The destination's signing secret, sealed.
     pub destination_sealed: Option<Vec<u8>>,
+    /// Its plugin's configuration check, as answered for one plugin digest (JSON; see
+    /// `tenancy::CheckedFacts`).
+    pub facts: Option<String>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
 }
@@ -168,7 +171,7 @@ impl Store {
         tenant: Option<&str>,
     ) -> Result<Vec<ManagedEndpoint>, StoreError> {
         const SQL: &str =
-            "SELECT id, tenant, spec, destination_sealed, created_at_ms, updated_at_ms
+            "SELECT id, tenant, spec, destination_sealed, facts, created_at_ms, updated_at_ms
                            FROM managed_endpoints WHERE ($1 IS NULL OR tenant = $1) ORDER BY id";
         Ok(on_pool!(self, reads, pool => {
             sqlx::query_as(SQL).bind(tenant).fetch_all(pool).await?
@@ -183,8 +186,8 @@ impl Store {
         secret: &SealedSecret,
     ) -> Result<bool, StoreError> {
         const SQL: &str =
-            "INSERT INTO managed_endpoints (id, tenant, spec, destination_sealed, created_at_ms, updated_at_ms)
-                           VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING";
+            "INSERT INTO managed_endpoints (id, tenant, spec, destination_sealed, facts, created_at_ms, updated_at_ms)
+                           VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
             let created = sqlx::query(SQL)
@@ -192,6 +195,7 @@ impl Store {
                 .bind(&endpoint.tenant)
                 .bind(&endpoint.spec)
                 .bind(&endpoint.destination_sealed)
+                .bind(&endpoint.facts)
                 .bind(endpoint.created_at_ms)
                 .bind(endpoint.updated_at_ms)
                 .execute(&mut *tx)
@@ -211,7 +215,7 @@ impl Store {
     /// has no such endpoint.
     pub async fn update_endpoint(&self, endpoint: &ManagedEndpoint) -> Result<bool, StoreError> {
         const SQL: &str =
-            "UPDATE managed_endpoints SET spec = $3, destination_sealed = $4, updated_at_ms = $5
+            "UPDATE managed_endpoints SET spec = $3, destination_sealed = $4, facts = $5, updated_at_ms = $6
                            WHERE id = $1 AND tenant = $2";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
@@ -220,6 +224,7 @@ impl Store {
                 .bind(&endpoint.tenant)
                 .bind(&endpoint.spec)
                 .bind(&endpoint.destination_sealed)
+                .bind(&endpoint.facts)
                 .bind(endpoint.updated_at_ms);
             if query.execute(&mut *tx).await?.rows_affected() == 0 {
                 return Ok(false);
@@ -291,11 +296,17 @@ impl Store {
         }))
     }
 
-    /// Keep an uploaded plugin; `false` when the tenant already has these bytes.
-    pub async fn add_plugin(&self, plugin: &TenantPlugin, wasm: &[u8]) -> Result<bool, StoreError> {
+    /// Keep an uploaded plugin with what it said of itself (`described`, JSON);
+    /// `false` when the tenant already has these bytes.
+    pub async fn add_plugin(
+        &self,
+        plugin: &TenantPlugin,
+        wasm: &[u8],
+        described: &str,
+    ) -> Result<bool, StoreError> {
         const SQL: &str =
-            "INSERT INTO tenant_plugins (tenant, digest, name, version, size, wasm, created_at_ms)
-                           VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
+            "INSERT INTO tenant_plugins (tenant, digest, name, version, size, wasm, created_at_ms, described)
+                           VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
         Ok(on_pool!(self, writes, pool => {
             sqlx::query(SQL)
                 .bind(&plugin.tenant)
@@ -305,6 +316,7 @@ impl Store {
                 .bind(plugin.size)
                 .bind(wasm)
                 .bind(plugin.created_at_ms)
+                .bind(described)
                 .execute(pool)
                 .await?
                 .rows_affected() == 1
@@ -318,6 +330,36 @@ impl Store {
         Ok(on_pool!(self, reads, pool => {
             sqlx::query_as(SQL).bind(tenant).fetch_all(pool).await?
         }))
+    }
+
+    /// What an uploaded plugin said of itself (JSON; `None` inside when it was
+    /// uploaded before that was kept) and its size; `None` when the tenant has no such
+    /// plugin.
+    pub async fn plugin_described(
+        &self,
+        tenant: &str,
+        digest: &str,
+    ) -> Result<Option<(Option<String>, i64)>, StoreError> {
+        const SQL: &str =
+            "SELECT described, size FROM tenant_plugins WHERE tenant = $1 AND digest = $2";
+        Ok(on_pool!(self, reads, pool => {
+            sqlx::query_as(SQL).bind(tenant).bind(digest).fetch_optional(pool).await?
+        }))
+    }
+
+    /// Fill in what a plugin uploaded before it was kept says of itself.
+    pub async fn set_plugin_described(
+        &self,
+        tenant: &str,
+        digest: &str,
+        described: &str,
+    ) -> Result<(), StoreError> {
+        const SQL: &str = "UPDATE tenant_plugins SET described = $3
+                           WHERE tenant = $1 AND digest = $2 AND described IS NULL";
+        on_pool!(self, writes, pool => {
+            sqlx::query(SQL).bind(tenant).bind(digest).bind(described).execute(pool).await?
+        });
+        Ok(())
     }
 
     /// An uploaded plugin's bytes.
