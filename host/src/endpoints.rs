@@ -6,9 +6,9 @@
 
 use crate::config::EndpointConfig;
 use crate::plugins::{Catalog, Plugin};
-use hookhost_plugin_sdk::EndpointFacts;
 use crate::verify::{Key, decode_key};
 use crate::worker::{Destination, HttpDestination};
+use hookhost_plugin_sdk::EndpointFacts;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;

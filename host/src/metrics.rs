@@ -307,25 +307,25 @@ impl Metrics {
         let registry = &mut self.registry;
         registered(
             registry,
-            "hookhost_uploaded_plugin_loads",
+            "uploaded_plugin_loads",
             "Uploaded plugins' code loaded (from the disk cache or compiled) on first use",
             residency.loads.clone(),
         );
         registered(
             registry,
-            "hookhost_uploaded_plugin_evictions",
+            "uploaded_plugin_evictions",
             "Uploaded plugins' code dropped to stay within resident_plugin_bytes",
             residency.evictions.clone(),
         );
         registered(
             registry,
-            "hookhost_uploaded_plugin_resident_bytes",
+            "uploaded_plugin_resident_bytes",
             "Bytes of uploaded plugins' compiled code loaded now",
             residency.resident_bytes.clone(),
         );
         registered(
             registry,
-            "hookhost_uploaded_plugins_resident",
+            "uploaded_plugins_resident",
             "Uploaded plugins whose code is loaded now",
             residency.resident_plugins.clone(),
         );

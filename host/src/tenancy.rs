@@ -501,8 +501,7 @@ fn build(
 /// so loading it again maps it instead of compiling.
 #[derive(Debug)]
 pub struct Uploaded {
-    plugins:
-        std::sync::RwLock<std::collections::HashMap<(String, String), Arc<Plugin>>>,
+    plugins: std::sync::RwLock<std::collections::HashMap<(String, String), Arc<Plugin>>>,
     pub residency: Arc<Residency>,
 }
 
@@ -1321,9 +1320,9 @@ async fn upload_plugin(
         wasm.clone(),
     );
     let plugin = tokio::task::spawn_blocking(move || Plugin::load(&bytes, origin, limits))
-            .await
-            .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed", None))?
-            .map_err(|e| invalid("invalid_plugin", e.to_string()))?;
+        .await
+        .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed", None))?
+        .map_err(|e| invalid("invalid_plugin", e.to_string()))?;
     let plugin = Arc::new(plugin);
     let (judging, vectors) = (plugin.clone(), body.vectors);
     let judged = api

@@ -1005,6 +1005,135 @@ async fn a_tenant_uploads_a_plugin_that_proves_itself_and_pins_it_by_digest() {
     }
 }
 
+/// The uploaded-plugin figures of `/metrics`: (loads, evictions, plugins resident).
+async fn residency(admin: SocketAddr) -> (f64, f64, f64) {
+    use crate::operations::{ADMIN_TOKEN, get, value};
+    let (status, text) = get(admin, "/metrics", Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200, "{text}");
+    let sample = |name: &str| value(&text, name).unwrap_or_else(|| panic!("no {name} in:\n{text}"));
+    (
+        sample("hookhost_uploaded_plugin_loads_total"),
+        sample("hookhost_uploaded_plugin_evictions_total"),
+        sample("hookhost_uploaded_plugins_resident"),
+    )
+}
+
+/// POST guest events to each endpoint in turn; each is stored with the type its
+/// plugin gives.
+async fn post_guests(server: &Server, round: &str, turns: &[(&str, &str)]) {
+    let body = br#"{"n":1}"#.to_vec();
+    for (n, (endpoint, event_type)) in turns.iter().enumerate() {
+        let id = format!("evt_{round}_{n}");
+        let answer = server
+            .post(endpoint, &guest_headers("s", &id, &body), body.clone())
+            .await;
+        assert_eq!(answer.0, 200, "{endpoint}: {answer:?}");
+        assert_eq!(server.receipt(endpoint, &id).await.event_type, *event_type);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploaded_plugins_load_on_first_use_and_leave_when_the_budget_needs_room() {
+    // A budget of one byte: one uploaded plugin's code is loaded at a time.
+    let server = Server::start(&config_with("resident_plugin_bytes = 1\n")).await;
+    let addr = api(&server).await;
+    let acme = tenant(addr, "acme").await;
+    let mut digests = Vec::new();
+    for (name, event_type) in [("hostile", "test.event"), ("contract_v0_1", "legacy.event")] {
+        let wasm = std::fs::read(guest(name)).expect("a test guest");
+        let upload = json!({"wasm_base64": b64(&wasm), "vectors": [guest_vector(event_type)]});
+        let (status, uploaded) = call(addr, "POST", "/v1/plugins", &acme, upload).await;
+        assert_eq!(status, 201, "{uploaded}");
+        digests.push(uploaded["digest"].as_str().expect("digest").to_string());
+    }
+    for (name, digest) in ["a", "b"].into_iter().zip(&digests) {
+        let new = json!({"name": name, "plugin": digest, "secret": "s"});
+        let created = call(addr, "POST", "/v1/endpoints", &acme, new).await;
+        assert_eq!(created.0, 201, "{created:?}");
+    }
+    // Creating "a" checked its configuration with a's plugin, so a's code is loaded
+    // (b's plugin speaks contract 0.1, which has no configuration check).
+    let admin = crate::operations::admin(&server).await;
+    assert_eq!(residency(admin).await, (1.0, 0.0, 1.0));
+    // Each request needs the code the one before pushed out.
+    let turns = [
+        ("acme.b", "legacy.event"),
+        ("acme.a", "test.event"),
+        ("acme.b", "legacy.event"),
+        ("acme.a", "test.event"),
+    ];
+    post_guests(&server, "tight", &turns).await;
+    assert_eq!(
+        residency(admin).await,
+        (5.0, 4.0, 1.0),
+        "(loads, evictions, resident)"
+    );
+
+    // Restarted with the default budget: the endpoints are served before any plugin
+    // code is loaded (the configuration checks were kept with them); each plugin
+    // loads on its first request, then stays.
+    let server = server.restart(&config()).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.app.endpoints.get("acme.b").is_none() {
+        assert!(Instant::now() < deadline, "tenant endpoints not loaded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let admin = crate::operations::admin(&server).await;
+    assert_eq!(residency(admin).await, (0.0, 0.0, 0.0));
+    post_guests(&server, "roomy", &turns).await;
+    assert_eq!(residency(admin).await, (2.0, 0.0, 2.0));
+
+    // When the disk cache has lost a plugin's compiled code, loading it reads the
+    // component from the store (on a plugin thread) and compiles it again. A copy of
+    // the guest with a section naming this run is a component no other test has.
+    let Some(cache) = hookhost::plugins::code_cache_dir() else {
+        return; // compiled-plugin cache switched off: every load compiles
+    };
+    let addr = api(&server).await;
+    let tag = format!("{}-{}", std::process::id(), now());
+    let wasm = with_custom_section(&std::fs::read(guest("hostile")).expect("guest"), &tag);
+    let upload = json!({"wasm_base64": b64(&wasm), "vectors": [guest_vector("test.event")]});
+    let (status, uploaded) = call(addr, "POST", "/v1/plugins", &acme, upload).await;
+    assert_eq!(status, 201, "{uploaded}");
+    let digest = uploaded["digest"].as_str().expect("digest").to_string();
+    let compiled = |digest: &str| -> Vec<std::path::PathBuf> {
+        let hex = digest.trim_start_matches("sha256:");
+        std::fs::read_dir(cache)
+            .expect("cache dir")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                let name = p.file_name().unwrap_or_default().to_string_lossy();
+                name.starts_with(hex) && name.ends_with(".cwasm")
+            })
+            .collect()
+    };
+    let cached = compiled(&digest);
+    assert_eq!(
+        cached.len(),
+        1,
+        "accepting the upload cached its compiled code"
+    );
+    std::fs::remove_file(&cached[0]).expect("remove the cached code");
+    let new = json!({"name": "c", "plugin": digest, "secret": "s"});
+    let created = call(addr, "POST", "/v1/endpoints", &acme, new).await;
+    assert_eq!(created.0, 201, "{created:?}");
+    post_guests(&server, "recompiled", &[("acme.c", "test.event")]).await;
+    assert_eq!(compiled(&digest).len(), 1, "compiled and cached again");
+    assert_eq!(residency(admin).await, (3.0, 0.0, 3.0));
+}
+
+/// `wasm` with a custom section holding `tag` appended: the same code, another digest.
+fn with_custom_section(wasm: &[u8], tag: &str) -> Vec<u8> {
+    let name = b"hookhost-test";
+    let size = 1 + name.len() + tag.len();
+    assert!(size < 128, "one-byte LEB128 sizes only");
+    let mut out = wasm.to_vec();
+    out.extend([0, size as u8, name.len() as u8]);
+    out.extend(name);
+    out.extend(tag.as_bytes());
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_listener_serves_the_tenant_api_beside_the_admin_api() {
     let free = || {

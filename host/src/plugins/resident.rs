@@ -74,7 +74,8 @@ impl Residency {
             });
             live.push(newcomer.clone());
             *loaded = live.iter().map(Arc::downgrade).collect();
-            self.resident_bytes.set(i64::try_from(total).unwrap_or(i64::MAX));
+            self.resident_bytes
+                .set(i64::try_from(total).unwrap_or(i64::MAX));
             self.resident_plugins
                 .set(i64::try_from(live.len()).unwrap_or(i64::MAX));
             victims
@@ -152,7 +153,9 @@ impl LazyCode {
             }
         };
         let image = component.image_range();
-        let size = (image.end as usize).saturating_sub(image.start as usize).max(1);
+        let size = (image.end as usize)
+            .saturating_sub(image.start as usize)
+            .max(1);
         let (contract, pre) = prepare(&component)?;
         if !contract.ends_with(self.contract) {
             return Err(format!(

@@ -157,7 +157,7 @@ impl std::fmt::Debug for Plugin {
     }
 }
 
-struct State {
+pub(super) struct State {
     wasi: WasiCtx,
     table: ResourceTable,
     limits: StoreLimits,
@@ -214,6 +214,12 @@ pub(super) struct CodeCache {
     dir: PathBuf,
     /// The engine's `precompile_compatibility_hash`, hex.
     engine_key: String,
+}
+
+/// The directory compiled plugins are cached in (`*.cwasm`, named by the component's
+/// SHA-256 first), when there is one.
+pub fn code_cache_dir() -> Option<&'static Path> {
+    code_cache().map(|cache| cache.dir.as_path())
 }
 
 pub(super) fn code_cache() -> Option<&'static CodeCache> {

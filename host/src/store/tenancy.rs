@@ -357,7 +357,7 @@ impl Store {
         const SQL: &str = "UPDATE tenant_plugins SET described = $3
                            WHERE tenant = $1 AND digest = $2 AND described IS NULL";
         on_pool!(self, writes, pool => {
-            sqlx::query(SQL).bind(tenant).bind(digest).bind(described).execute(pool).await?
+            sqlx::query(SQL).bind(tenant).bind(digest).bind(described).execute(pool).await?;
         });
         Ok(())
     }
