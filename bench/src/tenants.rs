@@ -7,10 +7,10 @@
 //! memory and its load and eviction counts are printed.
 
 use crate::{load, usage};
-use hookhost::config;
 use anyhow::{Context as _, bail};
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
+use hookhost::config;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use serde_json::{Value, json};
@@ -131,7 +131,12 @@ pub async fn restart(binary: &Path, dir: &Path, n: usize, resident: usize) -> an
     // Once more, every endpoint: within the budget, nothing loads again.
     let again = Instant::now();
     for i in 0..n {
-        let status = signed_post(second.addr, &format!("bench.e{i}"), &format!("evt_again_{i}")).await?;
+        let status = signed_post(
+            second.addr,
+            &format!("bench.e{i}"),
+            &format!("evt_again_{i}"),
+        )
+        .await?;
         if status != 200 {
             bail!("bench.e{i} answered {status} on the second round");
         }
@@ -155,7 +160,11 @@ pub async fn restart(binary: &Path, dir: &Path, n: usize, resident: usize) -> an
         sample(&metrics, "hookhost_uploaded_plugin_loads_total"),
         sample(&metrics, "hookhost_uploaded_plugin_evictions_total"),
         sample(&metrics, "hookhost_uploaded_plugins_resident"),
-        usage::mib(sample(&metrics, "hookhost_uploaded_plugin_resident_bytes").parse().unwrap_or(0)),
+        usage::mib(
+            sample(&metrics, "hookhost_uploaded_plugin_resident_bytes")
+                .parse()
+                .unwrap_or(0)
+        ),
     );
     Ok(())
 }
