@@ -1,9 +1,11 @@
 //! The edge between generated bindings and the SDK's plain types.
 
+use crate::bindings::exports::hookhost::provider::reconcile as pull;
 use crate::bindings::hookhost::provider::types as wit;
 use crate::{
-    Algorithm, ConfigError, Disposition, EndpointFacts, Event, Handshake, HandshakeCheck,
-    KeyFormat, Part, Plan, Provider, Rejection, Request, Response, ResponsePart,
+    Algorithm, Answer, ConfigError, Disposition, EndpointFacts, Event, Handshake, HandshakeCheck,
+    KeyFormat, Part, Plan, Provider, Rejection, Request, RequestPlan, Response, ResponsePart,
+    StoredEvent,
 };
 use std::marker::PhantomData;
 
@@ -61,6 +63,93 @@ impl<P: Provider> crate::bindings::exports::hookhost::provider::plugin::Guest fo
             },
             response: response(r),
         })
+    }
+}
+
+impl<P: Provider> crate::bindings::exports::hookhost::provider::reconcile::Guest for Adapter<P> {
+    fn reconcile_info(config: String) -> Option<pull::PullInfo> {
+        let info = P::reconcile_info(&parse_config(&config).ok()?)?;
+        Some(pull::PullInfo {
+            hosts: info.hosts,
+            api_base: info.api_base,
+            lists_events: info.lists_events,
+            fetches_objects: info.fetches_objects,
+        })
+    }
+
+    fn reconcile_request(
+        config: String,
+        since: i64,
+        cursor: Option<String>,
+    ) -> Result<pull::RequestPlan, String> {
+        P::reconcile_request(&parse_config(&config)?, since, cursor.as_deref()).map(request_plan)
+    }
+
+    fn reconcile_page(config: String, answer: pull::Answer) -> Result<pull::Page, String> {
+        let page = P::reconcile_page(&parse_config(&config)?, &from_answer(answer))?;
+        let events = page
+            .events
+            .into_iter()
+            .map(|remote| {
+                let e = remote.event;
+                let id =
+                    e.id.ok_or_else(|| format!("a listed {} event has no id", e.event_type))?;
+                Ok(pull::RemoteEvent {
+                    id,
+                    event_type: e.event_type,
+                    occurred_at: e.occurred_at,
+                    resource_kind: e.resource_kind,
+                    resource_id: e.resource_id,
+                    resource_version: e.resource_version,
+                    deleted: e.deleted,
+                    body: remote.body,
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(pull::Page {
+            events,
+            next_cursor: page.next_cursor,
+        })
+    }
+
+    fn fetch_request(config: String, event: pull::StoredEvent) -> Option<pull::RequestPlan> {
+        let event = StoredEvent {
+            id: event.id,
+            event_type: event.event_type,
+            resource_kind: event.resource_kind,
+            resource_id: event.resource_id,
+            body: event.body,
+        };
+        P::fetch_request(&parse_config(&config).ok()?, &event).map(request_plan)
+    }
+
+    fn fetch_result(config: String, answer: pull::Answer) -> Result<pull::Fetched, String> {
+        let fetched = P::fetch_result(&parse_config(&config)?, &from_answer(answer))?;
+        Ok(pull::Fetched {
+            resource_version: fetched.resource_version,
+            body: fetched.body,
+        })
+    }
+}
+
+fn request_plan(plan: RequestPlan) -> pull::RequestPlan {
+    pull::RequestPlan {
+        method: plan.method,
+        target: plan.target,
+        headers: plan.headers,
+        body: plan.body,
+    }
+}
+
+fn from_answer(answer: pull::Answer) -> Answer {
+    Answer {
+        status: answer.status,
+        headers: answer
+            .headers
+            .into_iter()
+            .map(|h| (h.name, h.value))
+            .collect(),
+        body: answer.body,
     }
 }
 

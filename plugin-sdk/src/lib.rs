@@ -21,12 +21,14 @@
 mod adapter;
 pub mod decode;
 pub mod json;
+mod reconcile;
 mod request;
 pub mod testing;
 mod types;
 
 pub use adapter::Adapter;
 pub use json::Json;
+pub use reconcile::*;
 pub use request::Request;
 pub use types::*;
 
@@ -39,7 +41,7 @@ pub use serde_json;
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "provider",
+        world: "reconciling-provider",
         pub_export_macro: true,
         export_macro_name: "__export_provider_world",
         default_bindings_module: "hookhost_plugin_sdk::bindings",
@@ -69,6 +71,38 @@ pub trait Provider {
     fn handshake(req: &Request) -> Option<Handshake> {
         let _ = req;
         None
+    }
+    /// What this endpoint's configuration lets the plugin pull from the provider's
+    /// API (see [`ReconcileInfo`]); the default pulls nothing.
+    fn reconcile_info(config: &serde_json::Value) -> Option<ReconcileInfo> {
+        let _ = config;
+        None
+    }
+    /// The request for one page of events created at or after `since` (unix
+    /// seconds), continuing after `cursor`.
+    fn reconcile_request(
+        config: &serde_json::Value,
+        since: i64,
+        cursor: Option<&str>,
+    ) -> Result<RequestPlan, String> {
+        let _ = (config, since, cursor);
+        Err("this plugin does not list events".into())
+    }
+    /// Read one page of the provider's list.
+    fn reconcile_page(config: &serde_json::Value, answer: &Answer) -> Result<Page, String> {
+        let _ = (config, answer);
+        Err("this plugin does not list events".into())
+    }
+    /// The request for a thin event's current object; `None` when the event is
+    /// complete as sent.
+    fn fetch_request(config: &serde_json::Value, event: &StoredEvent) -> Option<RequestPlan> {
+        let _ = (config, event);
+        None
+    }
+    /// Read a fetched object.
+    fn fetch_result(config: &serde_json::Value, answer: &Answer) -> Result<Fetched, String> {
+        let _ = (config, answer);
+        Err("this plugin does not fetch objects".into())
     }
 }
 

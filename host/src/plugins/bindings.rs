@@ -273,3 +273,73 @@ pub fn rejection_size(rejection: &wit::Rejection) -> usize {
     };
 }
 use conversions;
+
+/// The optional `reconcile` interface of contract 0.2.0 (world `reconciling-provider`):
+/// looked up in a component beside `plugin`, and called only when it is there.
+pub mod pull {
+    use super::sdk;
+
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "reconciling-provider",
+    });
+
+    use exports::hookhost::provider::reconcile as wit;
+    pub use wit::{Guest, GuestIndices};
+
+    pub fn info(info: wit::PullInfo) -> sdk::ReconcileInfo {
+        sdk::ReconcileInfo {
+            hosts: info.hosts,
+            api_base: info.api_base,
+            lists_events: info.lists_events,
+            fetches_objects: info.fetches_objects,
+        }
+    }
+
+    pub fn plan(plan: wit::RequestPlan) -> sdk::RequestPlan {
+        sdk::RequestPlan {
+            method: plan.method,
+            target: plan.target,
+            headers: plan.headers,
+            body: plan.body,
+        }
+    }
+
+    pub fn answer(answer: &sdk::Answer) -> wit::Answer {
+        wit::Answer {
+            status: answer.status,
+            headers: answer
+                .headers
+                .iter()
+                .map(|(name, value)| hookhost::provider::types::Header {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            body: answer.body.clone(),
+        }
+    }
+
+    pub fn page(page: wit::Page) -> sdk::Page {
+        sdk::Page {
+            events: page
+                .events
+                .into_iter()
+                .map(|e| sdk::RemoteEvent {
+                    event: sdk::Event {
+                        id: Some(e.id),
+                        event_type: e.event_type,
+                        occurred_at: e.occurred_at,
+                        resource_kind: e.resource_kind,
+                        resource_id: e.resource_id,
+                        resource_version: e.resource_version,
+                        deleted: e.deleted,
+                        disposition: sdk::Disposition::Process,
+                    },
+                    body: e.body,
+                })
+                .collect(),
+            next_cursor: page.next_cursor,
+        }
+    }
+}

@@ -5,7 +5,8 @@ use super::resident::{Fetch, LazyCode, Residency};
 use super::stderr::CappedOutput;
 use crate::verify::MessageSource;
 use hookhost_plugin_sdk::{
-    Algorithm, ConfigError, EndpointFacts, Event, Handshake, Plan, PluginInfo, Rejection,
+    Algorithm, Answer, ConfigError, EndpointFacts, Event, Handshake, Page, Plan, PluginInfo,
+    ReconcileInfo, Rejection, RequestPlan,
 };
 use sha2::{Digest as _, Sha256};
 use std::collections::{BTreeMap, HashMap};
@@ -688,11 +689,8 @@ impl Plugin {
         }
     }
 
-    fn instantiate(
-        &self,
-        head: HeadData,
-        call_limits: PluginLimits,
-    ) -> Result<(Store<State>, Instance), PluginFailure> {
+    /// A fresh store: an empty sandbox, bounded memory, the call's deadline.
+    fn new_store(&self, call_limits: PluginLimits) -> Store<State> {
         let stderr = CappedOutput::new(STDERR_LOGGED);
         let wasi = WasiCtxBuilder::new()
             .stderr(stderr.clone())
@@ -717,6 +715,15 @@ impl Plugin {
         );
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(deadline_ticks(call_limits.time));
+        store
+    }
+
+    fn instantiate(
+        &self,
+        head: HeadData,
+        call_limits: PluginLimits,
+    ) -> Result<(Store<State>, Instance), PluginFailure> {
+        let mut store = self.new_store(call_limits);
         let pre = self.pre()?;
         let instance = match &*pre {
             Pre::V0_1(pre) => pre.instantiate(&mut store).map(|p| {
@@ -748,6 +755,66 @@ impl Plugin {
         }
         .map_err(|e| classify(e, "instantiate"))?;
         Ok((store, instance))
+    }
+
+    /// One call of the optional `reconcile` interface, in a fresh instance (as every
+    /// call): `None` when the component does not export it. Reconciliation runs in the
+    /// background, so its calls get the load-time limit, and the memory limit alone
+    /// bounds a page's size.
+    fn pull<T>(
+        &self,
+        call: impl FnOnce(&bindings::pull::Guest, &mut Store<State>) -> wasmtime::Result<T>,
+    ) -> Result<Option<T>, PluginFailure> {
+        let pre = self.pre()?;
+        let Pre::V0_2(provider) = &*pre else {
+            return Ok(None);
+        };
+        let instance_pre = provider.instance_pre();
+        let Ok(indices) = bindings::pull::GuestIndices::new(instance_pre) else {
+            return Ok(None);
+        };
+        let limits = self.load_limits();
+        let mut store = self.new_store(limits);
+        let instance = instance_pre
+            .instantiate(&mut store)
+            .map_err(|e| classify(e, "instantiate"))?;
+        let guest = indices
+            .load(&mut store, &instance)
+            .map_err(|e| classify(e, "instantiate"))?;
+        guarded(&mut store, limits, |s| call(&guest, s)).map(Some)
+    }
+
+    /// What this endpoint's configuration lets the plugin pull from the provider's
+    /// API; `None` when it pulls nothing (or the plugin cannot).
+    pub fn reconcile_info(&self, config: &str) -> Result<Option<ReconcileInfo>, PluginFailure> {
+        Ok(self
+            .pull(|guest, store| guest.call_reconcile_info(store, config))?
+            .flatten()
+            .map(bindings::pull::info))
+    }
+
+    /// The request for one page of the provider's events.
+    pub fn reconcile_request(
+        &self,
+        config: &str,
+        since: i64,
+        cursor: Option<&str>,
+    ) -> Result<Result<RequestPlan, String>, PluginFailure> {
+        self.pull(|guest, store| guest.call_reconcile_request(store, config, since, cursor))?
+            .map(|answer| answer.map(bindings::pull::plan))
+            .ok_or_else(not_pulling)
+    }
+
+    /// Read one page of the provider's events.
+    pub fn reconcile_page(
+        &self,
+        config: &str,
+        answer: &Answer,
+    ) -> Result<Result<Page, String>, PluginFailure> {
+        let answer = bindings::pull::answer(answer);
+        self.pull(|guest, store| guest.call_reconcile_page(store, config, &answer))?
+            .map(|page| page.map(bindings::pull::page))
+            .ok_or_else(not_pulling)
     }
 
     /// Count this plugin's calls in `calls` from now on (the first server's metrics to
@@ -809,6 +876,10 @@ fn deadline_ticks(time: Duration) -> u64 {
 }
 
 /// Run one export call under the time limit and classify any failure.
+fn not_pulling() -> PluginFailure {
+    PluginFailure::Instantiate("the plugin does not export hookhost:provider/reconcile".into())
+}
+
 fn guarded<T>(
     store: &mut Store<State>,
     limits: PluginLimits,

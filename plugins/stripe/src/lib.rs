@@ -6,9 +6,12 @@
 //! The event id, type and object live in the body (`id`, `type`, `data.object`).
 
 use hookhost_plugin_sdk::{
-    Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
-    decode,
+    Algorithm, Answer, Candidate, Event, Json, KeyFormat, Page, Part, Plan, PluginInfo, Provider,
+    ReconcileInfo, Rejection, RemoteEvent, Request, RequestPlan, decode, serde_json,
 };
+
+/// Events per page of `GET /v1/events` (Stripe's maximum).
+const PAGE: u32 = 100;
 
 pub struct Stripe;
 
@@ -56,23 +59,87 @@ impl Provider for Stripe {
     }
 
     fn describe_event(req: &Request) -> Result<Event, Rejection> {
-        let body = req.json()?;
-        let id = body.required_str("/id")?;
-        let event_type = body.required_str("/type")?;
-        let created = body.i64("/created");
-        let mut event = Event::new(event_type.as_ref()).id(id).occurred_at(created);
-        if let (Some(kind), Some(object_id)) =
-            (body.str("/data/object/object"), body.str("/data/object/id"))
-        {
-            // Stripe objects carry no version number; the event's creation time orders
-            // the states Stripe sends for one object.
-            event = event
-                .resource(kind, object_id)
-                .version(created.and_then(|c| u64::try_from(c).ok()))
-                .deleted(event_type.ends_with(".deleted"));
-        }
-        Ok(event)
+        describe(&req.json()?)
     }
+
+    /// Stripe's API lists the events of the last 30 days, newest first, each exactly
+    /// as a push carries it: `GET /v1/events?created[gte]=…&limit=100`, then
+    /// `starting_after=<the last id>` while `has_more`.
+    fn reconcile_info(_config: &serde_json::Value) -> Option<ReconcileInfo> {
+        Some(ReconcileInfo {
+            hosts: vec!["api.stripe.com".into()],
+            api_base: "https://api.stripe.com".into(),
+            lists_events: true,
+            fetches_objects: false,
+        })
+    }
+
+    fn reconcile_request(
+        _config: &serde_json::Value,
+        since: i64,
+        cursor: Option<&str>,
+    ) -> Result<RequestPlan, String> {
+        let mut target = format!("/v1/events?created%5Bgte%5D={since}&limit={PAGE}");
+        if let Some(after) = cursor {
+            if !after
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
+                return Err(format!("cursor {after:?} is not a Stripe event id"));
+            }
+            target.push_str("&starting_after=");
+            target.push_str(after);
+        }
+        Ok(RequestPlan::get(target).header("stripe-version", "2024-06-20"))
+    }
+
+    fn reconcile_page(_config: &serde_json::Value, answer: &Answer) -> Result<Page, String> {
+        let list = Json::parse(&answer.body).map_err(|e| format!("events list: {e:?}"))?;
+        let count = list
+            .get("/data")
+            .and_then(|data| data.as_array().map(Vec::len))
+            .ok_or("events list: no data array")?;
+        let mut events = Vec::with_capacity(count);
+        for i in 0..count {
+            let raw = list
+                .raw(&format!("/data/{i}"))
+                .ok_or_else(|| format!("events list: no data/{i}"))?;
+            let item = Json::parse(raw.as_bytes()).map_err(|e| format!("data/{i}: {e:?}"))?;
+            let event = describe(&item).map_err(|e| format!("data/{i}: {e:?}"))?;
+            events.push(RemoteEvent {
+                event,
+                body: raw.as_bytes().to_vec(),
+            });
+        }
+        let has_more = list.raw("/has_more") == Some("true");
+        let next_cursor = match (has_more, events.last()) {
+            (true, Some(last)) => last.event.id.clone(),
+            _ => None,
+        };
+        Ok(Page {
+            events,
+            next_cursor,
+        })
+    }
+}
+
+/// The event a Stripe event object describes (pushed, or listed by the API).
+fn describe(body: &Json) -> Result<Event, Rejection> {
+    let id = body.required_str("/id")?;
+    let event_type = body.required_str("/type")?;
+    let created = body.i64("/created");
+    let mut event = Event::new(event_type.as_ref()).id(id).occurred_at(created);
+    if let (Some(kind), Some(object_id)) =
+        (body.str("/data/object/object"), body.str("/data/object/id"))
+    {
+        // Stripe objects carry no version number; the event's creation time orders
+        // the states Stripe sends for one object.
+        event = event
+            .resource(kind, object_id)
+            .version(created.and_then(|c| u64::try_from(c).ok()))
+            .deleted(event_type.ends_with(".deleted"));
+    }
+    Ok(event)
 }
 
 hookhost_plugin_sdk::export_provider!(Stripe);
@@ -102,6 +169,50 @@ mod tests {
             .map(|c| c.signature.clone())
             .collect();
         assert_eq!(sigs, vec![vec![0x00, 0xff], vec![0x01, 0x02]]);
+    }
+
+    #[test]
+    fn reconciliation_pages_through_the_events_list_after_the_last_id() {
+        let config = serde_json::json!({});
+        let first = Stripe::reconcile_request(&config, 1_700_000_000, None).expect("plan");
+        assert_eq!(
+            (first.method.as_str(), first.target.as_str()),
+            ("GET", "/v1/events?created%5Bgte%5D=1700000000&limit=100")
+        );
+        let next = Stripe::reconcile_request(&config, 1_700_000_000, Some("evt_2")).expect("plan");
+        assert!(
+            next.target.ends_with("&starting_after=evt_2"),
+            "{}",
+            next.target
+        );
+        assert!(Stripe::reconcile_request(&config, 0, Some("evt&x=1")).is_err());
+
+        let event = |id: &str, t: i64| {
+            format!(
+                r#"{{"id":"{id}","object":"event","type":"invoice.paid","created":{t},"data":{{"object":{{"id":"in_1","object":"invoice"}}}}}}"#
+            )
+        };
+        let body = format!(
+            r#"{{"object":"list","data":[{},{}],"has_more":true,"url":"/v1/events"}}"#,
+            event("evt_3", 30),
+            event("evt_2", 20)
+        );
+        let answer = Answer {
+            status: 200,
+            headers: Vec::new(),
+            body: body.into_bytes(),
+        };
+        let page = Stripe::reconcile_page(&config, &answer).expect("page");
+        assert_eq!(page.next_cursor.as_deref(), Some("evt_2"));
+        assert_eq!(page.events.len(), 2);
+        assert_eq!(page.events[0].body, event("evt_3", 30).into_bytes());
+        assert_eq!(page.events[0].event.id.as_deref(), Some("evt_3"));
+        assert_eq!(page.events[1].event.resource_version, Some(20));
+        let last = Answer {
+            body: br#"{"object":"list","data":[],"has_more":false}"#.to_vec(),
+            ..answer
+        };
+        assert_eq!(Stripe::reconcile_page(&config, &last), Ok(Page::default()));
     }
 
     #[test]

@@ -10,13 +10,17 @@
 //! type), `remember` (keeps state in globals and reports it as the event type: calls
 //! made in this instance and the event id a previous request left behind); and two
 //! well-behaved answers: `reject` and `ignore` dispositions.
+//!
+//! Reconciliation: it lists one event per run, `evt_echo`, whose body is everything the
+//! plugin was given (configuration, the answer's status, headers and body), so a test
+//! can see what reached it. `{"reconcile_target": URL}` makes it aim its request there.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use hookhost_plugin_sdk::{
-    Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
-    decode,
+    Algorithm, Answer, Candidate, Event, KeyFormat, Page, Part, Plan, PluginInfo, Provider,
+    ReconcileInfo, Rejection, RemoteEvent, Request, RequestPlan, decode, serde_json,
 };
 
 pub struct Hostile;
@@ -149,6 +153,48 @@ impl Provider for Hostile {
             Some("reject") => event.reject("test guest refuses this event"),
             Some("ignore") => event.ignore("filtered_by_test"),
             _ => event,
+        })
+    }
+
+    fn reconcile_info(_config: &serde_json::Value) -> Option<ReconcileInfo> {
+        Some(ReconcileInfo {
+            hosts: vec!["api.hostile.test".into()],
+            api_base: "https://api.hostile.test".into(),
+            lists_events: true,
+            fetches_objects: false,
+        })
+    }
+
+    fn reconcile_request(
+        config: &serde_json::Value,
+        since: i64,
+        _cursor: Option<&str>,
+    ) -> Result<RequestPlan, String> {
+        let target = match config.get("reconcile_target").and_then(|t| t.as_str()) {
+            Some(target) => target.to_string(),
+            None => format!("/events?since={since}"),
+        };
+        Ok(RequestPlan::get(target))
+    }
+
+    fn reconcile_page(config: &serde_json::Value, answer: &Answer) -> Result<Page, String> {
+        let headers: Vec<(String, String)> = answer
+            .headers
+            .iter()
+            .map(|(name, value)| (name.clone(), String::from_utf8_lossy(value).into_owned()))
+            .collect();
+        let echo = serde_json::json!({
+            "config": config,
+            "status": answer.status,
+            "headers": headers,
+            "body": String::from_utf8_lossy(&answer.body),
+        });
+        Ok(Page {
+            events: vec![RemoteEvent {
+                event: Event::new("test.echo").id("evt_echo"),
+                body: echo.to_string().into_bytes(),
+            }],
+            next_cursor: None,
         })
     }
 }
