@@ -71,12 +71,56 @@ enum Command {
     },
     /// Print an endpoint's consumer contract as Markdown, from the configuration as it
     /// is now: scheme, secrets, window, idempotency, status codes, ordering, retries.
+    /// Find the events the provider sent that never arrived, from its API, and repair
+    /// them: `reconcile --endpoint ID --since 24h [--dry-run]`; `reconcile runs`,
+    /// `reconcile show RUN`.
+    #[command(args_conflicts_with_subcommands = true)]
+    Reconcile {
+        #[command(subcommand)]
+        command: Option<ReconcileCommand>,
+        #[command(flatten)]
+        run: ReconcileArgs,
+    },
     Spec {
         #[arg(long, short)]
         config: PathBuf,
         /// The endpoint's id.
         #[arg(long)]
         endpoint: String,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+struct ReconcileArgs {
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// How far back: `24h`, `30m`, `7d`, `90s`, or a unix timestamp (default: the
+    /// endpoint's `lookback_seconds`).
+    #[arg(long)]
+    since: Option<String>,
+    /// Find and count the missing events; repair nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum ReconcileCommand {
+    /// List runs, newest first.
+    Runs {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[arg(long)]
+        endpoint: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
+    /// One run and the events it repaired.
+    Show {
+        #[arg(long, short)]
+        config: PathBuf,
+        run: String,
     },
 }
 
@@ -230,6 +274,7 @@ pub fn main() -> ExitCode {
         Command::Dlq { command } => operate(Operation::Dlq(command)),
         Command::Endpoint { command } => operate(Operation::Endpoint(command)),
         Command::Spec { config, endpoint } => spec(config, &endpoint),
+        Command::Reconcile { command, run } => reconcile(command, run),
         Command::Forensics { command } => forensics(command),
         Command::Shadow {
             config,
@@ -711,6 +756,77 @@ async fn print_forensics(
 /// `hookhost shadow`: builds the receiver (without serving), then the candidate: the
 /// configuration file's endpoint with another plugin, or a tenant's endpoint with
 /// another plugin, as the tenant API's shadow replay does.
+fn reconcile(command: Option<ReconcileCommand>, args: ReconcileArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match command {
+        Some(ReconcileCommand::Runs {
+            config,
+            endpoint,
+            limit,
+        }) => runtime.block_on(async move {
+            let store = crate::store::Store::open(&Config::load(&config)?.store).await?;
+            let runs = store.runs(endpoint.as_deref(), limit).await;
+            store.close().await;
+            println!("{}", serde_json::to_string_pretty(&runs?)?);
+            Ok(())
+        }),
+        Some(ReconcileCommand::Show { config, run }) => runtime.block_on(async move {
+            let store = crate::store::Store::open(&Config::load(&config)?.store).await?;
+            let found = store.run(&run).await;
+            store.close().await;
+            let (run, repairs) = found?.ok_or_else(|| anyhow::anyhow!("no run {run:?}"))?;
+            let shown = serde_json::json!({"run": run, "repairs": repairs});
+            println!("{}", serde_json::to_string_pretty(&shown)?);
+            Ok(())
+        }),
+        None => {
+            let (Some(config_path), Some(id)) = (args.config, args.endpoint) else {
+                anyhow::bail!("reconcile needs --config FILE and --endpoint ID");
+            };
+            let config = Config::load(&config_path)?;
+            let Some(settings) = config
+                .endpoints
+                .iter()
+                .find(|e| e.id == id)
+                .and_then(|e| e.reconcile.clone())
+            else {
+                anyhow::bail!(
+                    "{}: endpoint {id:?}: no [endpoint.reconcile] in the configuration",
+                    config_path.display()
+                );
+            };
+            let now = crate::clock::now_ms() / 1000;
+            let since = match &args.since {
+                Some(text) => crate::reconcile::parse_since(text, now)
+                    .map_err(|reason| anyhow::anyhow!("--since {reason}"))?,
+                None => now - i64::try_from(settings.lookback.as_secs()).unwrap_or(i64::MAX),
+            };
+            let options = crate::reconcile::Options {
+                since,
+                dry_run: args.dry_run,
+            };
+            runtime.block_on(async move {
+                let app = crate::build(&config).await?;
+                let ran = crate::reconcile::run(&app, &id, options).await;
+                app.store.close().await;
+                let run = ran?;
+                println!("{}", serde_json::to_string_pretty(&run)?);
+                if run.state != "done" {
+                    anyhow::bail!(
+                        "run {} {}: {}",
+                        run.id,
+                        run.state,
+                        run.last_error.unwrap_or_default()
+                    );
+                }
+                Ok(())
+            })
+        }
+    }
+}
+
 fn shadow(config_path: PathBuf, id: &str, plugin: &str, last: u32) -> anyhow::Result<()> {
     let config = Config::load(&config_path)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

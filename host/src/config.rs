@@ -234,6 +234,37 @@ pub struct EndpointConfig {
     pub destination: Option<DestinationConfig>,
     /// Delay before each delivery attempt; after the last, the event is a dead letter.
     pub retry_schedule: Vec<Duration>,
+    /// Pulling from the provider's API (`[endpoint.reconcile]`), when configured.
+    pub reconcile: Option<ReconcileConfig>,
+}
+
+/// `[endpoint.reconcile]`: how hookhost reaches the provider's API to find events that
+/// never arrived (see `reconcile`).
+#[derive(Debug, Clone)]
+pub struct ReconcileConfig {
+    /// The API credential; sent only to the plugin's declared hosts or `api_base`.
+    pub credential: Secret,
+    pub auth: ApiAuth,
+    /// Overrides the plugin's API base URL (a local fake provider, a proxy).
+    pub api_base: Option<String>,
+    /// How far back a scheduled run looks.
+    pub lookback: Duration,
+    /// Run every this long in the background; none: only when asked (CLI, admin API).
+    pub every: Option<Duration>,
+    /// Requests per second to the provider's API, at most.
+    pub requests_per_second: u32,
+}
+
+/// How the credential authenticates a request to the provider's API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiAuth {
+    /// `Authorization: Bearer <credential>`.
+    Bearer,
+    /// `Authorization: Basic base64(<credential>)`; the credential is `user:password`
+    /// (or a key alone, for APIs that take it as the user).
+    Basic,
+    /// The credential as the value of this header.
+    Header(String),
 }
 
 /// The default retry schedule: immediately, 30 s, 2 min, 10 min, 1 h, 6 h, 24 h.
@@ -327,6 +358,60 @@ struct RawTenancy {
     resident_plugin_bytes: Option<usize>,
 }
 
+/// Check `[endpoint.reconcile]`; `invalid` names a key of it in an error.
+fn reconcile_config(
+    raw: RawReconcile,
+    credential: Secret,
+    invalid: &dyn Fn(&str, String) -> ConfigError,
+) -> Result<ReconcileConfig, ConfigError> {
+    let auth = match raw.auth.as_deref() {
+        None | Some("bearer") => ApiAuth::Bearer,
+        Some("basic") => ApiAuth::Basic,
+        Some(other) => match other.strip_prefix("header:") {
+            Some(name)
+                if !name.is_empty()
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
+            {
+                ApiAuth::Header(name.to_ascii_lowercase())
+            }
+            _ => {
+                return Err(invalid(
+                    "auth",
+                    format!("{other:?}: expected \"bearer\", \"basic\" or \"header:NAME\""),
+                ));
+            }
+        },
+    };
+    if let Some(base) = &raw.api_base
+        && !(base.starts_with("https://") || base.starts_with("http://"))
+    {
+        return Err(invalid(
+            "api_base",
+            format!("{base:?} must start with https:// or http://"),
+        ));
+    }
+    let requests_per_second = raw.requests_per_second.unwrap_or(5);
+    if requests_per_second == 0 {
+        return Err(invalid(
+            "requests_per_second",
+            "must be greater than 0".into(),
+        ));
+    }
+    if raw.every_seconds == Some(0) {
+        return Err(invalid("every_seconds", "must be greater than 0".into()));
+    }
+    Ok(ReconcileConfig {
+        credential,
+        auth,
+        api_base: raw.api_base.map(|b| b.trim_end_matches('/').to_string()),
+        lookback: Duration::from_secs(raw.lookback_seconds.unwrap_or(86_400)),
+        every: raw.every_seconds.map(Duration::from_secs),
+        requests_per_second,
+    })
+}
+
 /// `store = "PATH or URL"`, or a `[store]` table.
 #[derive(Deserialize)]
 #[serde(untagged)]
@@ -400,6 +485,18 @@ struct RawEndpoint {
     config: Option<toml::Table>,
     destination: Option<RawDestination>,
     retry_schedule_seconds: Option<Vec<u64>>,
+    reconcile: Option<RawReconcile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReconcile {
+    credential: String,
+    auth: Option<String>,
+    api_base: Option<String>,
+    lookback_seconds: Option<u64>,
+    every_seconds: Option<u64>,
+    requests_per_second: Option<u32>,
 }
 
 impl Config {
@@ -725,6 +822,15 @@ impl Config {
             }
             let plugin_config = serde_json::to_value(e.config.unwrap_or_default())
                 .map_err(|err| invalid(&format!("{key}.config"), err.to_string()))?;
+            let reconcile = match e.reconcile {
+                None => None,
+                Some(r) => {
+                    let rkey = format!("{key}.reconcile");
+                    let credential = resolve_secret(&r.credential, &format!("{rkey}.credential"))?;
+                    let invalid = |k: &str, reason| invalid(&format!("{rkey}.{k}"), reason);
+                    Some(reconcile_config(r, credential, &invalid)?)
+                }
+            };
             endpoints.push(EndpointConfig {
                 id: e.id,
                 plugin: e.plugin,
@@ -734,6 +840,7 @@ impl Config {
                 plugin_config,
                 destination,
                 retry_schedule: schedule.into_iter().map(Duration::from_secs).collect(),
+                reconcile,
             });
         }
         let admin = match raw.admin_token.as_deref() {

@@ -32,6 +32,8 @@ pub struct Endpoint {
     pub retry_schedule: Vec<Duration>,
     /// The tenant that manages it through the API (none: the configuration file's).
     pub tenant: Option<TenantLimits>,
+    /// How to reach the provider's API (reconciliation), when configured.
+    pub reconcile: Option<crate::config::ReconcileConfig>,
 }
 
 /// A tenant endpoint's owner and the ingest rate it may use.
@@ -128,6 +130,7 @@ impl Endpoint {
             destination,
             retry_schedule: config.retry_schedule.clone(),
             tenant: None,
+            reconcile: config.reconcile.clone(),
         })
     }
 }

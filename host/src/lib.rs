@@ -20,6 +20,7 @@ pub mod forensics;
 pub mod http;
 pub mod metrics;
 pub mod plugins;
+pub mod reconcile;
 pub mod shadow;
 pub mod spec;
 pub mod store;

@@ -372,6 +372,8 @@ impl EndpointSpec {
             plugin_config: self.config.clone(),
             destination,
             retry_schedule: schedule.into_iter().map(Duration::from_secs).collect(),
+            // Tenant endpoints do not reconcile yet: no API credential is managed for them.
+            reconcile: None,
         }
     }
 }

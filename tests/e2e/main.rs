@@ -11,6 +11,7 @@ mod handshakes;
 mod ingest;
 mod operations;
 mod postgres;
+mod reconcile;
 mod sandbox;
 mod schemes;
 mod support;

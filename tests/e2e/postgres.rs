@@ -275,6 +275,7 @@ fn new_receipt(id: &str, resource: &str, version: Option<u64>, received_at_ms: i
         signed_at: None,
         received_at_ms,
         ignore: None,
+        source: hookhost::store::PUSHED,
     }
 }
 

@@ -290,6 +290,7 @@ fn receipt(
             Disposition::Ignore(reason) => Some(reason),
             Disposition::Process | Disposition::Reject(_) | Disposition::Answer(_) => None,
         },
+        source: crate::store::PUSHED,
     }
 }
 

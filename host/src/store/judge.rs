@@ -189,6 +189,7 @@ pub(super) mod fixture {
             signed_at: None,
             received_at_ms: 0,
             ignore: None,
+            source: super::super::PUSHED,
         }
     }
 

@@ -43,6 +43,7 @@ mod forensics;
 mod judge;
 mod operator;
 mod postgres;
+mod reconcile;
 mod seen;
 mod sqlite;
 mod tenancy;
@@ -51,6 +52,7 @@ mod writer;
 pub use delivery::{AttemptRecord, Leased, Next};
 pub use forensics::{ForensicFilter, ForensicRow, ForensicSummary, NewForensic};
 pub use operator::{Filter, REPLAYABLE_STATES, Summary};
+pub use reconcile::{RepairRow, RunRow};
 pub use tenancy::{ManagedEndpoint, Retired, SealedSecret, TenantPlugin, TenantRow};
 
 pub use sqlite::{ReceiptRow, single_commit_rate};
@@ -176,7 +178,7 @@ impl Store {
     /// An endpoint's most recently received receipt.
     pub async fn latest_receipt(&self, endpoint: &str) -> Result<Option<ReceiptRow>, StoreError> {
         const SQL: &str = "SELECT event_id, state, state_reason, event_type, secret_index,
-                                  body, headers, resource_version, attempts, last_error
+                                  body, headers, resource_version, attempts, last_error, source
                            FROM receipts WHERE endpoint = $1
                            ORDER BY received_at_ms DESC LIMIT 1";
         Ok(match &self.backend {
@@ -300,7 +302,14 @@ pub struct NewReceipt {
     pub received_at_ms: i64,
     /// `Some(reason)` when the plugin asked to keep but not deliver the event.
     pub ignore: Option<String>,
+    /// How it came: [`PUSHED`] or [`RECONCILED`].
+    pub source: &'static str,
 }
+
+/// A receipt the provider pushed.
+pub const PUSHED: &str = "push";
+/// A receipt reconciliation pulled from the provider's API (no push arrived).
+pub const RECONCILED: &str = "reconcile";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resource {

@@ -31,6 +31,8 @@ pub struct ReceiptRow {
     pub resource_version: Option<i64>,
     pub attempts: i64,
     pub last_error: Option<String>,
+    /// `push` or `reconcile` (see `store::RECONCILED`).
+    pub source: String,
 }
 
 /// The SQLite store; cheap to clone.
@@ -109,7 +111,7 @@ impl SqliteStore {
     ) -> Result<Option<ReceiptRow>, StoreError> {
         Ok(sqlx::query_as::<_, ReceiptRow>(
             "SELECT event_id, state, state_reason, event_type, secret_index, body, headers, resource_version,
-                    attempts, last_error
+                    attempts, last_error, source
              FROM receipts WHERE endpoint = ? AND event_id = ?",
         )
         .bind(endpoint)

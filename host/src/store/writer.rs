@@ -290,7 +290,7 @@ async fn record_all(
             "INSERT INTO receipts (endpoint, event_id, body_sha256, body, headers, secret_index,
                 plugin, plugin_version, plugin_digest, message_id, event_type,
                 resource_kind, resource_id, resource_version, deleted,
-                occurred_at, signed_at, received_at_ms, state, state_reason) ",
+                occurred_at, signed_at, received_at_ms, state, state_reason, source) ",
         );
         insert.push_values(&stored, |mut row, (r, verdict)| {
             let (state, reason) = verdict.state();
@@ -315,7 +315,8 @@ async fn record_all(
                 .push_bind(r.signed_at)
                 .push_bind(r.received_at_ms)
                 .push_bind(state)
-                .push_bind(reason.map(str::to_owned));
+                .push_bind(reason.map(str::to_owned))
+                .push_bind(r.source);
         });
         insert.build().execute(&mut **tx).await?;
     }

@@ -238,7 +238,7 @@ impl HttpDestination {
 }
 
 /// HTTP/1.1 over any stream; the connection task runs until either side closes it.
-async fn handshake<S>(stream: S) -> Result<SendRequest<Full<Bytes>>, String>
+pub(crate) async fn handshake<S>(stream: S) -> Result<SendRequest<Full<Bytes>>, String>
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {

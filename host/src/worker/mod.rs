@@ -8,8 +8,10 @@
 mod destination;
 mod tls;
 
+pub(crate) use destination::handshake;
 pub use destination::{Answer, Destination, HttpDestination, classify, idempotency_key};
 pub use tls::CaFile;
+pub(crate) use tls::Tls;
 
 use crate::config::DeliveryConfig;
 use crate::endpoints::Endpoint;

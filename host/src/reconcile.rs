@@ -1,0 +1,566 @@
+//! Reconciliation: page through the provider's list of events and repair the ones that
+//! never arrived.
+//!
+//! The endpoint's plugin plans each page's request and reads each answer (the optional
+//! `reconcile` interface); the host makes the request, adding the endpoint's API
+//! credential, and only to a host the plugin declares (or the endpoint's configured
+//! API base): a plan aimed anywhere else fails the run. A listed event with no receipt
+//! is recorded like a push (same dedupe, same version gate, same delivery), marked
+//! `source = reconcile`. The run's cursor and counts are written after every page with
+//! that page's repairs, so a run that stops mid-way resumes from its cursor. Requests
+//! are paced (`requests_per_second`), a 429 waits its `Retry-After`, and a 5xx or a
+//! failed connection is tried again a few times before the run fails.
+
+use crate::config::{ApiAuth, ReconcileConfig};
+use crate::endpoints::Endpoint;
+use crate::http::App;
+use crate::store::{NewReceipt, Outcome, RECONCILED, RepairRow, Resource, RunRow, StoreError};
+use base64::Engine as _;
+use hookhost_plugin_sdk::{Answer, ReconcileInfo, RemoteEvent, RequestPlan};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Bytes;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A page's answer may be this large at most.
+const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+/// One request to the provider's API: connect, send, read the whole answer.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Tries of one page after a 429, a 5xx or a connection failure.
+const TRIES: u32 = 5;
+/// The longest wait a `Retry-After` gets before the run gives up on the page.
+const LONGEST_RETRY_AFTER: Duration = Duration::from_secs(120);
+
+/// What to reconcile.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Events created at or after this, unix seconds.
+    pub since: i64,
+    /// Find and count, repair nothing.
+    pub dry_run: bool,
+}
+
+/// Why a run could not start, or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("no endpoint {0:?}")]
+    UnknownEndpoint(String),
+    #[error("endpoint {0:?} has no [endpoint.reconcile] (API credential)")]
+    NotConfigured(String),
+    #[error("plugin {0} does not list the provider's events")]
+    NotSupported(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Plugin(String),
+}
+
+/// Run reconciliation for `endpoint` now: resume its unfinished run when it has one
+/// (and it is of the same kind, dry or not), else start one. Returns the run as it
+/// ended (`done` or `failed`).
+pub async fn run(
+    app: &Arc<App>,
+    endpoint: &str,
+    options: Options,
+) -> Result<RunRow, ReconcileError> {
+    let served = app
+        .endpoints
+        .get(endpoint)
+        .ok_or_else(|| ReconcileError::UnknownEndpoint(endpoint.to_string()))?;
+    let settings = served
+        .reconcile
+        .clone()
+        .ok_or_else(|| ReconcileError::NotConfigured(endpoint.to_string()))?;
+    let info = on_plugin_thread(app, &served, |e| e.plugin.reconcile_info(&e.plugin_config))
+        .await?
+        .filter(|info| info.lists_events)
+        .ok_or_else(|| ReconcileError::NotSupported(served.plugin.name().to_string()))?;
+    let mut run = match app.store.unfinished_run(endpoint).await? {
+        Some(run) if run.dry_run == options.dry_run => {
+            tracing::info!(endpoint, run = %run.id, cursor = ?run.cursor, "resuming a reconciliation run");
+            run
+        }
+        _ => {
+            let run = RunRow {
+                id: format!("rec_{}", random_hex(8)),
+                endpoint: endpoint.to_string(),
+                since: options.since,
+                dry_run: options.dry_run,
+                state: "running".into(),
+                cursor: None,
+                pages: 0,
+                seen: 0,
+                present: 0,
+                repaired: 0,
+                errors: 0,
+                last_error: None,
+                started_at_ms: crate::clock::now_ms(),
+                ended_at_ms: None,
+            };
+            app.store.create_run(&run).await?;
+            run
+        }
+    };
+    let mut api = Api::new(settings, &info);
+    loop {
+        match page(app, &served, &mut api, &mut run).await {
+            Ok(repairs) => {
+                let last = run.cursor.is_none();
+                if last {
+                    run.state = "done".into();
+                    run.ended_at_ms = Some(crate::clock::now_ms());
+                }
+                app.store.save_run(&run, &repairs).await?;
+                if last {
+                    break;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(endpoint, run = %run.id, %error, "reconciliation run failed");
+                run.errors += 1;
+                run.last_error = Some(error);
+                run.state = "failed".into();
+                run.ended_at_ms = Some(crate::clock::now_ms());
+                app.store.save_run(&run, &[]).await?;
+                break;
+            }
+        }
+    }
+    tracing::info!(
+        endpoint,
+        run = %run.id,
+        state = %run.state,
+        pages = run.pages,
+        seen = run.seen,
+        present = run.present,
+        repaired = run.repaired,
+        "reconciliation run ended"
+    );
+    Ok(run)
+}
+
+/// One page: plan, request, read, repair what is missing. Moves the run's cursor
+/// (`None` after the last page) and counts; returns the page's repairs.
+async fn page(
+    app: &Arc<App>,
+    endpoint: &Arc<Endpoint>,
+    api: &mut Api,
+    run: &mut RunRow,
+) -> Result<Vec<RepairRow>, String> {
+    let (since, cursor) = (run.since, run.cursor.clone());
+    let plan = on_plugin_thread(app, endpoint, move |e| {
+        e.plugin
+            .reconcile_request(&e.plugin_config, since, cursor.as_deref())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|reason| format!("the plugin planned no request: {reason}"))?;
+    let answer = api.call(&plan).await?;
+    let page = on_plugin_thread(app, endpoint, move |e| {
+        e.plugin.reconcile_page(&e.plugin_config, &answer)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|reason| format!("the plugin could not read the page: {reason}"))?;
+    let mut repairs = Vec::new();
+    for remote in page.events {
+        run.seen += 1;
+        let id = remote.event.id.clone().unwrap_or_default();
+        if app
+            .store
+            .receipt(&endpoint.id, &id)
+            .await
+            .map_err(|e| e.to_string())?
+            .is_some()
+        {
+            run.present += 1;
+            continue;
+        }
+        let event_type = remote.event.event_type.clone();
+        let result = if run.dry_run {
+            "would_repair".to_string()
+        } else {
+            match app.store.record(receipt(endpoint, remote)).await {
+                Ok(Outcome::Accepted) => "repaired".to_string(),
+                // A push arrived meanwhile.
+                Ok(Outcome::Duplicate) => {
+                    run.present += 1;
+                    continue;
+                }
+                Ok(other) => other.ignored_reason().unwrap_or("stored").to_string(),
+                Err(e) => return Err(format!("cannot store {id}: {e}")),
+            }
+        };
+        if result == "repaired" || result == "would_repair" {
+            run.repaired += 1;
+        }
+        tracing::info!(endpoint = %endpoint.id, event_id = %id, event_type = %event_type, %result, "reconciled a missing event");
+        repairs.push(RepairRow {
+            event_id: id,
+            event_type,
+            result,
+            at_ms: crate::clock::now_ms(),
+        });
+    }
+    run.pages += 1;
+    run.cursor = page.next_cursor;
+    Ok(repairs)
+}
+
+/// A listed event as a receipt: what a push of it would have stored, without a
+/// signature (none was made), marked as reconciled.
+fn receipt(endpoint: &Endpoint, remote: RemoteEvent) -> NewReceipt {
+    let RemoteEvent { event, body } = remote;
+    let json = serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok();
+    NewReceipt {
+        endpoint: endpoint.id.clone(),
+        event_id: event.id.clone().unwrap_or_default(),
+        body_sha256: Sha256::digest(&body).into(),
+        body: crate::tenancy::stored_body(endpoint, body),
+        headers: if json {
+            vec![("content-type".into(), "application/json".into())]
+        } else {
+            Vec::new()
+        },
+        secret_index: 0,
+        plugin: endpoint.plugin.info.name.clone(),
+        plugin_version: endpoint.plugin.info.version.clone(),
+        plugin_digest: endpoint.plugin.digest.clone(),
+        message_id: None,
+        resource: Resource::of(&event),
+        event_type: event.event_type,
+        occurred_at: event.occurred_at,
+        signed_at: None,
+        received_at_ms: crate::clock::now_ms(),
+        ignore: None,
+        source: RECONCILED,
+    }
+}
+
+/// A plugin call, on a plugin thread (as every call).
+async fn on_plugin_thread<T: Send + 'static>(
+    app: &Arc<App>,
+    endpoint: &Arc<Endpoint>,
+    call: impl FnOnce(&Endpoint) -> Result<T, crate::plugins::PluginFailure> + Send + 'static,
+) -> Result<T, ReconcileError> {
+    let endpoint = endpoint.clone();
+    app.plugin_threads
+        .run(move || call(&endpoint))
+        .await
+        .map_err(|e| ReconcileError::Plugin(e.to_string()))?
+        .map_err(|e| ReconcileError::Plugin(format!("plugin {e}")))
+}
+
+/// The provider's API as one endpoint reaches it: where, with which credential, how
+/// fast.
+struct Api {
+    settings: ReconcileConfig,
+    /// The API base URL (the endpoint's override, else the plugin's).
+    base: hyper::Uri,
+    /// Hosts a plan may address with an absolute URL.
+    hosts: Vec<String>,
+    last_request: Option<Instant>,
+}
+
+impl Api {
+    fn new(settings: ReconcileConfig, info: &ReconcileInfo) -> Api {
+        let base = settings
+            .api_base
+            .clone()
+            .unwrap_or_else(|| info.api_base.trim_end_matches('/').to_string());
+        Api {
+            base: base
+                .parse()
+                .unwrap_or_else(|_| hyper::Uri::from_static("https://invalid")),
+            hosts: info.hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
+            settings,
+            last_request: None,
+        }
+    }
+
+    /// Where a plan goes: a path on the API base, or an absolute `https://` URL on a
+    /// declared host (or the base's own). Anything else is refused.
+    fn resolve(&self, target: &str) -> Result<hyper::Uri, String> {
+        if target.starts_with('/') {
+            let base = self.base.to_string();
+            return format!("{}{target}", base.trim_end_matches('/'))
+                .parse()
+                .map_err(|e| format!("the plugin's request target {target:?}: {e}"));
+        }
+        let uri: hyper::Uri = target
+            .parse()
+            .map_err(|e| format!("the plugin's request target {target:?}: {e}"))?;
+        let host = uri.host().unwrap_or_default().to_ascii_lowercase();
+        let same_as_base = self
+            .base
+            .host()
+            .is_some_and(|b| b.eq_ignore_ascii_case(&host))
+            && uri.scheme_str() == self.base.scheme_str()
+            && uri.port_u16() == self.base.port_u16();
+        let declared = uri.scheme_str() == Some("https") && self.hosts.contains(&host);
+        if same_as_base || declared {
+            Ok(uri)
+        } else {
+            Err(format!(
+                "refused: the plugin aimed a request at {host:?}, which it does not declare \
+                 (declared: {}); the credential is never sent there",
+                self.hosts.join(", ")
+            ))
+        }
+    }
+
+    /// Make the planned request, paced, with the credential; a 2xx answer. A 429 waits
+    /// its `Retry-After`; a 5xx or a failed connection waits 1, 2, 4… s; both up to
+    /// [`TRIES`] times.
+    async fn call(&mut self, plan: &RequestPlan) -> Result<Answer, String> {
+        let uri = self.resolve(&plan.target)?;
+        let mut backoff = Duration::from_secs(1);
+        for attempt in 1..=TRIES {
+            self.pace().await;
+            let failure = match tokio::time::timeout(REQUEST_TIMEOUT, self.send(&uri, plan)).await {
+                Err(_) => format!("no answer within {REQUEST_TIMEOUT:?}"),
+                Ok(Err(error)) => error,
+                Ok(Ok((answer, retry_after))) => match answer.status {
+                    200..=299 => return Ok(answer),
+                    429 => {
+                        let wait = retry_after.unwrap_or(backoff);
+                        if wait > LONGEST_RETRY_AFTER {
+                            return Err(format!("429 with Retry-After {wait:?}: giving up"));
+                        }
+                        tracing::info!(uri = %uri.path(), ?wait, "the provider's API is rate limiting");
+                        tokio::time::sleep(wait).await;
+                        continue;
+                    }
+                    500..=599 => format!("the provider's API answered {}", answer.status),
+                    status => {
+                        return Err(format!(
+                            "the provider's API answered {status}: {}",
+                            String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
+                        ));
+                    }
+                },
+            };
+            if attempt == TRIES {
+                return Err(failure);
+            }
+            tracing::info!(uri = %uri.path(), attempt, %failure, "the provider's API request failed; trying again");
+            tokio::time::sleep(backoff).await;
+            backoff *= 2;
+        }
+        Err("no answer".into())
+    }
+
+    /// Wait until the next request keeps within `requests_per_second`.
+    async fn pace(&mut self) {
+        let gap = Duration::from_secs(1) / self.settings.requests_per_second;
+        if let Some(last) = self.last_request {
+            let due = last + gap;
+            tokio::time::sleep_until(due.into()).await;
+        }
+        self.last_request = Some(Instant::now());
+    }
+
+    /// One request on a fresh connection: the answer and its `Retry-After`.
+    async fn send(
+        &self,
+        uri: &hyper::Uri,
+        plan: &RequestPlan,
+    ) -> Result<(Answer, Option<Duration>), String> {
+        let host = uri.host().ok_or("no host")?.to_string();
+        let https = uri.scheme_str() == Some("https");
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let address = format!("{host}:{port}");
+        let stream = tokio::net::TcpStream::connect(&address)
+            .await
+            .map_err(|e| format!("connect {address}: {e}"))?;
+        let mut sender = if https {
+            let tls = crate::worker::Tls::new(&host, None)?;
+            let stream = tls
+                .connector
+                .connect(tls.name.clone(), stream)
+                .await
+                .map_err(|e| format!("tls {address}: {e}"))?;
+            crate::worker::handshake(stream).await?
+        } else {
+            crate::worker::handshake(stream).await?
+        };
+        let mut request = hyper::Request::builder()
+            .method(plan.method.as_str())
+            .uri(uri.path_and_query().map_or("/", |p| p.as_str()))
+            .header(
+                "host",
+                uri.authority().map_or(host.as_str(), |a| a.as_str()),
+            )
+            .header(
+                "user-agent",
+                concat!("hookhost/", env!("CARGO_PKG_VERSION")),
+            );
+        for (name, value) in &plan.headers {
+            // The credential is the host's to add; a plugin cannot set or replace it.
+            if is_credential_header(name, &self.settings.auth) {
+                continue;
+            }
+            request = request.header(name.as_str(), value.as_str());
+        }
+        let (auth_name, auth_value) = self.authorization();
+        let request = request
+            .header(auth_name.as_str(), auth_value.as_str())
+            .body(Full::new(Bytes::from(plan.body.clone())))
+            .map_err(|e| format!("cannot build the request: {e}"))?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("request to {address}: {e}"))?;
+        let status = response.status().as_u16();
+        // The plugin reads the answer: nothing of the credential goes with it, should
+        // the API echo it back (as sent, or bare).
+        let credential = self.settings.credential.expose().as_bytes();
+        let headers = response
+            .headers()
+            .iter()
+            .filter(|(name, value)| {
+                !matches!(
+                    name.as_str(),
+                    "authorization" | "proxy-authorization" | "set-cookie"
+                ) && !contains(value.as_bytes(), credential)
+                    && !contains(value.as_bytes(), auth_value.as_bytes())
+            })
+            .map(|(name, value)| (name.as_str().to_string(), value.as_bytes().to_vec()))
+            .collect();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer from {address}: {e}"))?
+            .to_bytes()
+            .to_vec();
+        Ok((
+            Answer {
+                status,
+                headers,
+                body,
+            },
+            retry_after,
+        ))
+    }
+
+    /// The credential, as the endpoint's `auth` says to send it.
+    fn authorization(&self) -> (String, String) {
+        let credential = self.settings.credential.expose();
+        match &self.settings.auth {
+            ApiAuth::Bearer => ("authorization".into(), format!("Bearer {credential}")),
+            ApiAuth::Basic => {
+                let pair = if credential.contains(':') {
+                    credential.to_string()
+                } else {
+                    format!("{credential}:")
+                };
+                let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+                ("authorization".into(), format!("Basic {encoded}"))
+            }
+            ApiAuth::Header(name) => (name.clone(), credential.to_string()),
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+fn is_credential_header(name: &str, auth: &ApiAuth) -> bool {
+    name.eq_ignore_ascii_case("authorization")
+        || matches!(auth, ApiAuth::Header(own) if name.eq_ignore_ascii_case(own))
+}
+
+fn random_hex(bytes: usize) -> String {
+    use chacha20poly1305::aead::{OsRng, rand_core::RngCore};
+    let mut buf = vec![0u8; bytes];
+    OsRng.fill_bytes(&mut buf);
+    hex::encode(buf)
+}
+
+/// `24h`, `30m`, `7d`, `90s` (or plain seconds) before now, as unix seconds; or a
+/// unix timestamp (10 digits or more) as given.
+pub fn parse_since(text: &str, now: i64) -> Result<i64, String> {
+    let text = text.trim();
+    let (number, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: i64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: expected 24h, 30m, 7d, 90s or a unix timestamp"))?;
+    let seconds = match unit {
+        "" if number.len() >= 10 => return Ok(n),
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => {
+            return Err(format!(
+                "{text:?}: expected 24h, 30m, 7d, 90s or a unix timestamp"
+            ));
+        }
+    };
+    Ok(now - seconds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_reads_ages_and_timestamps() {
+        let now = 1_700_000_000;
+        assert_eq!(parse_since("24h", now), Ok(now - 86_400));
+        assert_eq!(parse_since("30m", now), Ok(now - 1_800));
+        assert_eq!(parse_since("7d", now), Ok(now - 604_800));
+        assert_eq!(parse_since("90", now), Ok(now - 90));
+        assert_eq!(parse_since("1690000000", now), Ok(1_690_000_000));
+        assert!(parse_since("yesterday", now).is_err());
+        assert!(parse_since("3w", now).is_err());
+    }
+
+    fn api(base: Option<&str>) -> Api {
+        let settings = ReconcileConfig {
+            credential: crate::verify::Secret::new("sk_test"),
+            auth: ApiAuth::Bearer,
+            api_base: base.map(str::to_string),
+            lookback: Duration::from_secs(3600),
+            every: None,
+            requests_per_second: 5,
+        };
+        let info = ReconcileInfo {
+            hosts: vec!["api.stripe.com".into()],
+            api_base: "https://api.stripe.com".into(),
+            lists_events: true,
+            fetches_objects: false,
+        };
+        Api::new(settings, &info)
+    }
+
+    #[test]
+    fn plans_go_only_to_the_base_or_a_declared_https_host() {
+        let stripe = api(None);
+        assert_eq!(
+            stripe.resolve("/v1/events?limit=1").map(|u| u.to_string()),
+            Ok("https://api.stripe.com/v1/events?limit=1".into())
+        );
+        assert!(stripe.resolve("https://api.stripe.com/v1/events").is_ok());
+        assert!(stripe.resolve("https://evil.example/v1/events").is_err());
+        assert!(stripe.resolve("http://api.stripe.com/v1/events").is_err());
+        let local = api(Some("http://127.0.0.1:9"));
+        assert_eq!(
+            local.resolve("/v1/events").map(|u| u.to_string()),
+            Ok("http://127.0.0.1:9/v1/events".into())
+        );
+        assert!(local.resolve("http://127.0.0.1:9/v1/x").is_ok());
+        assert!(local.resolve("http://127.0.0.1:10/v1/x").is_err());
+    }
+}

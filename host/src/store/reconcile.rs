@@ -1,0 +1,148 @@
+//! Reconciliation runs and what each repaired. A run's cursor and counts are written
+//! after every page, so a run cut short (a crash, a kill) resumes where it stopped.
+
+use super::{Backend, Store, StoreError};
+
+/// One run over one endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
+pub struct RunRow {
+    pub id: String,
+    pub endpoint: String,
+    /// Events created at or after this (unix seconds) were asked for.
+    pub since: i64,
+    pub dry_run: bool,
+    /// `running`, `done` or `failed`.
+    pub state: String,
+    /// Where the next page starts (the plugin's cursor); none before the first page.
+    pub cursor: Option<String>,
+    pub pages: i64,
+    /// Events the provider listed.
+    pub seen: i64,
+    /// Of those, already received.
+    pub present: i64,
+    /// Of those, missing and repaired (a dry run counts what it would repair).
+    pub repaired: i64,
+    pub errors: i64,
+    pub last_error: Option<String>,
+    pub started_at_ms: i64,
+    pub ended_at_ms: Option<i64>,
+}
+
+/// One missing event a run found.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
+pub struct RepairRow {
+    pub event_id: String,
+    pub event_type: String,
+    /// `repaired`; `would_repair` in a dry run; otherwise what the receipt store
+    /// answered (`stale_version`, …).
+    pub result: String,
+    pub at_ms: i64,
+}
+
+const COLUMNS: &str = "id, endpoint, since, dry_run, state, cursor, pages, seen, present, \
+                       repaired, errors, last_error, started_at_ms, ended_at_ms";
+
+impl Store {
+    /// Start a run.
+    pub async fn create_run(&self, run: &RunRow) -> Result<(), StoreError> {
+        const SQL: &str =
+            "INSERT INTO reconcile_runs (id, endpoint, since, dry_run, state, started_at_ms)
+                           VALUES ($1, $2, $3, $4, $5, $6)";
+        on_pool!(self, writes, pool => {
+            sqlx::query(SQL)
+                .bind(&run.id)
+                .bind(&run.endpoint)
+                .bind(run.since)
+                .bind(run.dry_run)
+                .bind(&run.state)
+                .bind(run.started_at_ms)
+                .execute(pool)
+                .await?;
+        });
+        Ok(())
+    }
+
+    /// Write a run's progress: its cursor, counts and state, with the page's repairs,
+    /// in one transaction (a resumed run neither skips nor counts a page twice).
+    pub async fn save_run(&self, run: &RunRow, repairs: &[RepairRow]) -> Result<(), StoreError> {
+        const SQL: &str =
+            "UPDATE reconcile_runs SET state = $2, cursor = $3, pages = $4, seen = $5,
+                               present = $6, repaired = $7, errors = $8, last_error = $9,
+                               ended_at_ms = $10
+                           WHERE id = $1";
+        const REPAIR: &str =
+            "INSERT INTO reconcile_repairs (run, event_id, event_type, result, at_ms)
+                              VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
+        on_pool!(self, writes, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query(SQL)
+                .bind(&run.id)
+                .bind(&run.state)
+                .bind(&run.cursor)
+                .bind(run.pages)
+                .bind(run.seen)
+                .bind(run.present)
+                .bind(run.repaired)
+                .bind(run.errors)
+                .bind(&run.last_error)
+                .bind(run.ended_at_ms)
+                .execute(&mut *tx)
+                .await?;
+            for repair in repairs {
+                sqlx::query(REPAIR)
+                    .bind(&run.id)
+                    .bind(&repair.event_id)
+                    .bind(&repair.event_type)
+                    .bind(&repair.result)
+                    .bind(repair.at_ms)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    /// The endpoint's run that never finished (its process stopped mid-way), if any.
+    pub async fn unfinished_run(&self, endpoint: &str) -> Result<Option<RunRow>, StoreError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM reconcile_runs WHERE endpoint = $1 AND state = 'running'
+             ORDER BY started_at_ms DESC LIMIT 1"
+        );
+        Ok(on_pool!(self, reads, pool => {
+            sqlx::query_as(&sql).bind(endpoint).fetch_optional(pool).await?
+        }))
+    }
+
+    /// Runs, newest first; one endpoint's when given.
+    pub async fn runs(
+        &self,
+        endpoint: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<RunRow>, StoreError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM reconcile_runs WHERE ($1 IS NULL OR endpoint = $1)
+             ORDER BY started_at_ms DESC, id LIMIT $2"
+        );
+        Ok(on_pool!(self, reads, pool => {
+            sqlx::query_as(&sql).bind(endpoint).bind(limit).fetch_all(pool).await?
+        }))
+    }
+
+    /// One run and what it repaired.
+    pub async fn run(&self, id: &str) -> Result<Option<(RunRow, Vec<RepairRow>)>, StoreError> {
+        let sql = format!("SELECT {COLUMNS} FROM reconcile_runs WHERE id = $1");
+        const REPAIRS: &str = "SELECT event_id, event_type, result, at_ms FROM reconcile_repairs
+                               WHERE run = $1 ORDER BY at_ms, event_id";
+        Ok(on_pool!(self, reads, pool => {
+            let run: Option<RunRow> = sqlx::query_as(&sql).bind(id).fetch_optional(pool).await?;
+            match run {
+                None => None,
+                Some(run) => {
+                    let repairs = sqlx::query_as(REPAIRS).bind(id).fetch_all(pool).await?;
+                    Some((run, repairs))
+                }
+            }
+        }))
+    }
+}

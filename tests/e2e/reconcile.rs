@@ -1,0 +1,467 @@
+//! Reconciliation against a fake provider API on loopback: pages, a 429, a run killed
+//! mid-way; what is repaired, delivered and recorded; where the credential goes.
+
+use crate::support::*;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use hookhost::reconcile::{Options, run};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const CREDENTIAL: &str = "sk_test_reconcile_credential_5e1f";
+const EVENTS: usize = 50;
+const PAGE: usize = 10;
+
+/// What the fake provider API served and saw.
+#[derive(Default)]
+struct Seen {
+    /// `starting_after` of each request (`None`: the first page).
+    pages: Vec<Option<String>>,
+    /// The `Authorization` header of each request.
+    authorizations: Vec<String>,
+    rate_limited: usize,
+}
+
+/// Stripe's `GET /v1/events`, newest first, `PAGE` per page; the second page is
+/// answered 429 (Retry-After: 1) once; the page after `hang_after` never answers.
+#[derive(Clone)]
+struct FakeStripe {
+    events: Arc<Vec<(String, String)>>,
+    seen: Arc<Mutex<Seen>>,
+    hang_after: Arc<Mutex<Option<String>>>,
+    reached_hang: Arc<tokio::sync::Notify>,
+}
+
+impl FakeStripe {
+    /// `EVENTS` events created in the last hour (oldest first: evt_00 … evt_49).
+    fn new() -> FakeStripe {
+        let start = now() - 3600;
+        let events = (0..EVENTS)
+            .map(|i| {
+                let id = format!("evt_{i:02}");
+                let body = stripe_event(
+                    &id,
+                    "customer.updated",
+                    &format!("cus_{i:02}"),
+                    start + i as i64,
+                );
+                (id, body)
+            })
+            .collect();
+        FakeStripe {
+            events: Arc::new(events),
+            seen: Arc::default(),
+            hang_after: Arc::default(),
+            reached_hang: Arc::default(),
+        }
+    }
+
+    async fn serve(&self) -> u16 {
+        let app = axum::Router::new()
+            .route("/v1/events", axum::routing::get(list))
+            .with_state(self.clone());
+        serve_on_loopback(app).await.port()
+    }
+
+    fn seen<T>(&self, read: impl FnOnce(&Seen) -> T) -> T {
+        read(&self.seen.lock().expect("lock"))
+    }
+}
+
+async fn list(
+    State(fake): State<FakeStripe>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> axum::response::Response {
+    let after = query.get("starting_after").cloned();
+    let since: i64 = query
+        .get("created[gte]")
+        .and_then(|s| s.parse().ok())
+        .expect("created[gte]");
+    {
+        let mut seen = fake.seen.lock().expect("lock");
+        seen.pages.push(after.clone());
+        seen.authorizations.push(
+            headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string(),
+        );
+        if seen.pages.len() == 2 && seen.rate_limited == 0 {
+            seen.rate_limited += 1;
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [("retry-after", "1")],
+                "slow down",
+            )
+                .into_response();
+        }
+    }
+    if after.is_some() && *fake.hang_after.lock().expect("lock") == after {
+        fake.reached_hang.notify_one();
+        std::future::pending::<()>().await;
+    }
+    let newest_first: Vec<&(String, String)> = fake
+        .events
+        .iter()
+        .rev()
+        .filter(|(_, body)| {
+            let created = serde_json::from_str::<Value>(body).expect("event")["created"]
+                .as_i64()
+                .expect("created");
+            created >= since
+        })
+        .collect();
+    let skip = match &after {
+        None => 0,
+        Some(id) => {
+            newest_first
+                .iter()
+                .position(|(e, _)| e == id)
+                .expect("known cursor")
+                + 1
+        }
+    };
+    let page: Vec<&str> = newest_first
+        .iter()
+        .skip(skip)
+        .take(PAGE)
+        .map(|(_, b)| b.as_str())
+        .collect();
+    let has_more = skip + page.len() < newest_first.len();
+    let body = format!(
+        r#"{{"object":"list","url":"/v1/events","has_more":{has_more},"data":[{}]}}"#,
+        page.join(",")
+    );
+    ([("content-type", "application/json")], body).into_response()
+}
+
+/// Deliveries by `webhook-id`.
+#[derive(Clone, Default)]
+struct Downstream {
+    seen: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Downstream {
+    async fn serve(&self) -> u16 {
+        let app = axum::Router::new()
+            .route("/hook", axum::routing::post(deliver))
+            .with_state(self.clone());
+        serve_on_loopback(app).await.port()
+    }
+
+    fn counts(&self) -> HashMap<String, usize> {
+        self.seen.lock().expect("lock").clone()
+    }
+}
+
+async fn deliver(State(d): State<Downstream>, headers: HeaderMap) -> StatusCode {
+    let id = headers
+        .get("webhook-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    *d.seen.lock().expect("lock").entry(id).or_default() += 1;
+    StatusCode::OK
+}
+
+/// The Stripe endpoint, delivering to `downstream`, reconciling against the fake API.
+fn config(api: u16, downstream: u16) -> String {
+    let key = b64(b"reconcile test destination key!!");
+    stripe_config("[delivery]\npoll_ms = 20\n")
+        + &format!(
+            "[endpoint.destination]\nurl = \"http://127.0.0.1:{downstream}/hook\"\nsecret = \"whsec_{key}\"\n\
+             [endpoint.reconcile]\napi_base = \"http://127.0.0.1:{api}\"\ncredential = \"{CREDENTIAL}\"\n\
+             requests_per_second = 100\n"
+        )
+}
+
+const MISSING: [&str; 3] = ["evt_07", "evt_23", "evt_41"];
+
+/// Push every event but the missing ones, signed, as the provider would.
+async fn push_all_but_missing(server: &Server, fake: &FakeStripe) {
+    for (id, body) in fake.events.iter() {
+        if MISSING.contains(&id.as_str()) {
+            continue;
+        }
+        let (status, answer) = server.post_stripe(&[STRIPE_SECRET], now(), body).await;
+        assert_eq!(status, 200, "{id}: {answer}");
+    }
+}
+
+crate::both_stores! {
+async fn a_run_repairs_exactly_the_events_that_never_arrived_and_a_second_run_repairs_nothing() {
+    let fake = FakeStripe::new();
+    let downstream = Downstream::default();
+    let server = Server::start(&config(fake.serve().await, downstream.serve().await)).await;
+    push_all_but_missing(&server, &fake).await;
+    let since = now() - 7200;
+
+    // A dry run finds the three and changes nothing.
+    let dry = run(&server.app, "stripe", Options { since, dry_run: true }).await.expect("dry run");
+    assert_eq!(
+        (dry.state.as_str(), dry.seen, dry.present, dry.repaired),
+        ("done", 50, 47, 3),
+        "{dry:?}"
+    );
+    for id in MISSING {
+        assert!(server.app.store.receipt("stripe", id).await.expect("read").is_none());
+    }
+
+    // The run: five pages (one answered 429 first), the three repaired.
+    let repaired = run(&server.app, "stripe", Options { since, dry_run: false }).await.expect("run");
+    assert_eq!(
+        (repaired.state.as_str(), repaired.pages, repaired.seen, repaired.present, repaired.repaired),
+        ("done", 5, 50, 47, 3),
+        "{repaired:?}"
+    );
+    let (_, repairs) = server.app.store.run(&repaired.id).await.expect("read").expect("the run");
+    let mut ids: Vec<&str> = repairs.iter().map(|r| r.event_id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, MISSING);
+    assert!(repairs.iter().all(|r| r.result == "repaired"), "{repairs:?}");
+    for id in MISSING {
+        let receipt = server.receipt("stripe", id).await;
+        assert_eq!((receipt.source.as_str(), receipt.event_type.as_str()), ("reconcile", "customer.updated"));
+    }
+    assert_eq!(server.receipt("stripe", "evt_00").await.source, "push");
+    assert_eq!(fake.seen(|s| s.rate_limited), 1);
+    assert!(
+        fake.seen(|s| s.authorizations.iter().all(|a| *a == format!("Bearer {CREDENTIAL}"))),
+        "every request carries the credential"
+    );
+
+    // Every event reaches the downstream exactly once, the repaired ones included.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while downstream.counts().len() < EVENTS {
+        assert!(Instant::now() < deadline, "delivered: {:?}", downstream.counts().len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let counts = downstream.counts();
+    assert!(counts.values().all(|n| *n == 1), "{counts:?}");
+    for id in MISSING {
+        assert_eq!(counts.get(id), Some(&1), "{id}");
+    }
+
+    // A second run finds nothing missing.
+    let again = run(&server.app, "stripe", Options { since, dry_run: false }).await.expect("run");
+    assert_eq!(
+        (again.state.as_str(), again.seen, again.present, again.repaired),
+        ("done", 50, 50, 0),
+        "{again:?}"
+    );
+    let listed = server.app.store.runs(Some("stripe"), 10).await.expect("runs");
+    assert_eq!(listed.len(), 3);
+    assert_eq!(listed[0].id, again.id);
+}
+}
+
+/// `hookhost reconcile`, killed while it waits for the third page, leaves its run
+/// with the cursor after the second; the next run resumes there and repairs the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_mid_way_resumes_from_its_cursor() {
+    let fake = FakeStripe::new();
+    let downstream = Downstream::default();
+    let server = Server::start(&config(fake.serve().await, downstream.serve().await)).await;
+    push_all_but_missing(&server, &fake).await;
+    // Newest first, 10 per page: the third page starts after evt_30, and holds evt_23.
+    *fake.hang_after.lock().expect("lock") = Some("evt_30".into());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
+        .args([
+            "reconcile",
+            "--config",
+            &server.config_path(),
+            "--endpoint",
+            "stripe",
+            "--since",
+            "2h",
+        ])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn hookhost reconcile");
+    tokio::time::timeout(Duration::from_secs(60), fake.reached_hang.notified())
+        .await
+        .expect("the run reached the third page");
+    child.kill().expect("SIGKILL");
+    let _ = child.wait();
+
+    let cut = server
+        .app
+        .store
+        .unfinished_run("stripe")
+        .await
+        .expect("read")
+        .expect("an unfinished run");
+    assert_eq!(
+        (
+            cut.state.as_str(),
+            cut.pages,
+            cut.cursor.as_deref(),
+            cut.repaired
+        ),
+        ("running", 2, Some("evt_30"), 1),
+        "{cut:?}"
+    );
+    *fake.hang_after.lock().expect("lock") = None;
+    let requests_before = fake.seen(|s| s.pages.len());
+
+    let resumed = run(
+        &server.app,
+        "stripe",
+        Options {
+            since: now(),
+            dry_run: false,
+        },
+    )
+    .await
+    .expect("run");
+    assert_eq!(resumed.id, cut.id, "the same run, resumed");
+    assert_eq!(
+        (
+            resumed.state.as_str(),
+            resumed.pages,
+            resumed.seen,
+            resumed.repaired
+        ),
+        ("done", 5, 50, 3),
+        "{resumed:?}"
+    );
+    // It asked for the third page first, never the first again.
+    let after_kill: Vec<Option<String>> = fake.seen(|s| s.pages[requests_before..].to_vec());
+    assert_eq!(
+        after_kill.first(),
+        Some(&Some("evt_30".to_string())),
+        "{after_kill:?}"
+    );
+    assert!(after_kill.iter().all(Option::is_some), "{after_kill:?}");
+    for id in MISSING {
+        assert_eq!(server.receipt("stripe", id).await.source, "reconcile");
+    }
+}
+
+/// What the provider's API answers: `listed`, and the authorization it received echoed
+/// in a header.
+async fn echo(headers: HeaderMap) -> impl IntoResponse {
+    let authorization = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    ([("x-echo-authorization", authorization)], "listed")
+}
+
+/// Counts requests that reach it.
+async fn thief(State(hits): State<Arc<Mutex<usize>>>) -> &'static str {
+    *hits.lock().expect("lock") += 1;
+    "stolen"
+}
+
+/// The test guest lists one event whose body is everything it was given: the
+/// credential is not in it (nor in the log, at the most verbose level), though the API
+/// echoed it back. A plan aimed at a host the plugin does not declare fails the run,
+/// and nothing reaches that host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_credential_reaches_only_the_api_never_the_plugin_or_the_log() {
+    let api =
+        serve_on_loopback(axum::Router::new().route("/events", axum::routing::get(echo))).await;
+    let hits = Arc::new(Mutex::new(0usize));
+    let stealing =
+        serve_on_loopback(axum::Router::new().fallback(thief).with_state(hits.clone())).await;
+    let dir = with_test_guest();
+    let reconcile = |extra: &str| {
+        format!(
+            "[endpoint.reconcile]\napi_base = \"http://{api}\"\ncredential = \"{CREDENTIAL}\"\nauth = \"basic\"\n{extra}"
+        )
+    };
+    let config = format!(
+        "plugins_dir = \"plugins\"\n\
+         [[endpoint]]\nid = \"echo\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n{}\
+         [[endpoint]]\nid = \"astray\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n\
+         config = {{ reconcile_target = \"http://{stealing}/steal\" }}\n{}",
+        reconcile(""),
+        reconcile(""),
+    );
+    let server = Server::start_in(dir, &config).await.expect("server starts");
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
+        .args([
+            "--log-json",
+            "reconcile",
+            "--config",
+            &server.config_path(),
+            "--endpoint",
+            "echo",
+            "--since",
+            "1h",
+        ])
+        .env(
+            "RUST_LOG",
+            "trace,hyper=info,h2=info,sqlx=info,wasmtime=info,cranelift=info",
+        )
+        .output()
+        .expect("run hookhost reconcile");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let printed: Value = serde_json::from_str(&stdout).expect("the run as JSON");
+    assert_eq!(
+        (&printed["state"], &printed["repaired"]),
+        (&serde_json::json!("done"), &serde_json::json!(1))
+    );
+    let basic = b64(format!("{CREDENTIAL}:").as_bytes());
+    for text in [&stdout, &stderr] {
+        assert!(
+            !text.contains(CREDENTIAL) && !text.contains(&basic),
+            "the credential in the output:\n{text}"
+        );
+    }
+    assert!(
+        stderr.contains("reconciled a missing event"),
+        "the log is there:\n{stderr}"
+    );
+
+    let receipt = server.receipt("echo", "evt_echo").await;
+    assert_eq!(receipt.source, "reconcile");
+    let seen_by_plugin: Value = serde_json::from_slice(&receipt.body).expect("the guest's echo");
+    assert_eq!(seen_by_plugin["body"], "listed", "{seen_by_plugin}");
+    assert_eq!(seen_by_plugin["status"], 200);
+    let text = seen_by_plugin.to_string();
+    assert!(
+        !text.contains(CREDENTIAL) && !text.contains(&basic),
+        "{text}"
+    );
+    assert!(!text.contains("x-echo-authorization"), "{text}");
+
+    let astray = run(
+        &server.app,
+        "astray",
+        Options {
+            since: now() - 3600,
+            dry_run: false,
+        },
+    )
+    .await
+    .expect("the run is recorded");
+    assert_eq!(astray.state, "failed");
+    assert!(
+        astray
+            .last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("does not declare"),
+        "{astray:?}"
+    );
+    assert_eq!(
+        *hits.lock().expect("lock"),
+        0,
+        "nothing reached the undeclared host"
+    );
+}
