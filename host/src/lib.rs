@@ -90,6 +90,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
         uploaded,
         plugin_limits: config.limits.plugin,
         secret_use: tenancy::SecretUse::default(),
+        reconciling: reconcile::InProgress::default(),
     }))
 }
 
@@ -144,6 +145,7 @@ pub async fn serve(
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let workers = worker::spawn(app.clone(), app.delivery, stopped.clone());
     let purging = tokio::spawn(purge_periodically(app.clone(), stopped.clone()));
+    let reconciling = tokio::spawn(reconcile::keep_reconciling(app.clone(), stopped.clone()));
     let reloading = app.tenancy.clone().map(|tenancy| {
         tokio::spawn(tenancy::keep_registry_current(
             app.clone(),
@@ -161,6 +163,7 @@ pub async fn serve(
         .await;
     let _ = workers.await;
     let _ = purging.await;
+    let _ = reconciling.await;
     if let Some(reloading) = reloading {
         let _ = reloading.await;
     }

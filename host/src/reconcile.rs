@@ -54,6 +54,76 @@ pub enum ReconcileError {
     Store(#[from] StoreError),
     #[error("{0}")]
     Plugin(String),
+    #[error("endpoint {0:?} is being reconciled already")]
+    AlreadyRunning(String),
+}
+
+/// Endpoints with a run in progress in this server: one run per endpoint at a time.
+#[derive(Debug, Default)]
+pub struct InProgress(std::sync::Mutex<Vec<String>>);
+
+/// Holds an endpoint's place in [`InProgress`] until dropped.
+struct Running<'a>(&'a InProgress, String);
+
+impl InProgress {
+    fn claim(&self, endpoint: &str) -> Result<Running<'_>, ReconcileError> {
+        let mut running = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if running.iter().any(|e| e == endpoint) {
+            return Err(ReconcileError::AlreadyRunning(endpoint.to_string()));
+        }
+        running.push(endpoint.to_string());
+        Ok(Running(self, endpoint.to_string()))
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut running = self.0.0.lock().unwrap_or_else(|p| p.into_inner());
+        running.retain(|e| *e != self.1);
+    }
+}
+
+/// Reconcile every endpoint with `every_seconds` on its schedule (the first run one
+/// period after start), looking back its `lookback_seconds`, until `stop`.
+pub async fn keep_reconciling(app: Arc<App>, stop: tokio::sync::watch::Receiver<bool>) {
+    let scheduled: Vec<(String, Duration, Duration)> = app
+        .endpoints
+        .fixed()
+        .iter()
+        .filter_map(|endpoint| {
+            let settings = endpoint.reconcile.as_ref()?;
+            Some((endpoint.id.clone(), settings.every?, settings.lookback))
+        })
+        .collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (endpoint, every, lookback) in scheduled {
+        let (app, mut stop) = (app.clone(), stop.clone());
+        tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stop.changed() => {}
+                }
+                if *stop.borrow() {
+                    return;
+                }
+                let since = crate::clock::now_ms() / 1000
+                    - i64::try_from(lookback.as_secs()).unwrap_or(i64::MAX);
+                let options = Options { since, dry_run: false };
+                // A shutdown does not wait for a run: it stops between two writes of
+                // its progress, and the next run resumes it.
+                tokio::select! {
+                    ran = run(&app, &endpoint, options) => {
+                        if let Err(error) = ran {
+                            tracing::warn!(%endpoint, %error, "scheduled reconciliation did not run");
+                        }
+                    }
+                    _ = stop.changed() => return,
+                }
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
 }
 
 /// Run reconciliation for `endpoint` now: resume its unfinished run when it has one
@@ -64,6 +134,7 @@ pub async fn run(
     endpoint: &str,
     options: Options,
 ) -> Result<RunRow, ReconcileError> {
+    let _running = app.reconciling.claim(endpoint)?;
     let served = app
         .endpoints
         .get(endpoint)

@@ -465,3 +465,106 @@ async fn the_credential_reaches_only_the_api_never_the_plugin_or_the_log() {
         "nothing reached the undeclared host"
     );
 }
+
+/// The admin API runs reconciliation, lists runs and shows one with its repairs; bad
+/// requests get their stable codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_runs_lists_and_shows_reconciliation() {
+    use crate::operations::{ADMIN_TOKEN, admin};
+    let fake = FakeStripe::new();
+    let downstream = Downstream::default();
+    let config = config(fake.serve().await, downstream.serve().await)
+        + "[[endpoint]]\nid = \"plain\"\nplugin = \"stripe\"\nsecrets = [\"whsec_plain\"]\n";
+    let server = Server::start(&config).await;
+    push_all_but_missing(&server, &fake).await;
+    let addr = admin(&server).await;
+    let call = |method: &'static str, path: String, body: &'static str| async move {
+        let headers = [("authorization", format!("Bearer {ADMIN_TOKEN}"))];
+        request(addr, method, &path, &headers, body.into()).await
+    };
+    let (status, ran) = call(
+        "POST",
+        "/admin/reconcile/stripe".into(),
+        r#"{"since": "2h"}"#,
+    )
+    .await;
+    assert_eq!(
+        (status, &ran["state"], &ran["repaired"]),
+        (200, &serde_json::json!("done"), &serde_json::json!(3)),
+        "{ran}"
+    );
+    let id = ran["id"].as_str().expect("run id").to_string();
+    let (status, listed) = call("GET", "/admin/reconcile/runs?endpoint=stripe".into(), "").await;
+    assert_eq!(
+        (status, listed.as_array().map(Vec::len)),
+        (200, Some(1)),
+        "{listed}"
+    );
+    let (status, shown) = call("GET", format!("/admin/reconcile/runs/{id}"), "").await;
+    assert_eq!(
+        (status, shown["repairs"].as_array().map(Vec::len)),
+        (200, Some(3)),
+        "{shown}"
+    );
+
+    for (path, body, want, code) in [
+        (
+            "/admin/reconcile/stripe",
+            r#"{"since": "yesterday"}"#,
+            400,
+            "invalid_request",
+        ),
+        (
+            "/admin/reconcile/stripe",
+            r#"{"dry": true}"#,
+            400,
+            "invalid_request",
+        ),
+        ("/admin/reconcile/nowhere", "", 404, "unknown_endpoint"),
+        ("/admin/reconcile/plain", "", 409, "not_configured"),
+    ] {
+        let (status, answer) = call("POST", path.into(), body).await;
+        assert_eq!(
+            (status, &answer["error"]),
+            (want, &serde_json::json!(code)),
+            "{path} {body}: {answer}"
+        );
+    }
+    let (status, answer) = call("GET", "/admin/reconcile/runs/rec_unknown".into(), "").await;
+    assert_eq!(
+        (status, &answer["error"]),
+        (404, &serde_json::json!("unknown_run"))
+    );
+}
+
+/// `every_seconds`: the server reconciles on its own, looking back `lookback_seconds`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_endpoint_reconciles_on_its_own() {
+    let fake = FakeStripe::new();
+    let downstream = Downstream::default();
+    let config = config(fake.serve().await, downstream.serve().await)
+        + "every_seconds = 1\nlookback_seconds = 7200\n";
+    let server = Server::start(&config).await;
+    push_all_but_missing(&server, &fake).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let runs = server
+            .app
+            .store
+            .runs(Some("stripe"), 10)
+            .await
+            .expect("runs");
+        if let Some(done) = runs.iter().rev().find(|r| r.state == "done") {
+            assert_eq!((done.seen, done.repaired), (50, 3), "{done:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no scheduled run finished: {runs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for id in MISSING {
+        assert_eq!(server.receipt("stripe", id).await.source, "reconcile");
+    }
+}

@@ -44,6 +44,9 @@ pub fn router(app: Arc<App>, token: Secret) -> axum::Router {
         .route("/admin/forensics/{id}", get(forensics_show))
         .route("/admin/forensics/{id}/verify", post(forensics_verify))
         .route("/admin/forensics/{id}/reingest", post(forensics_reingest))
+        .route("/admin/reconcile/{endpoint}", post(reconcile_now))
+        .route("/admin/reconcile/runs", get(reconcile_runs))
+        .route("/admin/reconcile/runs/{id}", get(reconcile_run))
         .route("/admin/endpoints/{endpoint}/pause", post(pause))
         .route("/admin/endpoints/{endpoint}/resume", post(resume))
         .route("/metrics", get(metrics))
@@ -123,6 +126,102 @@ fn invalid_filter(reason: &str) -> Response {
 fn store_error(e: crate::store::StoreError) -> Response {
     tracing::error!(error = %e, "admin API: store error");
     error(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReconcileRequest {
+    /// `24h`, `30m`, `7d`, `90s` or a unix timestamp; default: the endpoint's look-back.
+    since: Option<String>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// Reconcile an endpoint now and answer with the run as it ended (`done` or
+/// `failed`). The run goes on if the caller hangs up; it can be read back by id.
+async fn reconcile_now(
+    State(admin): State<Admin>,
+    Path(endpoint): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    use crate::reconcile::ReconcileError as E;
+    let invalid = |reason: String| {
+        (
+            StatusCode::BAD_REQUEST,
+            Json(serde_json::json!({"error": "invalid_request", "reason": reason})),
+        )
+            .into_response()
+    };
+    let request = if body.iter().all(u8::is_ascii_whitespace) {
+        ReconcileRequest {
+            since: None,
+            dry_run: false,
+        }
+    } else {
+        match serde_json::from_slice::<ReconcileRequest>(&body) {
+            Ok(request) => request,
+            Err(e) => return invalid(e.to_string()),
+        }
+    };
+    let Some(served) = admin.app.endpoints.get(&endpoint) else {
+        return error(StatusCode::NOT_FOUND, "unknown_endpoint");
+    };
+    let Some(settings) = &served.reconcile else {
+        return error(StatusCode::CONFLICT, "not_configured");
+    };
+    let now = crate::clock::now_ms() / 1000;
+    let since = match &request.since {
+        Some(text) => match crate::reconcile::parse_since(text, now) {
+            Ok(since) => since,
+            Err(reason) => return invalid(format!("since: {reason}")),
+        },
+        None => now - i64::try_from(settings.lookback.as_secs()).unwrap_or(i64::MAX),
+    };
+    let options = crate::reconcile::Options {
+        since,
+        dry_run: request.dry_run,
+    };
+    let app = admin.app.clone();
+    let running =
+        tokio::spawn(async move { crate::reconcile::run(&app, &endpoint, options).await });
+    match running.await {
+        Ok(Ok(run)) => Json(run).into_response(),
+        Ok(Err(E::AlreadyRunning(_))) => error(StatusCode::CONFLICT, "already_running"),
+        Ok(Err(E::NotSupported(_))) => error(StatusCode::CONFLICT, "reconcile_unsupported"),
+        Ok(Err(E::UnknownEndpoint(_))) => error(StatusCode::NOT_FOUND, "unknown_endpoint"),
+        Ok(Err(E::NotConfigured(_))) => error(StatusCode::CONFLICT, "not_configured"),
+        Ok(Err(E::Store(e))) => store_error(e),
+        Ok(Err(E::Plugin(reason))) => {
+            tracing::error!(%reason, "reconciliation: plugin failed");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed")
+        }
+        Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunsQuery {
+    endpoint: Option<String>,
+    limit: Option<i64>,
+}
+
+async fn reconcile_runs(State(admin): State<Admin>, Query(query): Query<RunsQuery>) -> Response {
+    let limit = query.limit.unwrap_or(50).clamp(1, 1000);
+    match admin.app.store.runs(query.endpoint.as_deref(), limit).await {
+        Ok(runs) => Json(runs).into_response(),
+        Err(e) => store_error(e),
+    }
+}
+
+async fn reconcile_run(State(admin): State<Admin>, Path(id): Path<String>) -> Response {
+    match admin.app.store.run(&id).await {
+        Ok(Some((run, repairs))) => {
+            Json(serde_json::json!({"run": run, "repairs": repairs})).into_response()
+        }
+        Ok(None) => error(StatusCode::NOT_FOUND, "unknown_run"),
+        Err(e) => store_error(e),
+    }
 }
 
 async fn list(State(admin): State<Admin>, Query(query): Query<Filter>) -> Response {

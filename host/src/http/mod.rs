@@ -51,6 +51,8 @@ pub struct App {
     pub forensics: crate::forensics::Recorder,
     /// What `/metrics` on the admin listener shows.
     pub metrics: crate::metrics::Metrics,
+    /// Endpoints being reconciled now.
+    pub reconciling: crate::reconcile::InProgress,
 }
 
 pub fn router(app: Arc<App>) -> Router {
