@@ -16,7 +16,7 @@ use crate::endpoints::Endpoint;
 use crate::http::App;
 use crate::store::{NewReceipt, Outcome, RECONCILED, RepairRow, Resource, RunRow, StoreError};
 use base64::Engine as _;
-use hookhost_plugin_sdk::{Answer, ReconcileInfo, RemoteEvent, RequestPlan};
+use hookhost_plugin_sdk::{Answer, ReconcileInfo, Repair, RequestPlan};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use sha2::{Digest, Sha256};
@@ -249,21 +249,35 @@ async fn page(
             continue;
         }
         let event_type = remote.event.event_type.clone();
-        let result = if run.dry_run {
-            "would_repair".to_string()
-        } else {
-            match app.store.record(receipt(endpoint, remote)).await {
-                Ok(Outcome::Accepted) => "repaired".to_string(),
-                // A push arrived meanwhile.
-                Ok(Outcome::Duplicate) => {
-                    run.present += 1;
-                    continue;
+        let result = match (run.dry_run, remote.repair) {
+            (true, Repair::Store(_)) => "would_repair".to_string(),
+            (true, Repair::Redeliver(_)) => "would_redeliver".to_string(),
+            (false, Repair::Store(body)) => {
+                match app
+                    .store
+                    .record(receipt(endpoint, remote.event, body))
+                    .await
+                {
+                    Ok(Outcome::Accepted) => "repaired".to_string(),
+                    // A push arrived meanwhile.
+                    Ok(Outcome::Duplicate) => {
+                        run.present += 1;
+                        continue;
+                    }
+                    Ok(other) => other.ignored_reason().unwrap_or("stored").to_string(),
+                    Err(e) => return Err(format!("cannot store {id}: {e}")),
                 }
-                Ok(other) => other.ignored_reason().unwrap_or("stored").to_string(),
-                Err(e) => return Err(format!("cannot store {id}: {e}")),
+            }
+            // The provider sends it again, signed; it arrives as a push.
+            (false, Repair::Redeliver(plan)) => {
+                api.call(&plan).await?;
+                "redelivery_requested".to_string()
             }
         };
-        if result == "repaired" || result == "would_repair" {
+        if matches!(
+            result.as_str(),
+            "repaired" | "would_repair" | "redelivery_requested" | "would_redeliver"
+        ) {
             run.repaired += 1;
         }
         tracing::info!(endpoint = %endpoint.id, event_id = %id, event_type = %event_type, %result, "reconciled a missing event");
@@ -281,8 +295,7 @@ async fn page(
 
 /// A listed event as a receipt: what a push of it would have stored, without a
 /// signature (none was made), marked as reconciled.
-fn receipt(endpoint: &Endpoint, remote: RemoteEvent) -> NewReceipt {
-    let RemoteEvent { event, body } = remote;
+fn receipt(endpoint: &Endpoint, event: hookhost_plugin_sdk::Event, body: Vec<u8>) -> NewReceipt {
     let json = serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok();
     NewReceipt {
         endpoint: endpoint.id.clone(),

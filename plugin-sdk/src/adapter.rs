@@ -4,8 +4,8 @@ use crate::bindings::exports::hookhost::provider::reconcile as pull;
 use crate::bindings::hookhost::provider::types as wit;
 use crate::{
     Algorithm, Answer, ConfigError, Disposition, EndpointFacts, Event, Handshake, HandshakeCheck,
-    KeyFormat, Part, Plan, Provider, Rejection, Request, RequestPlan, Response, ResponsePart,
-    StoredEvent,
+    KeyFormat, Part, Plan, Provider, Rejection, Repair, Request, RequestPlan, Response,
+    ResponsePart, StoredEvent,
 };
 use std::marker::PhantomData;
 
@@ -102,7 +102,10 @@ impl<P: Provider> crate::bindings::exports::hookhost::provider::reconcile::Guest
                     resource_id: e.resource_id,
                     resource_version: e.resource_version,
                     deleted: e.deleted,
-                    body: remote.body,
+                    repair: match remote.repair {
+                        Repair::Store(body) => pull::Repair::Store(body),
+                        Repair::Redeliver(plan) => pull::Repair::Redeliver(request_plan(plan)),
+                    },
                 })
             })
             .collect::<Result<_, String>>()?;

@@ -61,8 +61,18 @@ pub struct Answer {
 pub struct RemoteEvent {
     /// What the event is (its id is required: it is what a push would have carried).
     pub event: Event,
-    /// The body to store and deliver: the event as a push would have carried it.
-    pub body: Vec<u8>,
+    /// How to repair it when it never arrived.
+    pub repair: Repair,
+}
+
+/// How a listed event that never arrived is repaired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Repair {
+    /// Store this body and deliver it: the event as a push would have carried it.
+    Store(Vec<u8>),
+    /// Ask the provider to send it again (for APIs that list deliveries without their
+    /// payloads); it then arrives as a push, signed.
+    Redeliver(RequestPlan),
 }
 
 /// One page of the provider's list.

@@ -336,7 +336,10 @@ pub mod pull {
                         deleted: e.deleted,
                         disposition: sdk::Disposition::Process,
                     },
-                    body: e.body,
+                    repair: match e.repair {
+                        wit::Repair::Store(body) => sdk::Repair::Store(body),
+                        wit::Repair::Redeliver(p) => sdk::Repair::Redeliver(plan(p)),
+                    },
                 })
                 .collect(),
             next_cursor: page.next_cursor,

@@ -20,7 +20,8 @@ pub struct RunRow {
     pub seen: i64,
     /// Of those, already received.
     pub present: i64,
-    /// Of those, missing and repaired (a dry run counts what it would repair).
+    /// Of those, missing and repaired: stored, or their redelivery asked of the
+    /// provider (a dry run counts what it would repair).
     pub repaired: i64,
     pub errors: i64,
     pub last_error: Option<String>,
@@ -33,8 +34,9 @@ pub struct RunRow {
 pub struct RepairRow {
     pub event_id: String,
     pub event_type: String,
-    /// `repaired`; `would_repair` in a dry run; otherwise what the receipt store
-    /// answered (`stale_version`, …).
+    /// `repaired` (stored) or `redelivery_requested`; `would_repair` or
+    /// `would_redeliver` in a dry run; otherwise what the receipt store answered
+    /// (`stale_version`, …).
     pub result: String,
     pub at_ms: i64,
 }

@@ -7,7 +7,7 @@
 
 use hookhost_plugin_sdk::{
     Algorithm, Answer, Candidate, Event, Json, KeyFormat, Page, Part, Plan, PluginInfo, Provider,
-    ReconcileInfo, Rejection, RemoteEvent, Request, RequestPlan, decode, serde_json,
+    ReconcileInfo, Rejection, RemoteEvent, Repair, Request, RequestPlan, decode, serde_json,
 };
 
 /// Events per page of `GET /v1/events` (Stripe's maximum).
@@ -108,7 +108,7 @@ impl Provider for Stripe {
             let event = describe(&item).map_err(|e| format!("data/{i}: {e:?}"))?;
             events.push(RemoteEvent {
                 event,
-                body: raw.as_bytes().to_vec(),
+                repair: Repair::Store(raw.as_bytes().to_vec()),
             });
         }
         let has_more = list.raw("/has_more") == Some("true");
@@ -205,7 +205,10 @@ mod tests {
         let page = Stripe::reconcile_page(&config, &answer).expect("page");
         assert_eq!(page.next_cursor.as_deref(), Some("evt_2"));
         assert_eq!(page.events.len(), 2);
-        assert_eq!(page.events[0].body, event("evt_3", 30).into_bytes());
+        assert_eq!(
+            page.events[0].repair,
+            Repair::Store(event("evt_3", 30).into_bytes())
+        );
         assert_eq!(page.events[0].event.id.as_deref(), Some("evt_3"));
         assert_eq!(page.events[1].event.resource_version, Some(20));
         let last = Answer {

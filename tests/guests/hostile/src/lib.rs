@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use hookhost_plugin_sdk::{
     Algorithm, Answer, Candidate, Event, KeyFormat, Page, Part, Plan, PluginInfo, Provider,
-    ReconcileInfo, Rejection, RemoteEvent, Request, RequestPlan, decode, serde_json,
+    ReconcileInfo, Rejection, RemoteEvent, Repair, Request, RequestPlan, decode, serde_json,
 };
 
 pub struct Hostile;
@@ -192,7 +192,7 @@ impl Provider for Hostile {
         Ok(Page {
             events: vec![RemoteEvent {
                 event: Event::new("test.echo").id("evt_echo"),
-                body: echo.to_string().into_bytes(),
+                repair: Repair::Store(echo.to_string().into_bytes()),
             }],
             next_cursor: None,
         })
