@@ -14,9 +14,10 @@
 use crate::config::{ApiAuth, ReconcileConfig};
 use crate::endpoints::Endpoint;
 use crate::http::App;
+use crate::store::Leased;
 use crate::store::{NewReceipt, Outcome, RECONCILED, RepairRow, Resource, RunRow, StoreError};
 use base64::Engine as _;
-use hookhost_plugin_sdk::{Answer, ReconcileInfo, Repair, RequestPlan};
+use hookhost_plugin_sdk::{Answer, Fetched, ReconcileInfo, Repair, RequestPlan, StoredEvent};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use sha2::{Digest, Sha256};
@@ -293,6 +294,52 @@ async fn page(
     Ok(repairs)
 }
 
+/// A thin event's current object, fetched for a delivery attempt: `None` when the
+/// endpoint has no API credential, or its plugin fetches nothing or says the event is
+/// complete as sent. Each attempt fetches anew (one try: a failure fails the attempt,
+/// retried on the endpoint's schedule), so what is delivered is the object's state
+/// at delivery, versioned by the object.
+pub async fn fetch_current(
+    app: &Arc<App>,
+    endpoint: &Arc<Endpoint>,
+    event: &Leased,
+) -> Result<Option<Fetched>, String> {
+    let Some(settings) = endpoint.reconcile.clone() else {
+        return Ok(None);
+    };
+    let stored = StoredEvent {
+        id: event.event_id.clone(),
+        event_type: event.event_type.clone(),
+        resource_kind: event.resource_kind.clone(),
+        resource_id: event.resource_id.clone(),
+        body: event.body.clone(),
+    };
+    let asked = on_plugin_thread(app, endpoint, move |e| {
+        match e.plugin.reconcile_info(&e.plugin_config)? {
+            Some(info) if info.fetches_objects => Ok(e
+                .plugin
+                .fetch_request(&e.plugin_config, &stored)?
+                .map(|plan| (info, plan))),
+            _ => Ok(None),
+        }
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let Some((info, plan)) = asked else {
+        return Ok(None);
+    };
+    let mut api = Api::new(settings, &info);
+    api.tries = 1;
+    let answer = api.call(&plan).await?;
+    let fetched = on_plugin_thread(app, endpoint, move |e| {
+        e.plugin.fetch_result(&e.plugin_config, &answer)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|reason| format!("the plugin could not read the fetched object: {reason}"))?;
+    Ok(Some(fetched))
+}
+
 /// A listed event as a receipt: what a push of it would have stored, without a
 /// signature (none was made), marked as reconciled.
 fn receipt(endpoint: &Endpoint, event: hookhost_plugin_sdk::Event, body: Vec<u8>) -> NewReceipt {
@@ -345,6 +392,8 @@ struct Api {
     /// Hosts a plan may address with an absolute URL.
     hosts: Vec<String>,
     last_request: Option<Instant>,
+    /// Tries of one request (see [`Api::call`]).
+    tries: u32,
 }
 
 impl Api {
@@ -360,6 +409,7 @@ impl Api {
             hosts: info.hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
             settings,
             last_request: None,
+            tries: TRIES,
         }
     }
 
@@ -400,7 +450,7 @@ impl Api {
     async fn call(&mut self, plan: &RequestPlan) -> Result<Answer, String> {
         let uri = self.resolve(&plan.target)?;
         let mut backoff = Duration::from_secs(1);
-        for attempt in 1..=TRIES {
+        for attempt in 1..=self.tries {
             self.pace().await;
             let failure = match tokio::time::timeout(REQUEST_TIMEOUT, self.send(&uri, plan)).await {
                 Err(_) => format!("no answer within {REQUEST_TIMEOUT:?}"),
@@ -425,7 +475,7 @@ impl Api {
                     }
                 },
             };
-            if attempt == TRIES {
+            if attempt == self.tries {
                 return Err(failure);
             }
             tracing::info!(uri = %uri.path(), attempt, %failure, "the provider's API request failed; trying again");

@@ -568,3 +568,86 @@ async fn a_scheduled_endpoint_reconciles_on_its_own() {
         assert_eq!(server.receipt("stripe", id).await.source, "reconcile");
     }
 }
+
+/// What a downstream received: (body, `hookhost-resource-version`) per delivery.
+type Received = Arc<Mutex<Vec<(String, Option<String>)>>>;
+
+async fn receive(State(received): State<Received>, headers: HeaderMap, body: String) -> StatusCode {
+    let version = headers
+        .get("hookhost-resource-version")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    received.lock().expect("lock").push((body, version));
+    StatusCode::OK
+}
+
+/// The provider's objects: `GET /objects/{id}`, at version 7; the authorizations seen.
+async fn object(
+    State(seen): State<Arc<Mutex<Vec<String>>>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> impl IntoResponse {
+    let authorization = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    seen.lock().expect("lock").push(authorization.to_string());
+    axum::Json(serde_json::json!({"id": id, "state": "current", "version": 7}))
+}
+
+/// A thin event is delivered as its object's current state, fetched with the
+/// endpoint's credential and versioned by the object; the receipt keeps what arrived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thin_event_is_delivered_as_its_fetched_current_object() {
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let api = serve_on_loopback(
+        axum::Router::new()
+            .route("/objects/{id}", axum::routing::get(object))
+            .with_state(seen.clone()),
+    )
+    .await;
+    let received: Received = Arc::default();
+    let downstream = serve_on_loopback(
+        axum::Router::new()
+            .route("/hook", axum::routing::post(receive))
+            .with_state(received.clone()),
+    )
+    .await;
+    let key = b64(b"thin event test destination key!");
+    let config = format!(
+        "plugins_dir = \"plugins\"\n[delivery]\npoll_ms = 20\n\
+         [[endpoint]]\nid = \"thin\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\nconfig = {{ thin = true }}\n\
+         [endpoint.destination]\nurl = \"http://{downstream}/hook\"\nsecret = \"whsec_{key}\"\n\
+         [endpoint.reconcile]\napi_base = \"http://{api}\"\ncredential = \"{CREDENTIAL}\"\n"
+    );
+    let server = Server::start_in(with_test_guest(), &config)
+        .await
+        .expect("server starts");
+    let body = br#"{"changed":"obj_1"}"#.to_vec();
+    let answer = server
+        .post("thin", &guest_headers("s", "obj_1", &body), body.clone())
+        .await;
+    assert_eq!(answer.0, 200, "{answer:?}");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while received.lock().expect("lock").is_empty() {
+        assert!(Instant::now() < deadline, "not delivered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (delivered, version) = received.lock().expect("lock")[0].clone();
+    let object: Value = serde_json::from_str(&delivered).expect("the object");
+    assert_eq!(
+        object,
+        serde_json::json!({"id": "obj_1", "state": "current", "version": 7})
+    );
+    assert_eq!(version.as_deref(), Some("7"));
+    assert_eq!(
+        *seen.lock().expect("lock"),
+        vec![format!("Bearer {CREDENTIAL}")]
+    );
+    assert_eq!(
+        server.receipt("thin", "obj_1").await.body,
+        body,
+        "the receipt keeps what arrived"
+    );
+}

@@ -320,6 +320,23 @@ pub mod pull {
         }
     }
 
+    pub fn stored_event(event: &sdk::StoredEvent) -> wit::StoredEvent {
+        wit::StoredEvent {
+            id: event.id.clone(),
+            event_type: event.event_type.clone(),
+            resource_kind: event.resource_kind.clone(),
+            resource_id: event.resource_id.clone(),
+            body: event.body.clone(),
+        }
+    }
+
+    pub fn fetched(fetched: wit::Fetched) -> sdk::Fetched {
+        sdk::Fetched {
+            resource_version: fetched.resource_version,
+            body: fetched.body,
+        }
+    }
+
     pub fn page(page: wit::Page) -> sdk::Page {
         sdk::Page {
             events: page

@@ -5,8 +5,8 @@ use super::resident::{Fetch, LazyCode, Residency};
 use super::stderr::CappedOutput;
 use crate::verify::MessageSource;
 use hookhost_plugin_sdk::{
-    Algorithm, Answer, ConfigError, EndpointFacts, Event, Handshake, Page, Plan, PluginInfo,
-    ReconcileInfo, Rejection, RequestPlan,
+    Algorithm, Answer, ConfigError, EndpointFacts, Event, Fetched, Handshake, Page, Plan,
+    PluginInfo, ReconcileInfo, Rejection, RequestPlan, StoredEvent,
 };
 use sha2::{Digest as _, Sha256};
 use std::collections::{BTreeMap, HashMap};
@@ -814,6 +814,32 @@ impl Plugin {
         let answer = bindings::pull::answer(answer);
         self.pull(|guest, store| guest.call_reconcile_page(store, config, &answer))?
             .map(|page| page.map(bindings::pull::page))
+            .ok_or_else(not_pulling)
+    }
+
+    /// The request for a stored event's current object; `None` when the event is
+    /// complete as sent (or the plugin does not fetch).
+    pub fn fetch_request(
+        &self,
+        config: &str,
+        event: &StoredEvent,
+    ) -> Result<Option<RequestPlan>, PluginFailure> {
+        let event = bindings::pull::stored_event(event);
+        Ok(self
+            .pull(|guest, store| guest.call_fetch_request(store, config, &event))?
+            .flatten()
+            .map(bindings::pull::plan))
+    }
+
+    /// Read a fetched object.
+    pub fn fetch_result(
+        &self,
+        config: &str,
+        answer: &Answer,
+    ) -> Result<Result<Fetched, String>, PluginFailure> {
+        let answer = bindings::pull::answer(answer);
+        self.pull(|guest, store| guest.call_fetch_result(store, config, &answer))?
+            .map(|fetched| fetched.map(bindings::pull::fetched))
             .ok_or_else(not_pulling)
     }
 

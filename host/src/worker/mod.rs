@@ -118,7 +118,7 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
                             }
                         }
                         let span = event.span();
-                        in_flight.spawn(deliver(endpoint, event).instrument(span));
+                        in_flight.spawn(deliver(app.clone(), endpoint, event).instrument(span));
                     }
                 }
                 Err(error) => {
@@ -209,12 +209,33 @@ impl Attempted {
     }
 }
 
-async fn deliver(endpoint: Arc<Endpoint>, event: Leased) -> Option<Attempted> {
+async fn deliver(app: Arc<App>, endpoint: Arc<Endpoint>, event: Leased) -> Option<Attempted> {
     let destination = endpoint.destination.as_ref()?;
     let started_at_ms = crate::clock::now_ms();
-    let answer = destination
-        .deliver(&endpoint.id, endpoint.plugin.name(), &event)
-        .await;
+    // A thin event is delivered as its object's current state, fetched now.
+    let answer = match crate::reconcile::fetch_current(&app, &endpoint, &event).await {
+        Ok(None) => {
+            destination
+                .deliver(&endpoint.id, endpoint.plugin.name(), &event)
+                .await
+        }
+        Ok(Some(fetched)) => {
+            let mut current = event.clone();
+            current.body = fetched.body;
+            current.resource_version = fetched
+                .resource_version
+                .map(|v| i64::try_from(v).unwrap_or(i64::MAX));
+            tracing::info!(version = ?current.resource_version, "delivering the thin event's current object");
+            destination
+                .deliver(&endpoint.id, endpoint.plugin.name(), &current)
+                .await
+        }
+        Err(error) => Answer::Retry {
+            status: None,
+            error: format!("fetching the thin event's current object: {error}"),
+            retry_after: None,
+        },
+    };
     let ended_at_ms = crate::clock::now_ms();
     let attempt = event.attempts + 1;
     let next = next_step(

@@ -14,13 +14,16 @@
 //! Reconciliation: it lists one event per run, `evt_echo`, whose body is everything the
 //! plugin was given (configuration, the answer's status, headers and body), so a test
 //! can see what reached it. `{"reconcile_target": URL}` makes it aim its request there.
+//! `{"thin": true}`: every event is thin; its current object is `GET /objects/{id}`,
+//! versioned by the object's `version`.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use hookhost_plugin_sdk::{
-    Algorithm, Answer, Candidate, Event, KeyFormat, Page, Part, Plan, PluginInfo, Provider,
-    ReconcileInfo, Rejection, RemoteEvent, Repair, Request, RequestPlan, decode, serde_json,
+    Algorithm, Answer, Candidate, Event, Fetched, KeyFormat, Page, Part, Plan, PluginInfo,
+    Provider, ReconcileInfo, Rejection, RemoteEvent, Repair, Request, RequestPlan, StoredEvent,
+    decode, serde_json,
 };
 
 pub struct Hostile;
@@ -30,6 +33,10 @@ pub struct Hostile;
 static CALLS: AtomicU32 = AtomicU32::new(0);
 static LAST_ID: Mutex<String> = Mutex::new(String::new());
 static PREVIOUS_ID: Mutex<String> = Mutex::new(String::new());
+
+fn thin(config: &serde_json::Value) -> bool {
+    config.get("thin") == Some(&serde_json::Value::Bool(true))
+}
 
 fn remembering(req: &Request) -> bool {
     req.config().get("mode").and_then(|m| m.as_str()) == Some("remember")
@@ -156,12 +163,25 @@ impl Provider for Hostile {
         })
     }
 
-    fn reconcile_info(_config: &serde_json::Value) -> Option<ReconcileInfo> {
+    fn reconcile_info(config: &serde_json::Value) -> Option<ReconcileInfo> {
         Some(ReconcileInfo {
             hosts: vec!["api.hostile.test".into()],
             api_base: "https://api.hostile.test".into(),
             lists_events: true,
-            fetches_objects: false,
+            fetches_objects: thin(config),
+        })
+    }
+
+    fn fetch_request(config: &serde_json::Value, event: &StoredEvent) -> Option<RequestPlan> {
+        thin(config).then(|| RequestPlan::get(format!("/objects/{}", event.id)))
+    }
+
+    fn fetch_result(_config: &serde_json::Value, answer: &Answer) -> Result<Fetched, String> {
+        let object: serde_json::Value =
+            serde_json::from_slice(&answer.body).map_err(|e| format!("object: {e}"))?;
+        Ok(Fetched {
+            resource_version: object.get("version").and_then(serde_json::Value::as_u64),
+            body: answer.body.clone(),
         })
     }
 
