@@ -562,12 +562,7 @@ impl Api {
             })
             .map(|(name, value)| (name.as_str().to_string(), value.as_bytes().to_vec()))
             .collect();
-        let retry_after = response
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+        let retry_after = crate::worker::retry_after(response.headers());
         let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
             .collect()
             .await

@@ -217,12 +217,7 @@ impl HttpDestination {
             Err(e) => return Sent::Answered(retry(format!("request: {e}"))),
         };
         let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+        let retry_after = retry_after(response.headers());
         let drained = Limited::new(response.into_body(), RESPONSE_DRAIN_CAP)
             .collect()
             .await;
@@ -235,6 +230,15 @@ impl HttpDestination {
         }
         Sent::Answered(classify(status, retry_after))
     }
+}
+
+/// A `Retry-After` in seconds (an HTTP date is not honoured: the schedule applies).
+pub(crate) fn retry_after(headers: &hyper::HeaderMap) -> Option<Duration> {
+    headers
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs)
 }
 
 /// HTTP/1.1 over any stream; the connection task runs until either side closes it.

@@ -8,7 +8,7 @@
 mod destination;
 mod tls;
 
-pub(crate) use destination::handshake;
+pub(crate) use destination::{handshake, retry_after};
 pub use destination::{Answer, Destination, HttpDestination, classify, idempotency_key};
 pub use tls::CaFile;
 pub(crate) use tls::Tls;
