@@ -148,12 +148,15 @@ pub async fn run(
         .await?
         .filter(|info| info.lists_events)
         .ok_or_else(|| ReconcileError::NotSupported(served.plugin.name().to_string()))?;
-    let mut run = match app.store.unfinished_run(endpoint).await? {
+    // An unfinished run of the same kind is resumed (with its own `since`); one of the
+    // other kind ends, superseded by the new run.
+    let unfinished = app.store.unfinished_run(endpoint).await?;
+    let mut run = match unfinished {
         Some(run) if run.dry_run == options.dry_run => {
             tracing::info!(endpoint, run = %run.id, cursor = ?run.cursor, "resuming a reconciliation run");
             run
         }
-        _ => {
+        other => {
             let run = RunRow {
                 id: format!("rec_{}", random_hex(8)),
                 endpoint: endpoint.to_string(),
@@ -171,6 +174,12 @@ pub async fn run(
                 ended_at_ms: None,
             };
             app.store.create_run(&run).await?;
+            if let Some(mut superseded) = other {
+                superseded.state = "failed".into();
+                superseded.last_error = Some(format!("superseded by run {}", run.id));
+                superseded.ended_at_ms = Some(crate::clock::now_ms());
+                app.store.save_run(&superseded, &[]).await?;
+            }
             run
         }
     };
