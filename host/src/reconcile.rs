@@ -239,7 +239,7 @@ async fn page(
     .map_err(|reason| format!("the plugin planned no request: {reason}"))?;
     let answer = api.call(&plan).await?;
     let page = on_plugin_thread(app, endpoint, move |e| {
-        e.plugin.reconcile_page(&e.plugin_config, &answer)
+        e.plugin.reconcile_page(&e.plugin_config, since, &answer)
     })
     .await
     .map_err(|e| e.to_string())?

@@ -85,8 +85,12 @@ impl<P: Provider> crate::bindings::exports::hookhost::provider::reconcile::Guest
         P::reconcile_request(&parse_config(&config)?, since, cursor.as_deref()).map(request_plan)
     }
 
-    fn reconcile_page(config: String, answer: pull::Answer) -> Result<pull::Page, String> {
-        let page = P::reconcile_page(&parse_config(&config)?, &from_answer(answer))?;
+    fn reconcile_page(
+        config: String,
+        since: i64,
+        answer: pull::Answer,
+    ) -> Result<pull::Page, String> {
+        let page = P::reconcile_page(&parse_config(&config)?, since, &from_answer(answer))?;
         let events = page
             .events
             .into_iter()

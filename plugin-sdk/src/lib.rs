@@ -88,9 +88,14 @@ pub trait Provider {
         let _ = (config, since, cursor);
         Err("this plugin does not list events".into())
     }
-    /// Read one page of the provider's list.
-    fn reconcile_page(config: &serde_json::Value, answer: &Answer) -> Result<Page, String> {
-        let _ = (config, answer);
+    /// Read one page of the provider's list of events created at or after `since`
+    /// (unix seconds; for APIs that cannot filter by time, to end the listing).
+    fn reconcile_page(
+        config: &serde_json::Value,
+        since: i64,
+        answer: &Answer,
+    ) -> Result<Page, String> {
+        let _ = (config, since, answer);
         Err("this plugin does not list events".into())
     }
     /// The request for a thin event's current object; `None` when the event is

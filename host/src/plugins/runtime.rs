@@ -809,10 +809,11 @@ impl Plugin {
     pub fn reconcile_page(
         &self,
         config: &str,
+        since: i64,
         answer: &Answer,
     ) -> Result<Result<Page, String>, PluginFailure> {
         let answer = bindings::pull::answer(answer);
-        self.pull(|guest, store| guest.call_reconcile_page(store, config, &answer))?
+        self.pull(|guest, store| guest.call_reconcile_page(store, config, since, &answer))?
             .map(|page| page.map(bindings::pull::page))
             .ok_or_else(not_pulling)
     }

@@ -8,8 +8,8 @@
 mod destination;
 mod tls;
 
-pub(crate) use destination::{handshake, retry_after};
 pub use destination::{Answer, Destination, HttpDestination, classify, idempotency_key};
+pub(crate) use destination::{handshake, retry_after};
 pub use tls::CaFile;
 pub(crate) use tls::Tls;
 

@@ -24,6 +24,36 @@ pub struct Mapping {
     /// The body must be JSON (`body = "json"`, the default).
     pub json_body: bool,
     pub event: EventSpec,
+    /// Listing the sender's events through its API; `None` without `[reconcile]`.
+    pub reconcile: Option<ReconcileSpec>,
+}
+
+/// Where the sender's API lists its events, and where each listed event's fields are.
+/// Every pointer is a JSON Pointer (RFC 6901) checked by [`template::json_pointer`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReconcileSpec {
+    /// `https://…` or `http://…`, the sender's API.
+    pub api_base: String,
+    /// Hosts a request may address with an absolute URL (never empty).
+    pub hosts: Vec<String>,
+    /// The first page's path and query on `api_base`; `{since}` is replaced by the
+    /// run's start, in unix seconds.
+    pub path: String,
+    /// The page's array of events; `""` when the page body is the array itself.
+    pub items: String,
+    /// In each item: the event id, as a push of it carries it.
+    pub id: String,
+    pub event_type: String,
+    /// The resource's kind and id, both or neither.
+    pub resource: Option<(String, String)>,
+    /// The resource's version, a non-negative integer (only with a resource).
+    pub version: Option<String>,
+    /// Unix seconds.
+    pub occurred_at: Option<String>,
+    /// In the page: the next page's cursor; absent, `null` or `""` after the last page.
+    pub cursor: Option<String>,
+    /// The query parameter the cursor is sent as (`cursor`), URL-safe as written.
+    pub cursor_param: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,6 +189,7 @@ impl Mapping {
                 "message_id",
                 "body",
                 "event",
+                "reconcile",
             ],
         )?;
         let algorithm = algorithm(&root)?;
@@ -184,6 +215,17 @@ impl Mapping {
             Some(table) => event(&table)?,
             None => EventSpec::default(),
         };
+        let reconcile = match root.table("reconcile", RECONCILE_KEYS)? {
+            Some(table) => Some(reconcile(&table)?),
+            None => None,
+        };
+        if reconcile.is_some() && event.id.is_empty() {
+            return Err(ConfigError::new(
+                "event.id",
+                "required with reconcile: a listed event is matched with its push by id, \
+                 and without event.id a push's id is derived from its bytes",
+            ));
+        }
         Ok(Mapping {
             algorithm,
             key_format,
@@ -193,6 +235,7 @@ impl Mapping {
             message_id,
             json_body,
             event,
+            reconcile,
         })
     }
 }
@@ -706,6 +749,166 @@ fn matcher(parent: &Table, key: &str) -> Result<Option<Matcher>, ConfigError> {
         starts_with: list("starts_with")?,
         ends_with: list("ends_with")?,
     }))
+}
+
+const RECONCILE_KEYS: &[&str] = &[
+    "api_base",
+    "hosts",
+    "path",
+    "items",
+    "id",
+    "type",
+    "version",
+    "resource_kind",
+    "resource_id",
+    "occurred_at",
+    "cursor",
+    "cursor_param",
+];
+
+fn reconcile(table: &Table) -> Result<ReconcileSpec, ConfigError> {
+    let api_base = table.required_string("api_base", "the sender's API, https://…")?;
+    let rest = api_base
+        .strip_prefix("https://")
+        .or_else(|| api_base.strip_prefix("http://"));
+    if !rest.is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_graphic())) {
+        return Err(table.error(
+            "api_base",
+            format!("{api_base:?} must start with https:// or http:// and name a host"),
+        ));
+    }
+    let hosts = table.strings("hosts")?.unwrap_or_default();
+    if hosts.is_empty() {
+        return Err(table.error(
+            "hosts",
+            "required: the API's host names (\"api.example.com\"), at least one",
+        ));
+    }
+    let host_name = |h: &&str| {
+        !h.is_empty()
+            && h.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+    };
+    if let Some(bad) = hosts.iter().find(|h| !host_name(h)) {
+        return Err(table.error(
+            "hosts",
+            format!("{bad:?} is not a host name (no scheme, port or path: \"api.example.com\")"),
+        ));
+    }
+    let path = table.required_string(
+        "path",
+        "the list's path and query (\"/v1/events?since={since}\")",
+    )?;
+    let placeholders_ok = path
+        .replace("{since}", "")
+        .bytes()
+        .all(|b| b != b'{' && b != b'}');
+    if !path.starts_with('/') || path.starts_with("//") {
+        return Err(table.error(
+            "path",
+            format!("{path:?} must be a path on api_base, starting with one /"),
+        ));
+    }
+    if !path.bytes().all(|b| b.is_ascii_graphic()) || path.contains('#') {
+        return Err(table.error(
+            "path",
+            format!("{path:?}: spaces, # and non-ASCII characters must be percent-encoded"),
+        ));
+    }
+    if !placeholders_ok {
+        return Err(table.error(
+            "path",
+            format!("{path:?}: the only placeholder is {{since}}"),
+        ));
+    }
+    let items = table.required_string("items", "where the page's events are (\"/data\")")?;
+    // The whole body ("") is an array of events for some APIs.
+    if !items.is_empty() {
+        template::json_pointer(items).map_err(|m| table.error("items", m))?;
+    }
+    let required = |key: &str, what: &str| -> Result<String, ConfigError> {
+        let pointer = table.required_string(key, what)?;
+        template::json_pointer(pointer).map_err(|m| table.error(key, m))?;
+        Ok(pointer.to_owned())
+    };
+    let id = required("id", "where each event's id is (\"/id\")")?;
+    let event_type = required("type", "where each event's type is (\"/type\")")?;
+    let optional = |key: &str| -> Result<Option<String>, ConfigError> {
+        let Some(pointer) = table.string(key)? else {
+            return Ok(None);
+        };
+        template::json_pointer(pointer).map_err(|m| table.error(key, m))?;
+        Ok(Some(pointer.to_owned()))
+    };
+    let resource = match (optional("resource_kind")?, optional("resource_id")?) {
+        (Some(kind), Some(id)) => Some((kind, id)),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(table.error("resource_id", "required with resource_kind"));
+        }
+        (None, Some(_)) => {
+            return Err(table.error("resource_kind", "required with resource_id"));
+        }
+    };
+    let version = optional("version")?;
+    if version.is_some() && resource.is_none() {
+        return Err(table.error(
+            "version",
+            "a version is the resource's: set resource_kind and resource_id",
+        ));
+    }
+    let occurred_at = optional("occurred_at")?;
+    let cursor = optional("cursor")?;
+    let cursor_param = match table.string("cursor_param")? {
+        None => "cursor",
+        Some(_) if cursor.is_none() => {
+            return Err(table.error("cursor_param", "only with cursor"));
+        }
+        Some(name) if !url_safe(name) => {
+            return Err(table.error(
+                "cursor_param",
+                format!(
+                    "{name:?} is not a query parameter name: letters, digits, -, ., _, ~ \
+                     and %XX escapes"
+                ),
+            ));
+        }
+        Some(name) => name,
+    };
+    Ok(ReconcileSpec {
+        api_base: api_base.to_owned(),
+        hosts: hosts.into_iter().map(str::to_ascii_lowercase).collect(),
+        path: path.to_owned(),
+        items: items.to_owned(),
+        id,
+        event_type,
+        resource,
+        version,
+        occurred_at,
+        cursor,
+        cursor_param: cursor_param.to_owned(),
+    })
+}
+
+/// Non-empty, and only unreserved URL characters (RFC 3986) and `%XX` escapes: text
+/// that can stand in a query as it is, without ending or adding a parameter.
+fn url_safe(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let escape = bytes.get(i + 1..i + 3);
+                if !escape.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+                    return false;
+                }
+                i += 3;
+            }
+            b if b.is_ascii_alphanumeric() || b"-._~".contains(&b) => i += 1,
+            _ => return false,
+        }
+    }
+    !bytes.is_empty()
 }
 
 /// One JSON object of the configuration, at a dotted path, with only known keys.

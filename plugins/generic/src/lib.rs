@@ -57,8 +57,51 @@
 //! | `event.deleted` | a condition (below): the resource was deleted |
 //! | `event.ignore` | a condition: store the request but do not deliver it (a ping); the reason is the value tested |
 //! | `event.required` | which of `id`, `type`, `occurred_at`, `resource` must resolve, else `malformed_body` |
+//! | `reconcile` | optional: where the sender's API lists its events (below) |
 //!
 //! Unknown keys are refused, so a misspelt key is an error rather than a silent default.
+//!
+//! # Reconciliation
+//!
+//! With a `reconcile` table (`[endpoint.config.reconcile]`; the API credential is the
+//! host's `[endpoint.reconcile]`), hookhost can page through the sender's list of
+//! events and store those that never arrived. Each listed item's JSON text, exactly as
+//! listed, is the body stored for it, so the list must hold whole events, as pushed.
+//!
+//! | key | meaning |
+//! | --- | --- |
+//! | `reconcile.api_base` | required: the API's base URL, `https://…` or `http://…` (the endpoint's `[endpoint.reconcile] api_base` overrides it) |
+//! | `reconcile.hosts` | required, at least one: host names an absolute request URL may address |
+//! | `reconcile.path` | required: the first page's path and query on the base, starting with `/`; `{since}` becomes the run's start in unix seconds (`"/v1/events?created_after={since}"`) |
+//! | `reconcile.items` | required: JSON Pointer to the page's array of events (`"/data"`); `""` when the page is the array |
+//! | `reconcile.id`, `reconcile.type` | required: JSON Pointers into each item; an item without either fails the page, naming the item and the pointer |
+//! | `reconcile.resource_kind`, `reconcile.resource_id` | optional, both or neither: JSON Pointers to the resource |
+//! | `reconcile.version` | optional, with a resource: JSON Pointer to its version, a non-negative integer |
+//! | `reconcile.occurred_at` | optional: JSON Pointer to the event's time in unix seconds |
+//! | `reconcile.cursor` | optional: JSON Pointer into the page to the next page's cursor; absent, `null` or `""` (or an empty page) ends the listing. Without it the first page is the only one |
+//! | `reconcile.cursor_param` | with `cursor`: the query parameter the cursor is sent as (default `cursor`), appended with `&` (or `?`), the cursor percent-encoded |
+//!
+//! Values are read as a value template reads a body field (`{/id}`): a string as it
+//! is, a number or boolean as written, empty as absent. The listed id must be the id
+//! a push of the same event gets from `event.id`, which is therefore required: a
+//! listed event whose id has a receipt is not stored again. `event.deleted` and
+//! `event.ignore` are not applied to listed events.
+//!
+//! ```toml
+//! [endpoint.config.reconcile]
+//! api_base = "https://api.ledger.example"
+//! hosts = ["api.ledger.example"]
+//! path = "/v2/events?created_after={since}&limit=100"
+//! items = "/events"
+//! id = "/delivery_id"
+//! type = "/event"
+//! resource_kind = "/account/kind"
+//! resource_id = "/account/id"
+//! version = "/account/revision"
+//! occurred_at = "/created"
+//! cursor = "/next_page"
+//! cursor_param = "page"
+//! ```
 //!
 //! # Templates
 //!
@@ -154,13 +197,15 @@
 //! is not JSON cannot be refused while forms are accepted. No handshakes are answered.
 
 mod config;
+mod reconcile;
 mod signature;
 mod template;
 
 use config::{Mapping, TimeUnit, TimestampSource, TimestampSpec, VersionFormat};
+use hookhost_plugin_sdk::serde_json::Value;
 use hookhost_plugin_sdk::{
-    Algorithm, Candidate, ConfigError, EndpointFacts, Event, Json, KeyFormat, Part, Plan,
-    PluginInfo, Provider, Rejection, Request, decode,
+    Algorithm, Answer, Candidate, ConfigError, EndpointFacts, Event, Json, KeyFormat, Page, Part,
+    Plan, PluginInfo, Provider, ReconcileInfo, Rejection, Request, RequestPlan, decode,
 };
 use std::cell::OnceCell;
 use template::{Piece, Source, Template};
@@ -185,9 +230,7 @@ impl Provider for Generic {
         config::algorithms()
     }
 
-    fn check_config(
-        config: &hookhost_plugin_sdk::serde_json::Value,
-    ) -> Result<EndpointFacts, ConfigError> {
+    fn check_config(config: &Value) -> Result<EndpointFacts, ConfigError> {
         let mapping = Mapping::parse(config)?;
         Ok(EndpointFacts {
             key_formats: vec![mapping.key_format],
@@ -201,6 +244,22 @@ impl Provider for Generic {
 
     fn describe_event(req: &Request) -> Result<Event, Rejection> {
         describe(&mapping(req)?, req)
+    }
+
+    fn reconcile_info(config: &Value) -> Option<ReconcileInfo> {
+        reconcile::info(config)
+    }
+
+    fn reconcile_request(
+        config: &Value,
+        since: i64,
+        cursor: Option<&str>,
+    ) -> Result<RequestPlan, String> {
+        reconcile::request(&reconcile::spec(config)?, since, cursor)
+    }
+
+    fn reconcile_page(config: &Value, _since: i64, answer: &Answer) -> Result<Page, String> {
+        reconcile::page(&reconcile::spec(config)?, answer)
     }
 }
 

@@ -1086,3 +1086,400 @@ fn conditions_match_equals_prefixes_and_suffixes() {
         Disposition::Ignore("test.hello".into())
     );
 }
+
+// ----------------------------------------------------------------- reconciliation
+
+use hookhost_plugin_sdk::{Answer, Page, ReconcileInfo, Repair, RequestPlan};
+
+/// The base mapping with an event id and a reconcile table; `patch` sets (or, with
+/// `null`, removes) keys of the reconcile table.
+fn reconciling(patch: Value) -> Value {
+    let mut table = json!({
+        "api_base": "https://api.example.com",
+        "hosts": ["api.example.com"],
+        "path": "/v1/events?since={since}",
+        "items": "/data",
+        "id": "/id",
+        "type": "/type",
+    });
+    if let (Some(table), Value::Object(patch)) = (table.as_object_mut(), patch) {
+        for (key, value) in patch {
+            if value.is_null() {
+                table.remove(&key);
+            } else {
+                table.insert(key, value);
+            }
+        }
+    }
+    base(json!({
+        "event": {"id": "{/id}", "type": "{/type}"},
+        "reconcile": table,
+    }))
+}
+
+fn page_answer(body: &str) -> Answer {
+    Answer {
+        status: 200,
+        headers: Vec::new(),
+        body: body.as_bytes().to_vec(),
+    }
+}
+
+fn plan_target(config: &Value, since: i64, cursor: Option<&str>) -> String {
+    Generic::reconcile_request(config, since, cursor)
+        .expect("plan")
+        .target
+}
+
+#[test]
+fn reconcile_info_comes_from_the_reconcile_table() {
+    assert_eq!(Generic::reconcile_info(&base(json!({}))), None);
+    assert_eq!(
+        Generic::reconcile_info(&reconciling(
+            json!({"hosts": ["API.example.com", "files.example.com"]})
+        )),
+        Some(ReconcileInfo {
+            hosts: vec!["api.example.com".into(), "files.example.com".into()],
+            api_base: "https://api.example.com".into(),
+            lists_events: true,
+            fetches_objects: false,
+        })
+    );
+    // A configuration the host would refuse lists nothing.
+    assert_eq!(
+        Generic::reconcile_info(&reconciling(json!({"items": "data"}))),
+        None
+    );
+    assert!(facts(&reconciling(json!({}))).is_ok());
+    let error = Generic::reconcile_request(&base(json!({})), 0, None).expect_err("no table");
+    assert!(error.contains("no reconcile table"), "{error}");
+    let error =
+        Generic::reconcile_request(&reconciling(json!({"id": "id"})), 0, None).expect_err("bad");
+    assert!(error.contains("reconcile.id"), "{error}");
+}
+
+#[test]
+fn request_targets_replace_since_and_append_the_cursor() {
+    let config = reconciling(json!({"cursor": "/next_cursor"}));
+    let first = Generic::reconcile_request(&config, 1_700_000_000, None).expect("plan");
+    assert_eq!(
+        first,
+        RequestPlan::get("/v1/events?since=1700000000").header("accept", "application/json")
+    );
+    assert_eq!(
+        plan_target(&config, 1_700_000_000, Some("c_2")),
+        "/v1/events?since=1700000000&cursor=c_2"
+    );
+    // The cursor is one parameter's value, whatever it holds.
+    assert_eq!(
+        plan_target(&config, 5, Some("a&since=0#x y/+=é")),
+        "/v1/events?since=5&cursor=a%26since%3D0%23x%20y%2F%2B%3D%C3%A9"
+    );
+    assert!(Generic::reconcile_request(&config, 5, Some("")).is_err());
+
+    let no_query = reconciling(json!({
+        "path": "/v1/events", "cursor": "/next", "cursor_param": "page%5Bafter%5D"
+    }));
+    assert_eq!(plan_target(&no_query, 5, None), "/v1/events");
+    assert_eq!(
+        plan_target(&no_query, 5, Some("c")),
+        "/v1/events?page%5Bafter%5D=c"
+    );
+    let open_query = reconciling(json!({"path": "/v1/events?", "cursor": "/next"}));
+    assert_eq!(
+        plan_target(&open_query, 5, Some("c")),
+        "/v1/events?cursor=c"
+    );
+    let twice = reconciling(json!({"path": "/v1/events?from={since}&to={since}"}));
+    assert_eq!(plan_target(&twice, 7, None), "/v1/events?from=7&to=7");
+}
+
+const ITEM_1: &str = r#"{"id":"evt_2","type":"order.paid","created":1700000020,"version":3,
+    "object":{"type":"order","id":"o_1"}}"#;
+const ITEM_2: &str =
+    r#"{"id":41,"type":"order.deleted","created":"1700000010","object":{"type":"order","id":7}}"#;
+
+#[test]
+fn a_page_stores_each_item_as_listed_and_carries_the_cursor() {
+    let config = reconciling(json!({
+        "cursor": "/next_cursor",
+        "resource_kind": "/object/type",
+        "resource_id": "/object/id",
+        "version": "/version",
+        "occurred_at": "/created",
+    }));
+    let body = format!(r#"{{"data":[{ITEM_1},{ITEM_2}],"next_cursor":"c_2"}}"#);
+    let page = Generic::reconcile_page(&config, 0, &page_answer(&body)).expect("page");
+    assert_eq!(page.next_cursor.as_deref(), Some("c_2"));
+    assert_eq!(page.events.len(), 2);
+    assert_eq!(
+        page.events[0].repair,
+        Repair::Store(ITEM_1.as_bytes().to_vec())
+    );
+    assert_eq!(
+        page.events[1].repair,
+        Repair::Store(ITEM_2.as_bytes().to_vec())
+    );
+    let first = &page.events[0].event;
+    assert_eq!(
+        first,
+        &Event::new("order.paid")
+            .id("evt_2")
+            .occurred_at(Some(1_700_000_020))
+            .resource("order", "o_1")
+            .version(Some(3))
+    );
+    // Numbers read as their text, as `{/id}` reads a pushed body.
+    let second = &page.events[1].event;
+    assert_eq!(second.id.as_deref(), Some("41"));
+    assert_eq!(second.occurred_at, Some(1_700_000_010));
+    assert_eq!(second.resource_id.as_deref(), Some("7"));
+    assert_eq!(second.resource_version, None);
+
+    // The same event pushed gets the same id and type from the mapping.
+    let pushed = Generic::describe_event(
+        &request(config.clone())
+            .header("X-Sig", "00")
+            .body(ITEM_1)
+            .build(),
+    )
+    .expect("push");
+    assert_eq!(
+        (pushed.id, pushed.event_type),
+        (first.id.clone(), first.event_type.clone())
+    );
+
+    // A numeric cursor is its text.
+    let numeric = format!(r#"{{"data":[{ITEM_1}],"next_cursor":20}}"#);
+    let page = Generic::reconcile_page(&config, 0, &page_answer(&numeric)).expect("page");
+    assert_eq!(page.next_cursor.as_deref(), Some("20"));
+}
+
+#[test]
+fn the_last_page_has_no_cursor() {
+    let config = reconciling(json!({"cursor": "/next_cursor"}));
+    for last in [
+        format!(r#"{{"data":[{ITEM_1}]}}"#),
+        format!(r#"{{"data":[{ITEM_1}],"next_cursor":null}}"#),
+        format!(r#"{{"data":[{ITEM_1}],"next_cursor":""}}"#),
+    ] {
+        let page = Generic::reconcile_page(&config, 0, &page_answer(&last)).expect("page");
+        assert_eq!((page.events.len(), page.next_cursor), (1, None), "{last}");
+    }
+    // An empty page ends the listing, whatever its cursor.
+    assert_eq!(
+        Generic::reconcile_page(
+            &config,
+            0,
+            &page_answer(r#"{"data":[],"next_cursor":"again"}"#)
+        ),
+        Ok(Page::default())
+    );
+    // Without a cursor pointer the first page is the last.
+    let single = reconciling(json!({}));
+    let body = format!(r#"{{"data":[{ITEM_1}],"next_cursor":"c"}}"#);
+    let page = Generic::reconcile_page(&single, 0, &page_answer(&body)).expect("page");
+    assert_eq!(page.next_cursor, None);
+    // A page that is the array itself.
+    let bare = reconciling(json!({"items": ""}));
+    let page =
+        Generic::reconcile_page(&bare, 0, &page_answer(&format!("[{ITEM_2}]"))).expect("page");
+    assert_eq!(
+        page.events[0].repair,
+        Repair::Store(ITEM_2.as_bytes().to_vec())
+    );
+}
+
+#[test]
+fn items_without_their_fields_fail_the_page_naming_item_and_pointer() {
+    let config = reconciling(json!({
+        "occurred_at": "/created",
+        "resource_kind": "/object/type",
+        "resource_id": "/object/id",
+        "version": "/version",
+    }));
+    let cases = [
+        ("nope", "page:"),
+        (r#"{"items":[]}"#, "no array at /data"),
+        (r#"{"data":{"id":"x"}}"#, "no array at /data"),
+        (
+            r#"{"data":[{"id":"a","type":"t"},{"type":"t"}]}"#,
+            "item 1 (/data/1): no id at /id",
+        ),
+        (
+            r#"{"data":[{"id":"","type":"t"}]}"#,
+            "item 0 (/data/0): no id at /id",
+        ),
+        (
+            r#"{"data":[{"id":"a","type":null}]}"#,
+            "item 0 (/data/0): no type at /type",
+        ),
+        (r#"{"data":[{"id":{"n":1},"type":"t"}]}"#, "no id at /id"),
+        (
+            r#"{"data":[{"id":"a","type":"t","created":"yesterday"}]}"#,
+            "item 0 (/data/0): /created is not unix seconds",
+        ),
+        (
+            r#"{"data":[{"id":"a","type":"t","object":{"type":"o","id":1},"version":-1}]}"#,
+            "/version is not a non-negative integer",
+        ),
+    ];
+    for (body, wanted) in cases {
+        let error = Generic::reconcile_page(&config, 0, &page_answer(body)).expect_err(body);
+        assert!(error.contains(wanted), "{body}: {error}");
+    }
+    // Optional fields that are absent or null are simply not set.
+    let page = Generic::reconcile_page(
+        &config, 0,
+        &page_answer(r#"{"data":[{"id":"a","type":"t","created":null,"object":{"type":"o"},"version":"x"}]}"#),
+    )
+    .expect("page");
+    assert_eq!(page.events[0].event, Event::new("t").id("a"));
+}
+
+#[test]
+fn reconcile_tables_are_checked_naming_the_key() {
+    let cases: &[(Value, &str, &str)] = &[
+        (json!({"api_base": null}), "reconcile.api_base", "required"),
+        (
+            json!({"api_base": "ftp://x"}),
+            "reconcile.api_base",
+            "https://",
+        ),
+        (
+            json!({"api_base": "https://"}),
+            "reconcile.api_base",
+            "name a host",
+        ),
+        (
+            json!({"api_base": "api.example.com"}),
+            "reconcile.api_base",
+            "https://",
+        ),
+        (json!({"hosts": null}), "reconcile.hosts", "at least one"),
+        (json!({"hosts": []}), "reconcile.hosts", "at least one"),
+        (
+            json!({"hosts": ["https://api.example.com"]}),
+            "reconcile.hosts",
+            "not a host name",
+        ),
+        (
+            json!({"hosts": ["api.example.com:443"]}),
+            "reconcile.hosts",
+            "not a host name",
+        ),
+        (json!({"hosts": [1]}), "reconcile.hosts", "list of strings"),
+        (json!({"path": null}), "reconcile.path", "required"),
+        (
+            json!({"path": "v1/events"}),
+            "reconcile.path",
+            "starting with one /",
+        ),
+        (
+            json!({"path": "//evil.example/x"}),
+            "reconcile.path",
+            "starting with one /",
+        ),
+        (
+            json!({"path": "https://api.example.com/v1"}),
+            "reconcile.path",
+            "starting with one /",
+        ),
+        (
+            json!({"path": "/v1/events?q=a b"}),
+            "reconcile.path",
+            "percent-encoded",
+        ),
+        (
+            json!({"path": "/v1/events#x"}),
+            "reconcile.path",
+            "percent-encoded",
+        ),
+        (
+            json!({"path": "/v1/events?after={cursor}"}),
+            "reconcile.path",
+            "only placeholder",
+        ),
+        (
+            json!({"path": "/v1/events?since={since"}),
+            "reconcile.path",
+            "only placeholder",
+        ),
+        (json!({"items": null}), "reconcile.items", "required"),
+        (
+            json!({"items": "data"}),
+            "reconcile.items",
+            "not a JSON Pointer",
+        ),
+        (json!({"items": "/data/"}), "reconcile.items", "empty step"),
+        (json!({"id": null}), "reconcile.id", "required"),
+        (json!({"id": "/a~2"}), "reconcile.id", "~0"),
+        (
+            json!({"type": "{/type}"}),
+            "reconcile.type",
+            "not a JSON Pointer",
+        ),
+        (
+            json!({"occurred_at": "created"}),
+            "reconcile.occurred_at",
+            "not a JSON Pointer",
+        ),
+        (json!({"cursor": "/"}), "reconcile.cursor", "empty step"),
+        (json!({"cursor": 1}), "reconcile.cursor", "must be a string"),
+        (
+            json!({"resource_kind": "/object/type"}),
+            "reconcile.resource_id",
+            "required with resource_kind",
+        ),
+        (
+            json!({"resource_id": "/object/id"}),
+            "reconcile.resource_kind",
+            "required with resource_id",
+        ),
+        (
+            json!({"version": "/v"}),
+            "reconcile.version",
+            "resource_kind and resource_id",
+        ),
+        (
+            json!({"cursor_param": "page"}),
+            "reconcile.cursor_param",
+            "only with cursor",
+        ),
+        (
+            json!({"cursor": "/next", "cursor_param": "a&b"}),
+            "reconcile.cursor_param",
+            "not a query parameter name",
+        ),
+        (
+            json!({"cursor": "/next", "cursor_param": ""}),
+            "reconcile.cursor_param",
+            "not a query parameter name",
+        ),
+        (
+            json!({"cursor": "/next", "cursor_param": "page[after]"}),
+            "reconcile.cursor_param",
+            "%XX",
+        ),
+        (
+            json!({"since": "/created"}),
+            "reconcile.since",
+            "unknown key",
+        ),
+    ];
+    for (patch, key, says) in cases {
+        refused(reconciling(patch.clone()), key, says);
+    }
+    refused(
+        base(json!({"reconcile": "https://api.example.com"})),
+        "reconcile",
+        "must be a table",
+    );
+    // A push's id must be the provider's, or no listed event would ever match one.
+    let mut no_event_id = reconciling(json!({}));
+    no_event_id["event"]
+        .as_object_mut()
+        .expect("event table")
+        .remove("id");
+    refused(no_event_id, "event.id", "required with reconcile");
+}

@@ -13,10 +13,59 @@
 //! an `id`, else `repository`; its version is its `updated_at` in unix millis, and
 //! `action == "deleted"` marks it deleted. Only JSON deliveries are handled: a webhook
 //! configured with content type `application/x-www-form-urlencoded` is `Unsupported`.
+//!
+//! # Reconciliation
+//!
+//! GitHub lists a webhook's deliveries, without their payloads, and redelivers one on
+//! request (same `X-GitHub-Delivery`, signed again), so a missing delivery is repaired
+//! by asking GitHub to send it again
+//! (<https://docs.github.com/en/rest/webhooks/repo-deliveries>,
+//! <https://docs.github.com/en/rest/orgs/webhooks>,
+//! <https://docs.github.com/en/rest/apps/webhooks>). The endpoint's plugin
+//! configuration names the webhook (`[endpoint.config.reconcile]`; the API credential
+//! is the host's `[endpoint.reconcile]`):
+//!
+//! | `reconcile` | lists | redelivers |
+//! | --- | --- | --- |
+//! | `{ repository = "owner/repo", hook_id = 123 }` | `GET /repos/{owner}/{repo}/hooks/{hook_id}/deliveries` | `POST …/deliveries/{id}/attempts` |
+//! | `{ organization = "org", hook_id = 123 }` | `GET /orgs/{org}/hooks/{hook_id}/deliveries` | `POST …/deliveries/{id}/attempts` |
+//! | `{ app = true }` | `GET /app/hook/deliveries` | `POST /app/hook/deliveries/{id}/attempts` |
+//!
+//! The hook id is the `X-GitHub-Hook-ID` header of its deliveries. The credential
+//! needs admin rights on the hook (a token with `admin:repo_hook` / `admin:org_hook`,
+//! or a fine-grained token with write access to the webhooks permission); the app's
+//! hook takes only a GitHub App JWT, which lives 10 minutes at most, so hookhost's
+//! static credential must be refreshed outside it. Without the table nothing is
+//! reconciled; a bad one is refused when the endpoint loads, naming the key
+//! (`reconcile.hook_id`).
+//!
+//! Each listed delivery is an event with the id a push of it gets (its `guid`, which
+//! is the `X-GitHub-Delivery` header), the type `describe_event` gives it
+//! (`{event}.{action}`, or `{event}` without an action) and its `delivered_at`.
+//! A guid with several attempts on one page (redeliveries) is listed once, by its
+//! newest attempt. The same guid may still appear on two pages; if no attempt was
+//! received it may be asked for twice, and the second copy carries the same
+//! `X-GitHub-Delivery`, so it is a duplicate, stored once.
+//!
+//! **`since`.** GitHub's list has no time filter and runs newest first, so the page
+//! reader applies it: deliveries older than `since` are left out, and the first one
+//! met ends the listing. GitHub keeps deliveries for 3 days on github.com
+//! (<https://docs.github.com/en/webhooks/testing-and-troubleshooting-webhooks/redelivering-webhooks>:
+//! "You can redeliver webhook deliveries that occurred in the past 3 days", and
+//! "Recent deliveries" lists "all deliveries from the past 3 days"; GitHub Enterprise
+//! Server's docs say 7 days), which is also all GitHub can redeliver: a longer
+//! look-back finds nothing more. A delivery without a readable `delivered_at` is
+//! kept. Pages hold 100 deliveries; the cursor is GitHub's own (the
+//! `cursor` parameter of the `link` header's `rel="next"` URL, sent back verbatim),
+//! and a page without a next link, or with no deliveries, is the last. Requests are
+//! paths on the API base, so GitHub Enterprise Server works with the endpoint's
+//! `api_base` set to `https://HOST/api/v3`.
 
+use hookhost_plugin_sdk::serde_json::{self, Value};
 use hookhost_plugin_sdk::{
-    Algorithm, Candidate, Event, Json, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection,
-    Request, decode,
+    Algorithm, Answer, Candidate, ConfigError, EndpointFacts, Event, Json, KeyFormat, Page, Part,
+    Plan, PluginInfo, Provider, ReconcileInfo, Rejection, RemoteEvent, Repair, Request,
+    RequestPlan, decode,
 };
 
 /// Body keys that name the object an event is about, most specific first.
@@ -35,6 +84,11 @@ pub const RESOURCE_KEYS: &[&str] = &[
     "label",
     "repository",
 ];
+
+/// Deliveries per page of a deliveries list (GitHub's maximum).
+const PAGE: u32 = 100;
+/// The REST API version the requests are written for.
+const API_VERSION: &str = "2022-11-28";
 
 pub struct GitHub;
 
@@ -55,6 +109,12 @@ impl Provider for GitHub {
 
     fn algorithms() -> Vec<Algorithm> {
         vec![Algorithm::HmacSha256, Algorithm::HmacSha1]
+    }
+
+    /// Only `reconcile` is read (see the crate docs); other keys are left alone.
+    fn check_config(config: &Value) -> Result<EndpointFacts, ConfigError> {
+        Hook::from_config(config)?;
+        Ok(EndpointFacts::default())
     }
 
     fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
@@ -106,6 +166,353 @@ impl Provider for GitHub {
             event = event.ignore("ping");
         }
         Ok(event)
+    }
+
+    /// Lists deliveries when the configuration names a hook (`reconcile`); a table
+    /// that is present but wrong is reported by `reconcile_request`, naming the key.
+    fn reconcile_info(config: &Value) -> Option<ReconcileInfo> {
+        config.get("reconcile")?;
+        Some(ReconcileInfo {
+            hosts: vec!["api.github.com".into()],
+            api_base: "https://api.github.com".into(),
+            lists_events: true,
+            fetches_objects: false,
+        })
+    }
+
+    /// `GET <deliveries>?per_page=100[&cursor=<GitHub's cursor>]`. `since` is not
+    /// sent: GitHub cannot filter deliveries by time (see the crate docs).
+    fn reconcile_request(
+        config: &Value,
+        _since: i64,
+        cursor: Option<&str>,
+    ) -> Result<RequestPlan, String> {
+        let hook = Hook::required(config)?;
+        let mut target = format!("{}?per_page={PAGE}", hook.deliveries());
+        if let Some(cursor) = cursor {
+            if !is_cursor(cursor) {
+                return Err(format!(
+                    "cursor {cursor:?} is not a GitHub deliveries cursor"
+                ));
+            }
+            target.push_str("&cursor=");
+            target.push_str(cursor);
+        }
+        Ok(api_headers(RequestPlan::get(target)))
+    }
+
+    fn reconcile_page(config: &Value, since: i64, answer: &Answer) -> Result<Page, String> {
+        let hook = Hook::required(config)?;
+        let list: Value = serde_json::from_slice(&answer.body)
+            .map_err(|e| format!("deliveries list: not JSON: {e}"))?;
+        let deliveries = list.as_array().ok_or("deliveries list: not a JSON array")?;
+        // Newest attempt of each guid, in the order the guids first appear.
+        let mut listed: Vec<(u64, RemoteEvent)> = Vec::with_capacity(deliveries.len());
+        // Newest first: the first delivery older than `since` ends the listing.
+        let mut reached_since = false;
+        for (i, delivery) in deliveries.iter().enumerate() {
+            let (id, event) =
+                listed_delivery(delivery).map_err(|e| format!("deliveries[{i}]: {e}"))?;
+            if event.occurred_at.is_some_and(|at| at < since) {
+                reached_since = true;
+                continue;
+            }
+            let remote = RemoteEvent {
+                event,
+                repair: Repair::Redeliver(api_headers(RequestPlan {
+                    method: "POST".into(),
+                    target: format!("{}/{id}/attempts", hook.deliveries()),
+                    headers: Vec::new(),
+                    body: Vec::new(),
+                })),
+            };
+            match listed
+                .iter_mut()
+                .find(|(_, seen)| seen.event.id == remote.event.id)
+            {
+                Some(seen) if seen.0 < id => *seen = (id, remote),
+                Some(_) => {}
+                None => listed.push((id, remote)),
+            }
+        }
+        // An empty page ends the listing whatever its links say.
+        let next_cursor = if listed.is_empty() || reached_since {
+            None
+        } else {
+            next_cursor(&answer.headers)?
+        };
+        Ok(Page {
+            events: listed.into_iter().map(|(_, remote)| remote).collect(),
+            next_cursor,
+        })
+    }
+}
+
+/// The webhook whose deliveries are listed (`reconcile` in the plugin configuration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Hook {
+    /// `owner/repo` and the hook's id.
+    Repository(String, u64),
+    Organization(String, u64),
+    App,
+}
+
+impl Hook {
+    /// The configured hook; `None` without a `reconcile` table.
+    fn from_config(config: &Value) -> Result<Option<Hook>, ConfigError> {
+        let Some(table) = config.get("reconcile") else {
+            return Ok(None);
+        };
+        let table = table.as_object().ok_or_else(|| {
+            ConfigError::new(
+                "reconcile",
+                "must be a table: { repository = \"owner/repo\", hook_id = 123 }, \
+                 { organization = \"org\", hook_id = 123 } or { app = true }",
+            )
+        })?;
+        const KEYS: &[&str] = &["repository", "organization", "app", "hook_id"];
+        if let Some(unknown) = table.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(ConfigError::new(
+                format!("reconcile.{unknown}"),
+                format!("unknown key; expected one of {}", KEYS.join(", ")),
+            ));
+        }
+        let chosen: Vec<&str> = ["repository", "organization", "app"]
+            .into_iter()
+            .filter(|k| table.contains_key(*k))
+            .collect();
+        let hook_id = || -> Result<u64, ConfigError> {
+            let id = match table.get("hook_id") {
+                Some(Value::Number(n)) => n.as_u64(),
+                Some(Value::String(s))
+                    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) =>
+                {
+                    s.parse().ok()
+                }
+                Some(_) => None,
+                None => {
+                    return Err(ConfigError::new(
+                        "reconcile.hook_id",
+                        "required: the webhook's id (its deliveries' X-GitHub-Hook-ID header)",
+                    ));
+                }
+            };
+            id.filter(|id| *id > 0).ok_or_else(|| {
+                ConfigError::new(
+                    "reconcile.hook_id",
+                    "must be the webhook's numeric id (> 0)",
+                )
+            })
+        };
+        let text = |key: &str| -> Result<&str, ConfigError> {
+            table
+                .get(key)
+                .and_then(Value::as_str)
+                .ok_or_else(|| ConfigError::new(format!("reconcile.{key}"), "must be a string"))
+        };
+        let hook = match chosen.as_slice() {
+            ["repository"] => {
+                let name = text("repository")?;
+                let valid = name.split_once('/').is_some_and(|(owner, repo)| {
+                    is_account(owner)
+                        && !repo.is_empty()
+                        && repo.len() <= 100
+                        && repo != "."
+                        && repo != ".."
+                        && repo
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                });
+                if !valid {
+                    return Err(ConfigError::new(
+                        "reconcile.repository",
+                        format!(
+                            "{name:?} is not \"owner/repo\" (letters, digits, -, _ and . only)"
+                        ),
+                    ));
+                }
+                Hook::Repository(name.to_owned(), hook_id()?)
+            }
+            ["organization"] => {
+                let org = text("organization")?;
+                if !is_account(org) {
+                    return Err(ConfigError::new(
+                        "reconcile.organization",
+                        format!("{org:?} is not an organization login (letters, digits, - and _)"),
+                    ));
+                }
+                Hook::Organization(org.to_owned(), hook_id()?)
+            }
+            // `app`, the one left.
+            [_] => {
+                if table.get("app") != Some(&Value::Bool(true)) {
+                    return Err(ConfigError::new(
+                        "reconcile.app",
+                        "must be true (the GitHub App's webhook), or use repository or organization",
+                    ));
+                }
+                if table.contains_key("hook_id") {
+                    return Err(ConfigError::new(
+                        "reconcile.hook_id",
+                        "an app has one webhook: no hook_id with app = true",
+                    ));
+                }
+                Hook::App
+            }
+            [] => {
+                return Err(ConfigError::new(
+                    "reconcile",
+                    "names no webhook: set repository (and hook_id), organization (and \
+                     hook_id) or app = true",
+                ));
+            }
+            [first, second, ..] => {
+                return Err(ConfigError::new(
+                    format!("reconcile.{second}"),
+                    format!("one webhook per endpoint: {first} is already set"),
+                ));
+            }
+        };
+        Ok(Some(hook))
+    }
+
+    /// The configured hook, for the reconcile calls (which run only with one).
+    fn required(config: &Value) -> Result<Hook, String> {
+        match Hook::from_config(config) {
+            Ok(Some(hook)) => Ok(hook),
+            Ok(None) => Err("the plugin configuration has no reconcile table".into()),
+            Err(e) => Err(format!("plugin configuration: {}: {}", e.key, e.message)),
+        }
+    }
+
+    /// The path of the hook's deliveries list.
+    fn deliveries(&self) -> String {
+        match self {
+            Hook::Repository(name, id) => format!("/repos/{name}/hooks/{id}/deliveries"),
+            Hook::Organization(org, id) => format!("/orgs/{org}/hooks/{id}/deliveries"),
+            Hook::App => "/app/hook/deliveries".into(),
+        }
+    }
+}
+
+/// A user or organization login as a path segment: letters, digits, `-` and `_`
+/// (Enterprise Managed Users' logins end in `_shortcode`).
+fn is_account(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 100
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// GitHub's cursor as it appears in the `link` URL, sent back verbatim: unreserved
+/// URL characters and `%XX` escapes only, so it cannot end the parameter or add one.
+fn is_cursor(cursor: &str) -> bool {
+    let bytes = cursor.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let escape = bytes.get(i + 1..i + 3);
+                if !escape.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+                    return false;
+                }
+                i += 3;
+            }
+            b if b.is_ascii_alphanumeric() || b"-._~".contains(&b) => i += 1,
+            _ => return false,
+        }
+    }
+    !bytes.is_empty() && bytes.len() <= 512
+}
+
+/// The headers every request to the REST API carries.
+fn api_headers(plan: RequestPlan) -> RequestPlan {
+    plan.header("accept", "application/vnd.github+json")
+        .header("x-github-api-version", API_VERSION)
+}
+
+/// One item of a deliveries list: its delivery id, and the event a push of it is.
+fn listed_delivery(delivery: &Value) -> Result<(u64, Event), String> {
+    let id = delivery
+        .get("id")
+        .and_then(Value::as_u64)
+        .ok_or("no numeric id")?;
+    let guid = delivery
+        .get("guid")
+        .and_then(Value::as_str)
+        .filter(|g| !g.is_empty())
+        .ok_or("no guid")?;
+    let name = delivery
+        .get("event")
+        .and_then(Value::as_str)
+        .filter(|e| !e.is_empty())
+        .ok_or("no event")?;
+    // As `describe_event` names a push: the action, when the body has one.
+    let event_type = match delivery.get("action").and_then(Value::as_str) {
+        Some(action) => format!("{name}.{action}"),
+        None => name.to_owned(),
+    };
+    let delivered_at = delivery
+        .get("delivered_at")
+        .and_then(Value::as_str)
+        .and_then(decode::rfc3339_seconds);
+    let mut event = Event::new(event_type).id(guid).occurred_at(delivered_at);
+    if name == "ping" {
+        event = event.ignore("ping");
+    }
+    Ok((id, event))
+}
+
+/// The cursor of the `link` header's `rel="next"` URL; `None` without one.
+fn next_cursor(headers: &[(String, Vec<u8>)]) -> Result<Option<String>, String> {
+    let Some(url) = headers
+        .iter()
+        .filter(|(name, _)| name == "link")
+        .find_map(|(_, value)| next_link(&String::from_utf8_lossy(value)).map(str::to_owned))
+    else {
+        return Ok(None);
+    };
+    let query = url
+        .split_once('?')
+        .map(|(_, q)| q.split('#').next().unwrap_or_default())
+        .unwrap_or_default();
+    let cursor = query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("cursor="))
+        .ok_or_else(|| format!("the next page's link {url:?} has no cursor"))?;
+    if !is_cursor(cursor) {
+        return Err(format!(
+            "the next page's link {url:?} has an unexpected cursor"
+        ));
+    }
+    Ok(Some(cursor.to_owned()))
+}
+
+/// The URL of a `link` header value's `rel="next"` entry (RFC 8288:
+/// `<url>; rel="next", <url>; rel="prev"`).
+fn next_link(value: &str) -> Option<&str> {
+    let mut rest = value;
+    loop {
+        let open = rest.find('<')?;
+        let close = open + rest[open..].find('>')?;
+        let url = &rest[open + 1..close];
+        let after = &rest[close + 1..];
+        let end = after.find('<').unwrap_or(after.len());
+        let is_next = after[..end].split([';', ',']).any(|param| {
+            param.split_once('=').is_some_and(|(name, relations)| {
+                name.trim().eq_ignore_ascii_case("rel")
+                    && relations
+                        .trim()
+                        .trim_matches('"')
+                        .split_ascii_whitespace()
+                        .any(|r| r.eq_ignore_ascii_case("next"))
+            })
+        });
+        if is_next {
+            return Some(url);
+        }
+        rest = &after[end..];
     }
 }
 
@@ -205,6 +612,416 @@ mod tests {
         assert_eq!(push.resource_kind.as_deref(), Some("repository"));
         assert_eq!(push.resource_id.as_deref(), Some("2"));
         assert_eq!(push.resource_version, None);
+    }
+
+    // ------------------------------------------------------------ reconciliation
+
+    use hookhost_plugin_sdk::serde_json::json;
+
+    fn repo_config() -> Value {
+        json!({"reconcile": {"repository": "octo-org/Hello-World", "hook_id": 482169371}})
+    }
+
+    fn answer(link: Option<&str>, body: &str) -> Answer {
+        Answer {
+            status: 200,
+            headers: link
+                .map(|l| ("link".to_owned(), l.as_bytes().to_vec()))
+                .into_iter()
+                .collect(),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    fn headers_of(plan: &RequestPlan) -> Vec<(&str, &str)> {
+        plan.headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect()
+    }
+
+    const API_HEADERS: [(&str, &str); 2] = [
+        ("accept", "application/vnd.github+json"),
+        ("x-github-api-version", "2022-11-28"),
+    ];
+
+    #[test]
+    fn reconcile_info_needs_the_reconcile_table() {
+        assert_eq!(GitHub::reconcile_info(&json!({})), None);
+        assert_eq!(GitHub::reconcile_info(&Value::Null), None);
+        assert_eq!(
+            GitHub::reconcile_info(&repo_config()),
+            Some(ReconcileInfo {
+                hosts: vec!["api.github.com".into()],
+                api_base: "https://api.github.com".into(),
+                lists_events: true,
+                fetches_objects: false,
+            })
+        );
+        assert_eq!(
+            GitHub::check_config(&json!({})),
+            Ok(EndpointFacts::default())
+        );
+        assert_eq!(
+            GitHub::check_config(&repo_config()),
+            Ok(EndpointFacts::default())
+        );
+        assert!(
+            GitHub::reconcile_request(&json!({}), 0, None)
+                .expect_err("no table")
+                .contains("no reconcile table")
+        );
+    }
+
+    #[test]
+    fn request_targets_for_repository_organization_and_app_hooks() {
+        let cases = [
+            (
+                repo_config(),
+                "/repos/octo-org/Hello-World/hooks/482169371/deliveries",
+            ),
+            (
+                json!({"reconcile": {"organization": "octo-org", "hook_id": "7"}}),
+                "/orgs/octo-org/hooks/7/deliveries",
+            ),
+            (json!({"reconcile": {"app": true}}), "/app/hook/deliveries"),
+        ];
+        for (config, path) in cases {
+            let first = GitHub::reconcile_request(&config, 1_700_000_000, None).expect("plan");
+            assert_eq!(first.method, "GET");
+            assert_eq!(first.target, format!("{path}?per_page=100"));
+            assert_eq!(headers_of(&first), API_HEADERS);
+            assert!(first.body.is_empty());
+            let next = GitHub::reconcile_request(&config, 1_700_000_000, Some("v1_12077215967"))
+                .expect("plan");
+            assert_eq!(
+                next.target,
+                format!("{path}?per_page=100&cursor=v1_12077215967")
+            );
+        }
+    }
+
+    #[test]
+    fn cursors_cannot_add_query_parameters() {
+        let config = repo_config();
+        for good in ["v1_12077215967", "a-b.c~d", "MTIz%3D%3D"] {
+            assert!(
+                GitHub::reconcile_request(&config, 0, Some(good)).is_ok(),
+                "{good}"
+            );
+        }
+        for bad in [
+            "",
+            "v1&per_page=1",
+            "v1#x",
+            "v1 2",
+            "a=b",
+            "a/b",
+            "%2",
+            "%zz",
+            "é",
+        ] {
+            let error = GitHub::reconcile_request(&config, 0, Some(bad)).expect_err(bad);
+            assert!(error.contains("cursor"), "{bad}: {error}");
+        }
+    }
+
+    const PAGE_BODY: &str = r#"[
+        {"id": 30, "guid": "g-3", "delivered_at": "2024-06-12T18:30:00Z", "redelivery": true,
+         "duration": 0.2, "status": "OK", "status_code": 200, "event": "issues",
+         "action": "opened", "installation_id": null, "repository_id": 1296269},
+        {"id": 20, "guid": "g-2", "delivered_at": "2024-06-12T18:20:00Z", "redelivery": false,
+         "duration": 0.1, "status": "Invalid HTTP Response: 503", "status_code": 503,
+         "event": "push", "action": null, "installation_id": null, "repository_id": 1296269},
+        {"id": 10, "guid": "g-3", "delivered_at": "2024-06-12T18:10:00Z", "redelivery": false,
+         "duration": 10.0, "status": "timed out", "status_code": 0, "event": "issues",
+         "action": "opened", "installation_id": null, "repository_id": 1296269},
+        {"id": 5, "guid": "g-1", "delivered_at": "2024-06-12T18:00:00Z", "redelivery": false,
+         "duration": 0.1, "status": "OK", "status_code": 200, "event": "ping",
+         "installation_id": null, "repository_id": 1296269}
+    ]"#;
+
+    #[test]
+    fn a_page_lists_each_guid_once_with_a_redelivery_request() {
+        let link = "<https://api.github.com/repositories/1296269/hooks/482169371/deliveries?per_page=100&cursor=v1_5>; rel=\"next\", \
+                    <https://api.github.com/repositories/1296269/hooks/482169371/deliveries?per_page=100>; rel=\"first\"";
+        let page = GitHub::reconcile_page(&repo_config(), 0, &answer(Some(link), PAGE_BODY))
+            .expect("page");
+        assert_eq!(page.next_cursor.as_deref(), Some("v1_5"));
+        let listed: Vec<(Option<&str>, &str, Option<i64>)> = page
+            .events
+            .iter()
+            .map(|r| {
+                (
+                    r.event.id.as_deref(),
+                    r.event.event_type.as_str(),
+                    r.event.occurred_at,
+                )
+            })
+            .collect();
+        assert_eq!(
+            listed,
+            vec![
+                (Some("g-3"), "issues.opened", Some(1_718_217_000)),
+                (Some("g-2"), "push", Some(1_718_216_400)),
+                (Some("g-1"), "ping", Some(1_718_215_200)),
+            ]
+        );
+        let Repair::Redeliver(plan) = &page.events[0].repair else {
+            panic!(
+                "GitHub deliveries are redelivered: {:?}",
+                page.events[0].repair
+            );
+        };
+        assert_eq!(plan.method, "POST");
+        assert_eq!(
+            plan.target, "/repos/octo-org/Hello-World/hooks/482169371/deliveries/30/attempts",
+            "the newest attempt of g-3"
+        );
+        assert_eq!(headers_of(plan), API_HEADERS);
+        assert!(plan.body.is_empty());
+        assert_eq!(
+            page.events[2].event.disposition,
+            hookhost_plugin_sdk::Disposition::Ignore("ping".into())
+        );
+    }
+
+    #[test]
+    fn deliveries_older_than_since_are_left_out_and_end_the_listing() {
+        let link = "<https://api.github.com/repositories/1296269/hooks/482169371/deliveries?per_page=100&cursor=v1_5>; rel=\"next\"";
+        // 18:15 on the page's day: g-3's newest attempt and g-2 are newer.
+        let since = 1_718_216_100;
+        let page = GitHub::reconcile_page(&repo_config(), since, &answer(Some(link), PAGE_BODY))
+            .expect("page");
+        let ids: Vec<Option<&str>> = page.events.iter().map(|r| r.event.id.as_deref()).collect();
+        assert_eq!(ids, vec![Some("g-3"), Some("g-2")]);
+        assert_eq!(page.next_cursor, None, "an older delivery ends the listing");
+        let everything = GitHub::reconcile_page(&repo_config(), 0, &answer(Some(link), PAGE_BODY))
+            .expect("page");
+        assert_eq!(everything.next_cursor.as_deref(), Some("v1_5"));
+    }
+
+    #[test]
+    fn the_newest_attempt_wins_whatever_the_order() {
+        let body = r#"[
+            {"id": 1, "guid": "g", "delivered_at": "2024-06-12T18:00:00Z", "event": "push", "action": null},
+            {"id": 9, "guid": "g", "delivered_at": "2024-06-12T19:00:00Z", "event": "push", "action": null}
+        ]"#;
+        let config = json!({"reconcile": {"app": true}});
+        let page = GitHub::reconcile_page(&config, 0, &answer(None, body)).expect("page");
+        assert_eq!(page.events.len(), 1);
+        assert_eq!(
+            page.events[0].repair,
+            Repair::Redeliver(api_headers(RequestPlan {
+                method: "POST".into(),
+                target: "/app/hook/deliveries/9/attempts".into(),
+                headers: Vec::new(),
+                body: Vec::new(),
+            }))
+        );
+    }
+
+    #[test]
+    fn the_event_type_is_named_as_a_push_names_it() {
+        let body = r#"[{"id": 1, "guid": "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+            "delivered_at": "2024-01-01T00:00:01Z", "event": "issues", "action": "deleted"}]"#;
+        let page = GitHub::reconcile_page(&repo_config(), 0, &answer(None, body)).expect("page");
+        let pushed = GitHub::describe_event(
+            &RequestBuilder::post(URL)
+                .header("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+                .header("X-GitHub-Event", "issues")
+                .body(r#"{"action":"deleted","issue":{"id":1}}"#)
+                .build(),
+        )
+        .expect("push");
+        assert_eq!(page.events[0].event.id, pushed.id);
+        assert_eq!(page.events[0].event.event_type, pushed.event_type);
+        assert_eq!(page.events[0].event.occurred_at, Some(1_704_067_201));
+    }
+
+    #[test]
+    fn the_last_page_has_no_next_link() {
+        let config = repo_config();
+        let prev_only = "<https://api.github.com/repositories/1/hooks/2/deliveries?per_page=100&cursor=v1_9>; rel=\"prev\"";
+        let page =
+            GitHub::reconcile_page(&config, 0, &answer(Some(prev_only), PAGE_BODY)).expect("page");
+        assert_eq!(page.next_cursor, None);
+        assert_eq!(page.events.len(), 3);
+        let page = GitHub::reconcile_page(&config, 0, &answer(None, PAGE_BODY)).expect("page");
+        assert_eq!(page.next_cursor, None);
+        // An empty page ends the listing even when it links onwards.
+        let next =
+            "<https://api.github.com/repositories/1/hooks/2/deliveries?cursor=v1_1>; rel=\"next\"";
+        assert_eq!(
+            GitHub::reconcile_page(&config, 0, &answer(Some(next), "[]")),
+            Ok(Page::default())
+        );
+    }
+
+    #[test]
+    fn unreadable_pages_are_errors() {
+        let config = repo_config();
+        let cases = [
+            ("{}", None, "not a JSON array"),
+            ("nope", None, "not JSON"),
+            (
+                r#"[{"guid":"g","event":"push"}]"#,
+                None,
+                "deliveries[0]: no numeric id",
+            ),
+            (
+                r#"[{"id":1,"event":"push"}]"#,
+                None,
+                "deliveries[0]: no guid",
+            ),
+            (r#"[{"id":1,"guid":"g"}]"#, None, "deliveries[0]: no event"),
+            (
+                r#"[{"id":1,"guid":"g","event":"push"}]"#,
+                Some("<https://api.github.com/x?per_page=100>; rel=\"next\""),
+                "has no cursor",
+            ),
+            (
+                r#"[{"id":1,"guid":"g","event":"push"}]"#,
+                Some("<https://api.github.com/x?cursor=a%26b=c&d>; rel=\"next\""),
+                "unexpected cursor",
+            ),
+            (
+                r#"[{"id":1,"guid":"g","event":"push"}]"#,
+                Some("<https://api.github.com/x?cursor=a;b>; rel=\"next\""),
+                "unexpected cursor",
+            ),
+        ];
+        for (body, link, wanted) in cases {
+            let error = GitHub::reconcile_page(&config, 0, &answer(link, body)).expect_err(body);
+            assert!(error.contains(wanted), "{body} {link:?}: {error}");
+        }
+        // A percent-escaped cursor is taken, and sent back, verbatim.
+        let escaped = "<https://api.github.com/x?cursor=a%26b%3D&per_page=100#top>; rel=\"next\"";
+        let page = GitHub::reconcile_page(
+            &config,
+            0,
+            &answer(Some(escaped), r#"[{"id":1,"guid":"g","event":"push"}]"#),
+        )
+        .expect("page");
+        assert_eq!(page.next_cursor.as_deref(), Some("a%26b%3D"));
+        let next =
+            GitHub::reconcile_request(&config, 0, page.next_cursor.as_deref()).expect("plan");
+        assert!(next.target.ends_with("&cursor=a%26b%3D"), "{}", next.target);
+    }
+
+    #[test]
+    fn link_headers_are_read_by_relation() {
+        assert_eq!(
+            next_link(r#"<https://a/x?cursor=1>; rel="prev", <https://a/x?cursor=2>; rel="next""#),
+            Some("https://a/x?cursor=2")
+        );
+        assert_eq!(
+            next_link(r#"<https://a/x?cursor=3>;rel=next"#),
+            Some("https://a/x?cursor=3")
+        );
+        assert_eq!(
+            next_link(r#"<https://a/x?cursor=4>; title="x"; rel="next last""#),
+            Some("https://a/x?cursor=4")
+        );
+        assert_eq!(next_link(r#"<https://a/x?cursor=5>; rel="nextish""#), None);
+        assert_eq!(next_link(""), None);
+    }
+
+    #[track_caller]
+    fn refused(config: Value, key: &str, says: &str) {
+        let error = GitHub::check_config(&config).expect_err(&config.to_string());
+        assert_eq!(error.key, key, "{config}: {}", error.message);
+        assert!(error.message.contains(says), "{config}: {}", error.message);
+        let planned = GitHub::reconcile_request(&config, 0, None).expect_err("refused");
+        assert!(planned.contains(key), "{planned}");
+        assert!(GitHub::reconcile_page(&config, 0, &answer(None, "[]")).is_err());
+    }
+
+    #[test]
+    fn bad_reconcile_tables_name_their_key() {
+        let r = |table: Value| json!({ "reconcile": table });
+        refused(
+            json!({"reconcile": "octo/repo"}),
+            "reconcile",
+            "must be a table",
+        );
+        refused(r(json!({})), "reconcile", "names no webhook");
+        refused(r(json!({"hook_id": 1})), "reconcile", "names no webhook");
+        refused(
+            r(json!({"repo": "a/b", "hook_id": 1})),
+            "reconcile.repo",
+            "unknown key",
+        );
+        for bad in [
+            "octo",
+            "octo/",
+            "/repo",
+            "octo/re po",
+            "octo/a/b",
+            "oc&to/repo",
+            "octo/..",
+            "octo/repo?x=1",
+        ] {
+            refused(
+                r(json!({"repository": bad, "hook_id": 1})),
+                "reconcile.repository",
+                "owner/repo",
+            );
+        }
+        refused(
+            r(json!({"repository": 5, "hook_id": 1})),
+            "reconcile.repository",
+            "must be a string",
+        );
+        refused(
+            r(json!({"repository": "a/b"})),
+            "reconcile.hook_id",
+            "required",
+        );
+        for bad in [
+            json!(0),
+            json!(-1),
+            json!(1.5),
+            json!("12a"),
+            json!(""),
+            json!(true),
+        ] {
+            refused(
+                r(json!({"repository": "a/b", "hook_id": bad})),
+                "reconcile.hook_id",
+                "numeric id",
+            );
+        }
+        refused(
+            r(json!({"organization": "octo/org", "hook_id": 1})),
+            "reconcile.organization",
+            "organization login",
+        );
+        refused(
+            r(json!({"organization": "octo"})),
+            "reconcile.hook_id",
+            "required",
+        );
+        refused(r(json!({"app": false})), "reconcile.app", "must be true");
+        refused(r(json!({"app": "yes"})), "reconcile.app", "must be true");
+        refused(
+            r(json!({"app": true, "hook_id": 1})),
+            "reconcile.hook_id",
+            "no hook_id",
+        );
+        refused(
+            r(json!({"repository": "a/b", "organization": "a", "hook_id": 1})),
+            "reconcile.organization",
+            "repository is already set",
+        );
+        // Other keys of the configuration are not the plugin's concern.
+        assert!(GitHub::check_config(&json!({"note": 1})).is_ok());
+        assert!(
+            GitHub::check_config(
+                &json!({"reconcile": {"repository": "Octo_EMU/my.repo-1", "hook_id": 1}})
+            )
+            .is_ok()
+        );
     }
 
     #[test]

@@ -93,7 +93,11 @@ impl Provider for Stripe {
         Ok(RequestPlan::get(target).header("stripe-version", "2024-06-20"))
     }
 
-    fn reconcile_page(_config: &serde_json::Value, answer: &Answer) -> Result<Page, String> {
+    fn reconcile_page(
+        _config: &serde_json::Value,
+        _since: i64,
+        answer: &Answer,
+    ) -> Result<Page, String> {
         let list = Json::parse(&answer.body).map_err(|e| format!("events list: {e:?}"))?;
         let count = list
             .get("/data")
@@ -202,7 +206,7 @@ mod tests {
             headers: Vec::new(),
             body: body.into_bytes(),
         };
-        let page = Stripe::reconcile_page(&config, &answer).expect("page");
+        let page = Stripe::reconcile_page(&config, 0, &answer).expect("page");
         assert_eq!(page.next_cursor.as_deref(), Some("evt_2"));
         assert_eq!(page.events.len(), 2);
         assert_eq!(
@@ -215,7 +219,10 @@ mod tests {
             body: br#"{"object":"list","data":[],"has_more":false}"#.to_vec(),
             ..answer
         };
-        assert_eq!(Stripe::reconcile_page(&config, &last), Ok(Page::default()));
+        assert_eq!(
+            Stripe::reconcile_page(&config, 0, &last),
+            Ok(Page::default())
+        );
     }
 
     #[test]

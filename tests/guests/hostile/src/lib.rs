@@ -197,7 +197,11 @@ impl Provider for Hostile {
         Ok(RequestPlan::get(target))
     }
 
-    fn reconcile_page(config: &serde_json::Value, answer: &Answer) -> Result<Page, String> {
+    fn reconcile_page(
+        config: &serde_json::Value,
+        _since: i64,
+        answer: &Answer,
+    ) -> Result<Page, String> {
         let headers: Vec<(String, String)> = answer
             .headers
             .iter()
