@@ -651,3 +651,280 @@ async fn a_thin_event_is_delivered_as_its_fetched_current_object() {
         "the receipt keeps what arrived"
     );
 }
+
+const GITHUB_SECRET: &str = "github-webhook-secret";
+const GITHUB_TOKEN: &str = "ghp_reconcile_token_0c7e";
+
+/// A repository webhook's deliveries (newest first, two per page, paged by `link`),
+/// and redelivery: `POST …/deliveries/{id}/attempts` sends the delivery to hookhost
+/// again, signed, as GitHub would.
+#[derive(Clone)]
+struct FakeGitHub {
+    /// (delivery id, guid, issue number), oldest first.
+    deliveries: Arc<Vec<(u64, String, u64)>>,
+    hookhost: Arc<Mutex<Option<std::net::SocketAddr>>>,
+    redelivered: Arc<Mutex<Vec<u64>>>,
+    authorizations: Arc<Mutex<Vec<String>>>,
+    port: Arc<Mutex<u16>>,
+}
+
+const HOOK: &str = "/repos/octo/shop/hooks/7/deliveries";
+
+fn issue_body(number: u64) -> String {
+    format!(
+        r#"{{"action":"opened","issue":{{"id":{number},"number":{number},"updated_at":"2026-11-30T10:00:{number:02}Z"}}}}"#
+    )
+}
+
+fn github_headers(guid: &str, body: &str) -> Vec<(&'static str, String)> {
+    let signature = hex::encode(hmac_sha256(GITHUB_SECRET.as_bytes(), &[body.as_bytes()]));
+    vec![
+        ("x-github-delivery", guid.to_string()),
+        ("x-github-event", "issues".to_string()),
+        ("x-hub-signature-256", format!("sha256={signature}")),
+        ("content-type", "application/json".to_string()),
+    ]
+}
+
+async fn github_list(
+    State(fake): State<FakeGitHub>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> axum::response::Response {
+    let authorization = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    fake.authorizations
+        .lock()
+        .expect("lock")
+        .push(authorization.to_string());
+    let skip: usize = query
+        .get("cursor")
+        .map_or(0, |c| c.parse().expect("cursor"));
+    let newest_first: Vec<&(u64, String, u64)> = fake.deliveries.iter().rev().collect();
+    let page: Vec<Value> = newest_first
+        .iter()
+        .skip(skip)
+        .take(2)
+        .map(|(id, guid, number)| {
+            serde_json::json!({"id": id, "guid": guid, "delivered_at": format!("2026-11-30T10:00:{number:02}Z"),
+                "redelivery": false, "duration": 0.1, "status": "OK", "status_code": 200,
+                "event": "issues", "action": "opened", "installation_id": null, "repository_id": 1})
+        })
+        .collect();
+    let mut response = axum::Json(Value::Array(page)).into_response();
+    if skip + 2 < newest_first.len() {
+        let port = *fake.port.lock().expect("lock");
+        let link = format!(
+            "<http://127.0.0.1:{port}{HOOK}?per_page=100&cursor={}>; rel=\"next\"",
+            skip + 2
+        );
+        response
+            .headers_mut()
+            .insert("link", link.parse().expect("header"));
+    }
+    response
+}
+
+async fn github_redeliver(
+    State(fake): State<FakeGitHub>,
+    axum::extract::Path(id): axum::extract::Path<u64>,
+) -> StatusCode {
+    fake.redelivered.lock().expect("lock").push(id);
+    let (_, guid, number) = fake
+        .deliveries
+        .iter()
+        .find(|(d, ..)| *d == id)
+        .expect("a known delivery")
+        .clone();
+    let body = issue_body(number);
+    let hookhost = fake
+        .hookhost
+        .lock()
+        .expect("lock")
+        .expect("hookhost's address");
+    let (status, answer) = request(
+        hookhost,
+        "POST",
+        "/webhooks/github",
+        &github_headers(&guid, &body),
+        body.into(),
+    )
+    .await;
+    assert_eq!(status, 200, "the redelivery: {answer}");
+    StatusCode::ACCEPTED
+}
+
+/// GitHub lists deliveries without payloads: the two that never arrived are asked for
+/// again, arrive signed as pushes, and a second run asks for nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_deliveries_that_never_arrived_are_redelivered() {
+    let fake = FakeGitHub {
+        deliveries: Arc::new((1..=6).map(|n| (100 + n, format!("guid-{n}"), n)).collect()),
+        hookhost: Arc::default(),
+        redelivered: Arc::default(),
+        authorizations: Arc::default(),
+        port: Arc::default(),
+    };
+    let app = axum::Router::new()
+        .route(HOOK, axum::routing::get(github_list))
+        .route(
+            &format!("{HOOK}/{{id}}/attempts"),
+            axum::routing::post(github_redeliver),
+        )
+        .with_state(fake.clone());
+    let api = serve_on_loopback(app).await;
+    *fake.port.lock().expect("lock") = api.port();
+    let config = format!(
+        "[[endpoint]]\nid = \"github\"\nplugin = \"github\"\nsecrets = [\"{GITHUB_SECRET}\"]\n\
+         config = {{ reconcile = {{ repository = \"octo/shop\", hook_id = 7 }} }}\n\
+         [endpoint.reconcile]\napi_base = \"http://{api}\"\ncredential = \"{GITHUB_TOKEN}\"\n\
+         requests_per_second = 100\n"
+    );
+    let server = Server::start(&config).await;
+    *fake.hookhost.lock().expect("lock") = Some(server.addr);
+    for (_, guid, number) in fake
+        .deliveries
+        .iter()
+        .filter(|(_, _, n)| ![2, 5].contains(n))
+    {
+        let body = issue_body(*number);
+        let answer = server
+            .post("github", &github_headers(guid, &body), body.clone())
+            .await;
+        assert_eq!(answer.0, 200, "{guid}: {answer:?}");
+    }
+
+    let ran = run(
+        &server.app,
+        "github",
+        Options {
+            since: 0,
+            dry_run: false,
+        },
+    )
+    .await
+    .expect("run");
+    assert_eq!(
+        (
+            ran.state.as_str(),
+            ran.pages,
+            ran.seen,
+            ran.present,
+            ran.repaired
+        ),
+        ("done", 3, 6, 4, 2),
+        "{ran:?}"
+    );
+    let mut asked = fake.redelivered.lock().expect("lock").clone();
+    asked.sort_unstable();
+    assert_eq!(asked, vec![102, 105]);
+    for guid in ["guid-2", "guid-5"] {
+        let receipt = server.receipt("github", guid).await;
+        assert_eq!(
+            (receipt.source.as_str(), receipt.event_type.as_str()),
+            ("push", "issues.opened")
+        );
+    }
+    let (_, repairs) = server
+        .app
+        .store
+        .run(&ran.id)
+        .await
+        .expect("read")
+        .expect("the run");
+    assert!(
+        repairs.iter().all(|r| r.result == "redelivery_requested"),
+        "{repairs:?}"
+    );
+    assert!(
+        fake.authorizations
+            .lock()
+            .expect("lock")
+            .iter()
+            .all(|a| *a == format!("Bearer {GITHUB_TOKEN}"))
+    );
+
+    let again = run(
+        &server.app,
+        "github",
+        Options {
+            since: 0,
+            dry_run: false,
+        },
+    )
+    .await
+    .expect("run");
+    assert_eq!(
+        (again.seen, again.present, again.repaired),
+        (6, 6, 0),
+        "{again:?}"
+    );
+    assert_eq!(
+        fake.redelivered.lock().expect("lock").len(),
+        2,
+        "nothing asked for again"
+    );
+}
+
+/// `generic`'s configurable list: the items its `reconcile` table points at are
+/// listed, and those without a receipt stored as listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_generic_mapping_lists_events_from_its_configured_endpoint() {
+    let t = now();
+    let events: Vec<String> = (1..=3)
+        .map(|n| stripe_event(&format!("evt_g{n}"), "invoice.paid", &format!("in_{n}"), t))
+        .collect();
+    let page = format!(r#"{{"data":[{}],"next":null}}"#, events.join(","));
+    let api = serve_on_loopback(axum::Router::new().route(
+        "/v1/list",
+        axum::routing::get(move || {
+            let page = page.clone();
+            async move { ([("content-type", "application/json")], page) }
+        }),
+    ))
+    .await;
+    let config = format!(
+        "[[endpoint]]\nid = \"ledger\"\nplugin = \"generic\"\nsecrets = [\"{STRIPE_SECRET}\"]\n\
+         [endpoint.config]\nalgorithm = \"hmac-sha256\"\nsigned = \"{{timestamp}}.{{body}}\"\nsecret = {{ format = \"raw\" }}\n\
+         [endpoint.config.signature]\nheader = \"Stripe-Signature\"\nformat = \"key-values\"\nseparator = \",\"\nkey = \"v1\"\nencoding = \"hex\"\n\
+         [endpoint.config.timestamp]\nkey = \"t\"\nunit = \"seconds\"\ntolerance_seconds = 300\n\
+         [endpoint.config.event]\nrequired = [\"id\", \"type\"]\nid = \"{{/id}}\"\ntype = \"{{/type}}\"\n\
+         [endpoint.config.reconcile]\napi_base = \"https://api.ledger.example\"\nhosts = [\"api.ledger.example\"]\n\
+         path = \"/v1/list?since={{since}}\"\nitems = \"/data\"\nid = \"/id\"\ntype = \"/type\"\ncursor = \"/next\"\n\
+         [endpoint.reconcile]\napi_base = \"http://{api}\"\ncredential = \"{CREDENTIAL}\"\n"
+    );
+    let server = Server::start(&config).await;
+    let (status, answer) = server
+        .post(
+            "ledger",
+            &stripe_headers(&[STRIPE_SECRET], t, &events[0]),
+            events[0].clone(),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let ran = run(
+        &server.app,
+        "ledger",
+        Options {
+            since: t - 60,
+            dry_run: false,
+        },
+    )
+    .await
+    .expect("run");
+    assert_eq!(
+        (ran.state.as_str(), ran.seen, ran.present, ran.repaired),
+        ("done", 3, 1, 2),
+        "{ran:?}"
+    );
+    for (n, event) in events.iter().enumerate().skip(1) {
+        let receipt = server.receipt("ledger", &format!("evt_g{}", n + 1)).await;
+        assert_eq!(
+            (receipt.source.as_str(), receipt.event_type.as_str()),
+            ("reconcile", "invoice.paid")
+        );
+        assert_eq!(receipt.body, event.as_bytes(), "stored exactly as listed");
+    }
+}
