@@ -962,6 +962,45 @@ mod tests {
     "#;
 
     #[test]
+    fn a_reconcile_table_is_read_and_checked_naming_its_key() {
+        let table = |body: &str| parse(&format!("{GOOD}\n[endpoint.reconcile]\n{body}\n"));
+        let config = table(
+            "credential = \"env:STRIPE_SECRET\"\nauth = \"header:X-Api-Key\"\nevery_seconds = 60",
+        )
+        .expect("valid");
+        let reconcile = config.endpoints[0].reconcile.as_ref().expect("reconcile");
+        assert_eq!(reconcile.credential, Secret::new("whsec_from_env"));
+        assert_eq!(reconcile.auth, ApiAuth::Header("x-api-key".into()));
+        assert_eq!(reconcile.every, Some(Duration::from_secs(60)));
+        assert_eq!(reconcile.lookback, Duration::from_secs(86_400));
+        assert_eq!(reconcile.requests_per_second, 5);
+        for (body, key) in [
+            ("credential = \"k\"\nauth = \"digest\"", ".reconcile.auth"),
+            ("credential = \"k\"\nauth = \"header:\"", ".reconcile.auth"),
+            (
+                "credential = \"k\"\napi_base = \"ftp://x\"",
+                ".reconcile.api_base",
+            ),
+            (
+                "credential = \"k\"\nrequests_per_second = 0",
+                ".reconcile.requests_per_second",
+            ),
+            (
+                "credential = \"k\"\nevery_seconds = 0",
+                ".reconcile.every_seconds",
+            ),
+            ("credential = \"env:MISSING\"", ".reconcile.credential"),
+        ] {
+            let error = table(body).expect_err(body).to_string();
+            assert!(error.contains(key), "{body}: {error}");
+        }
+        assert!(
+            table("auth = \"bearer\"").is_err(),
+            "the credential is required"
+        );
+    }
+
+    #[test]
     fn a_good_file_gets_defaults_and_resolved_secrets() {
         let config = parse(GOOD).expect("valid");
         assert_eq!(config.public_url, "https://hooks.example.com");
