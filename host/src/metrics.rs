@@ -31,7 +31,24 @@ pub struct Metrics {
     pending: Family<EndpointOnly, Gauge>,
     oldest_pending: Family<EndpointOnly, Gauge>,
     forensics: Family<ForensicsLabels, Counter>,
+    reconcile_runs: Family<RunLabels, Counter>,
+    reconciled: Family<ReconciledLabels, Counter>,
     plugin_calls: PluginCalls,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RunLabels {
+    endpoint: String,
+    /// `done` or `failed`.
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReconciledLabels {
+    endpoint: String,
+    /// What a run found of the listed events: `present`, or `repaired` (stored, or
+    /// redelivery asked for).
+    result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -229,6 +246,19 @@ impl Default for Metrics {
              dropped), by kind",
             Family::default(),
         );
+        let reconcile_runs = registered(
+            r,
+            "reconcile_runs",
+            "Reconciliation runs that ended, by state (done, failed)",
+            Family::default(),
+        );
+        let reconciled = registered(
+            r,
+            "reconciled_events",
+            "Events the provider's API listed, by what a run found: present (received) \
+             or repaired (missing: stored, or its redelivery asked for)",
+            Family::default(),
+        );
         let plugin_calls = PluginCalls {
             seconds: registered(
                 r,
@@ -257,6 +287,8 @@ impl Default for Metrics {
             pending,
             oldest_pending,
             forensics,
+            reconcile_runs,
+            reconciled,
         }
     }
 }
@@ -463,6 +495,29 @@ impl Metrics {
                 result: if kept { "kept" } else { "dropped" },
             })
             .inc();
+    }
+
+    /// A reconciliation run of `endpoint` ended: its state, and how many listed events
+    /// it found present and repaired (a dry run repairs nothing).
+    pub fn reconciled(&self, run: &crate::store::RunRow) {
+        self.reconcile_runs
+            .get_or_create(&RunLabels {
+                endpoint: run.endpoint.clone(),
+                state: run.state.clone(),
+            })
+            .inc();
+        let count = |result, n: i64| {
+            self.reconciled
+                .get_or_create(&ReconciledLabels {
+                    endpoint: run.endpoint.clone(),
+                    result,
+                })
+                .inc_by(u64::try_from(n).unwrap_or(0));
+        };
+        count("present", run.present);
+        if !run.dry_run {
+            count("repaired", run.repaired);
+        }
     }
 
     /// The Prometheus text exposition of every metric.

@@ -85,7 +85,10 @@ impl Drop for Running<'_> {
 }
 
 /// Reconcile every endpoint with `every_seconds` on its schedule (the first run one
-/// period after start), looking back its `lookback_seconds`, until `stop`.
+/// period after start), looking back its `lookback_seconds`, until `stop`. Processes
+/// sharing a store share the schedule: a process skips its turn when a run of the
+/// endpoint started within the last half period (each process's turns are offset by
+/// up to a tenth of the period, so they rarely look at once).
 pub async fn keep_reconciling(app: Arc<App>, stop: tokio::sync::watch::Receiver<bool>) {
     let scheduled: Vec<(String, Duration, Duration)> = app
         .endpoints
@@ -99,14 +102,23 @@ pub async fn keep_reconciling(app: Arc<App>, stop: tokio::sync::watch::Receiver<
     let mut tasks = tokio::task::JoinSet::new();
     for (endpoint, every, lookback) in scheduled {
         let (app, mut stop) = (app.clone(), stop.clone());
+        let offset = every.mul_f64(f64::from(random_u8()) / 2550.0);
         tasks.spawn(async move {
             loop {
                 tokio::select! {
-                    _ = tokio::time::sleep(every) => {}
+                    _ = tokio::time::sleep(every + offset) => {}
                     _ = stop.changed() => {}
                 }
                 if *stop.borrow() {
                     return;
+                }
+                let half = i64::try_from(every.as_millis() / 2).unwrap_or(i64::MAX);
+                let latest = app.store.runs(Some(&endpoint), 1).await;
+                if let Ok(Some(run)) = latest.as_ref().map(|runs| runs.first())
+                    && crate::clock::now_ms() - run.started_at_ms < half
+                {
+                    tracing::debug!(%endpoint, run = %run.id, "another process reconciled it just now");
+                    continue;
                 }
                 let since = crate::clock::now_ms() / 1000
                     - i64::try_from(lookback.as_secs()).unwrap_or(i64::MAX);
@@ -208,6 +220,7 @@ pub async fn run(
             }
         }
     }
+    app.metrics.reconciled(&run);
     tracing::info!(
         endpoint,
         run = %run.id,
@@ -614,6 +627,11 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 fn is_credential_header(name: &str, auth: &ApiAuth) -> bool {
     name.eq_ignore_ascii_case("authorization")
         || matches!(auth, ApiAuth::Header(own) if name.eq_ignore_ascii_case(own))
+}
+
+fn random_u8() -> u8 {
+    use chacha20poly1305::aead::{OsRng, rand_core::RngCore};
+    OsRng.next_u32().to_le_bytes()[0]
 }
 
 fn random_hex(bytes: usize) -> String {

@@ -535,6 +535,28 @@ async fn the_admin_api_runs_lists_and_shows_reconciliation() {
         (status, &answer["error"]),
         (404, &serde_json::json!("unknown_run"))
     );
+
+    let (_, metrics) = crate::operations::get(addr, "/metrics", Some(ADMIN_TOKEN)).await;
+    for (sample, want) in [
+        (
+            r#"hookhost_reconcile_runs_total{endpoint="stripe",state="done"}"#,
+            1.0,
+        ),
+        (
+            r#"hookhost_reconciled_events_total{endpoint="stripe",result="present"}"#,
+            47.0,
+        ),
+        (
+            r#"hookhost_reconciled_events_total{endpoint="stripe",result="repaired"}"#,
+            3.0,
+        ),
+    ] {
+        assert_eq!(
+            crate::operations::value(&metrics, sample),
+            Some(want),
+            "{sample} in:\n{metrics}"
+        );
+    }
 }
 
 /// `every_seconds`: the server reconciles on its own, looking back `lookback_seconds`.
