@@ -384,13 +384,16 @@ fn reconcile_config(
             }
         },
     };
-    if let Some(base) = &raw.api_base
-        && !(base.starts_with("https://") || base.starts_with("http://"))
-    {
-        return Err(invalid(
-            "api_base",
-            format!("{base:?} must start with https:// or http://"),
-        ));
+    if let Some(base) = &raw.api_base {
+        let has_host = base
+            .parse::<hyper::Uri>()
+            .is_ok_and(|uri| uri.host().is_some_and(|h| !h.is_empty()));
+        if !(base.starts_with("https://") || base.starts_with("http://")) || !has_host {
+            return Err(invalid(
+                "api_base",
+                format!("{base:?} must be an https:// or http:// URL"),
+            ));
+        }
     }
     let requests_per_second = raw.requests_per_second.unwrap_or(5);
     if requests_per_second == 0 {
@@ -979,6 +982,10 @@ mod tests {
             ("credential = \"k\"\nauth = \"header:\"", ".reconcile.auth"),
             (
                 "credential = \"k\"\napi_base = \"ftp://x\"",
+                ".reconcile.api_base",
+            ),
+            (
+                "credential = \"k\"\napi_base = \"https://\"",
                 ".reconcile.api_base",
             ),
             (

@@ -160,6 +160,7 @@ pub async fn run(
         .await?
         .filter(|info| info.lists_events)
         .ok_or_else(|| ReconcileError::NotSupported(served.plugin.name().to_string()))?;
+    let mut api = Api::new(settings, &info).map_err(ReconcileError::Plugin)?;
     // An unfinished run of the same kind is resumed (with its own `since`); one of the
     // other kind ends, superseded by the new run.
     let unfinished = app.store.unfinished_run(endpoint).await?;
@@ -195,7 +196,6 @@ pub async fn run(
             run
         }
     };
-    let mut api = Api::new(settings, &info);
     loop {
         match page(app, &served, &mut api, &mut run).await {
             Ok(repairs) => {
@@ -350,7 +350,7 @@ pub async fn fetch_current(
     let Some((info, plan)) = asked else {
         return Ok(None);
     };
-    let mut api = Api::new(settings, &info);
+    let mut api = Api::new(settings, &info)?;
     api.tries = 1;
     let answer = api.call(&plan).await?;
     let fetched = on_plugin_thread(app, endpoint, move |e| {
@@ -419,20 +419,24 @@ struct Api {
 }
 
 impl Api {
-    fn new(settings: ReconcileConfig, info: &ReconcileInfo) -> Api {
+    fn new(settings: ReconcileConfig, info: &ReconcileInfo) -> Result<Api, String> {
         let base = settings
             .api_base
             .clone()
             .unwrap_or_else(|| info.api_base.trim_end_matches('/').to_string());
-        Api {
-            base: base
-                .parse()
-                .unwrap_or_else(|_| hyper::Uri::from_static("https://invalid")),
+        let uri: hyper::Uri = base
+            .parse()
+            .map_err(|e| format!("the API base {base:?} is not a URL: {e}"))?;
+        if uri.host().is_none() || !matches!(uri.scheme_str(), Some("https" | "http")) {
+            return Err(format!("the API base {base:?} is not an http(s) URL"));
+        }
+        Ok(Api {
+            base: uri,
             hosts: info.hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
             settings,
             last_request: None,
             tries: TRIES,
-        }
+        })
     }
 
     /// Where a plan goes: a path on the API base, or an absolute `https://` URL on a
@@ -698,7 +702,7 @@ mod tests {
             lists_events: true,
             fetches_objects: false,
         };
-        Api::new(settings, &info)
+        Api::new(settings, &info).expect("a valid base")
     }
 
     #[test]
