@@ -23,6 +23,10 @@ pub struct Observed {
     pub secret_use: Vec<(i64, i64)>,
     /// The latest stored request and the plugin's plan for it, when there is one.
     pub latest: Option<(ReceiptRow, Plan)>,
+    /// What the plugin can pull from the provider's API for this endpoint.
+    pub reconcile: Option<hookhost_plugin_sdk::ReconcileInfo>,
+    /// The endpoint's latest reconciliation run.
+    pub last_run: Option<crate::store::RunRow>,
 }
 
 /// The endpoint's contract, as Markdown.
@@ -215,6 +219,56 @@ pub fn render(
             );
         }
         None => line("- no destination: accepted events wait in the inbox".to_string()),
+    }
+
+    line("\n## Reconciliation\n".into());
+    let lists = observed.reconcile.as_ref().filter(|i| i.lists_events);
+    let fetches = observed.reconcile.as_ref().filter(|i| i.fetches_objects);
+    match (&endpoint.reconcile, lists) {
+        (None, _) => line(format!(
+            "- not configured: events that never arrived are not looked for{}",
+            if lists.is_some() {
+                " (the plugin can list them: add `[endpoint.reconcile]`)"
+            } else {
+                ""
+            }
+        )),
+        (Some(_), None) => line("- the plugin does not list the provider's events".into()),
+        (Some(settings), Some(info)) => {
+            let base = settings.api_base.as_deref().unwrap_or(&info.api_base);
+            line(format!(
+                "- lists the provider's events from `{base}`; the credential is sent \
+                 only there and to {}",
+                info.hosts
+                    .iter()
+                    .map(|h| format!("`{h}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            line(format!(
+                "- {}, looking back {}; at most {} requests/s",
+                match settings.every {
+                    Some(every) => format!("every {}", human(every)),
+                    None => "on demand (`hookhost reconcile`)".into(),
+                },
+                human(settings.lookback),
+                settings.requests_per_second
+            ));
+            line(
+                "- a missing event is stored (`source = reconcile`) or redelivered by the \
+                 provider, then delivered like a push"
+                    .into(),
+            );
+        }
+    }
+    if endpoint.reconcile.is_some() && fetches.is_some() {
+        line("- thin events: each delivery fetches the object's current state".into());
+    }
+    if let Some(run) = &observed.last_run {
+        line(format!(
+            "- last run: `{}`, {}: {} listed, {} present, {} repaired",
+            run.id, run.state, run.seen, run.present, run.repaired
+        ));
     }
     md
 }

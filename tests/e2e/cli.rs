@@ -591,11 +591,18 @@ fn spec_follows_the_configuration_and_the_stored_requests() {
              secrets = [\"whsec_spec_current\"{}]\ntolerance = {tolerance}\n\
              retry_schedule_seconds = {schedule}\n\
              [endpoint.destination]\nurl = \"http://127.0.0.1:9/hook\"\nsecret = \"whsec_c3BlYy1kZXN0aW5hdGlvbg==\"\n\
+             {}\
              [[endpoint]]\nid = \"github\"\nplugin = \"github\"\nsecrets = [\"gh-spec-secret\"]\n",
             if previous {
                 ", \"whsec_spec_previous\""
             } else {
                 ""
+            },
+            // The changed configuration reconciles Stripe every hour.
+            if previous {
+                ""
+            } else {
+                "[endpoint.reconcile]\ncredential = \"sk_spec\"\nevery_seconds = 3600\n"
             }
         )
     };
@@ -618,6 +625,7 @@ fn spec_follows_the_configuration_and_the_stored_requests() {
         "- attempts after: 0 s, 1 min (2 in all)",
         "- signed string and headers: shown once a request has been stored",
         "| 500 | `plugin_failed` | retry |",
+        "- not configured: events that never arrived are not looked for (the plugin can list them: add `[endpoint.reconcile]`)",
     ] {
         assert!(stripe.contains(line), "{line:?} missing from:\n{stripe}");
     }
@@ -627,6 +635,7 @@ fn spec_follows_the_configuration_and_the_stored_requests() {
         "- provider: GitHub",
         "- active secrets: 1",
         "- no destination: accepted events wait in the inbox",
+        "- not configured: events that never arrived are not looked for\n",
     ] {
         assert!(github.contains(line), "{line:?} missing from:\n{github}");
     }
@@ -661,8 +670,14 @@ fn spec_follows_the_configuration_and_the_stored_requests() {
         "- active secrets: 1",
         "- signed timestamp within ±600 s of arrival (this endpoint's setting)",
         "- attempts after: 5 s, 30 s, 1 h (3 in all)",
+        "- lists the provider's events from `https://api.stripe.com`; the credential is sent only there and to `api.stripe.com`",
+        "- every 1 h, looking back 1 d; at most 5 requests/s",
     ] {
         assert!(changed.contains(line), "{line:?} missing from:\n{changed}");
     }
+    assert!(
+        !changed.contains("sk_spec"),
+        "the API credential is in the spec"
+    );
     runtime.block_on(server.stop());
 }
