@@ -30,6 +30,8 @@ const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Tries of one page after a 429, a 5xx or a connection failure.
 const TRIES: u32 = 5;
+/// Pages one run reads at most (a listing that never ends fails the run).
+const MAX_PAGES: i64 = 10_000;
 /// The longest wait a `Retry-After` gets before the run gives up on the page.
 const LONGEST_RETRY_AFTER: Duration = Duration::from_secs(120);
 
@@ -257,6 +259,12 @@ async fn page(
     .await
     .map_err(|e| e.to_string())?
     .map_err(|reason| format!("the plugin could not read the page: {reason}"))?;
+    if page.next_cursor.is_some() && page.next_cursor == run.cursor {
+        return Err("the plugin's cursor did not move: the listing would never end".into());
+    }
+    if run.pages + 1 >= MAX_PAGES && page.next_cursor.is_some() {
+        return Err(format!("more than {MAX_PAGES} pages: narrow the look-back"));
+    }
     let mut repairs = Vec::new();
     for remote in page.events {
         run.seen += 1;

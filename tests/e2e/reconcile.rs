@@ -383,7 +383,10 @@ async fn the_credential_reaches_only_the_api_never_the_plugin_or_the_log() {
         "plugins_dir = \"plugins\"\n\
          [[endpoint]]\nid = \"echo\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n{}\
          [[endpoint]]\nid = \"astray\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n\
-         config = {{ reconcile_target = \"http://{stealing}/steal\" }}\n{}",
+         config = {{ reconcile_target = \"http://{stealing}/steal\" }}\n{}\
+         [[endpoint]]\nid = \"stuck\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n\
+         config = {{ reconcile_cursor = \"the-same\" }}\n{}",
+        reconcile(""),
         reconcile(""),
         reconcile(""),
     );
@@ -463,6 +466,31 @@ async fn the_credential_reaches_only_the_api_never_the_plugin_or_the_log() {
         *hits.lock().expect("lock"),
         0,
         "nothing reached the undeclared host"
+    );
+
+    // A listing whose cursor does not move fails instead of asking forever.
+    let stuck = run(
+        &server.app,
+        "stuck",
+        Options {
+            since: now() - 3600,
+            dry_run: false,
+        },
+    )
+    .await
+    .expect("the run is recorded");
+    assert_eq!(
+        (stuck.state.as_str(), stuck.pages),
+        ("failed", 1),
+        "{stuck:?}"
+    );
+    assert!(
+        stuck
+            .last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("did not move"),
+        "{stuck:?}"
     );
 }
 

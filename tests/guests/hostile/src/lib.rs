@@ -13,7 +13,8 @@
 //!
 //! Reconciliation: it lists one event per run, `evt_echo`, whose body is everything the
 //! plugin was given (configuration, the answer's status, headers and body), so a test
-//! can see what reached it. `{"reconcile_target": URL}` makes it aim its request there.
+//! can see what reached it. `{"reconcile_target": URL}` makes it aim its request there;
+//! `{"reconcile_cursor": C}` makes every page point at C as the next.
 //! `{"thin": true}`: every event is thin; its current object is `GET /objects/{id}`,
 //! versioned by the object's `version`.
 
@@ -218,7 +219,11 @@ impl Provider for Hostile {
                 event: Event::new("test.echo").id("evt_echo"),
                 repair: Repair::Store(echo.to_string().into_bytes()),
             }],
-            next_cursor: None,
+            // `{"reconcile_cursor": C}`: every page says the next starts at C.
+            next_cursor: config
+                .get("reconcile_cursor")
+                .and_then(|c| c.as_str())
+                .map(str::to_string),
         })
     }
 }
