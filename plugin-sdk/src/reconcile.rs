@@ -100,3 +100,25 @@ pub struct Fetched {
     /// Delivered instead of the thin event's body.
     pub body: Vec<u8>,
 }
+
+/// Whether `text` can stand in a URL's query as it is, without ending its parameter
+/// or adding one: non-empty, only unreserved characters (RFC 3986) and `%XX` escapes.
+/// For a cursor a plugin sends back, or a parameter name it was configured with.
+pub fn query_safe(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let escape = bytes.get(i + 1..i + 3);
+                if !escape.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+                    return false;
+                }
+                i += 3;
+            }
+            b if b.is_ascii_alphanumeric() || b"-._~".contains(&b) => i += 1,
+            _ => return false,
+        }
+    }
+    !bytes.is_empty()
+}

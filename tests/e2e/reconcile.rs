@@ -193,12 +193,21 @@ async fn push_all_but_missing(server: &Server, fake: &FakeStripe) {
     }
 }
 
-crate::both_stores! {
-async fn a_run_repairs_exactly_the_events_that_never_arrived_and_a_second_run_repairs_nothing() {
+/// The fake Stripe API, the downstream, and a server (the Stripe endpoint with
+/// `extra` appended to its configuration) that has received every event but the
+/// missing ones.
+async fn pushed_all_but_missing(extra: &str) -> (FakeStripe, Downstream, Server) {
     let fake = FakeStripe::new();
     let downstream = Downstream::default();
-    let server = Server::start(&config(fake.serve().await, downstream.serve().await)).await;
+    let config = config(fake.serve().await, downstream.serve().await) + extra;
+    let server = Server::start(&config).await;
     push_all_but_missing(&server, &fake).await;
+    (fake, downstream, server)
+}
+
+crate::both_stores! {
+async fn a_run_repairs_exactly_the_events_that_never_arrived_and_a_second_run_repairs_nothing() {
+    let (fake, downstream, server) = pushed_all_but_missing("").await;
     let since = now() - 7200;
 
     // A dry run finds the three and changes nothing.
@@ -265,10 +274,7 @@ async fn a_run_repairs_exactly_the_events_that_never_arrived_and_a_second_run_re
 /// with the cursor after the second; the next run resumes there and repairs the rest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_killed_mid_way_resumes_from_its_cursor() {
-    let fake = FakeStripe::new();
-    let downstream = Downstream::default();
-    let server = Server::start(&config(fake.serve().await, downstream.serve().await)).await;
-    push_all_but_missing(&server, &fake).await;
+    let (fake, _downstream, server) = pushed_all_but_missing("").await;
     // Newest first, 10 per page: the third page starts after evt_30, and holds evt_23.
     *fake.hang_after.lock().expect("lock") = Some("evt_30".into());
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
@@ -499,12 +505,8 @@ async fn the_credential_reaches_only_the_api_never_the_plugin_or_the_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_runs_lists_and_shows_reconciliation() {
     use crate::operations::{ADMIN_TOKEN, admin};
-    let fake = FakeStripe::new();
-    let downstream = Downstream::default();
-    let config = config(fake.serve().await, downstream.serve().await)
-        + "[[endpoint]]\nid = \"plain\"\nplugin = \"stripe\"\nsecrets = [\"whsec_plain\"]\n";
-    let server = Server::start(&config).await;
-    push_all_but_missing(&server, &fake).await;
+    let plain = "[[endpoint]]\nid = \"plain\"\nplugin = \"stripe\"\nsecrets = [\"whsec_plain\"]\n";
+    let (_fake, _downstream, server) = pushed_all_but_missing(plain).await;
     let addr = admin(&server).await;
     let call = |method: &'static str, path: String, body: &'static str| async move {
         let headers = [("authorization", format!("Bearer {ADMIN_TOKEN}"))];
@@ -590,12 +592,8 @@ async fn the_admin_api_runs_lists_and_shows_reconciliation() {
 /// `every_seconds`: the server reconciles on its own, looking back `lookback_seconds`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduled_endpoint_reconciles_on_its_own() {
-    let fake = FakeStripe::new();
-    let downstream = Downstream::default();
-    let config = config(fake.serve().await, downstream.serve().await)
-        + "every_seconds = 1\nlookback_seconds = 7200\n";
-    let server = Server::start(&config).await;
-    push_all_but_missing(&server, &fake).await;
+    let (_fake, _downstream, server) =
+        pushed_all_but_missing("every_seconds = 1\nlookback_seconds = 7200\n").await;
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let runs = server

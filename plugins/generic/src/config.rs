@@ -864,7 +864,7 @@ fn reconcile(table: &Table) -> Result<ReconcileSpec, ConfigError> {
         Some(_) if cursor.is_none() => {
             return Err(table.error("cursor_param", "only with cursor"));
         }
-        Some(name) if !url_safe(name) => {
+        Some(name) if !hookhost_plugin_sdk::query_safe(name) => {
             return Err(table.error(
                 "cursor_param",
                 format!(
@@ -888,27 +888,6 @@ fn reconcile(table: &Table) -> Result<ReconcileSpec, ConfigError> {
         cursor,
         cursor_param: cursor_param.to_owned(),
     })
-}
-
-/// Non-empty, and only unreserved URL characters (RFC 3986) and `%XX` escapes: text
-/// that can stand in a query as it is, without ending or adding a parameter.
-fn url_safe(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let escape = bytes.get(i + 1..i + 3);
-                if !escape.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
-                    return false;
-                }
-                i += 3;
-            }
-            b if b.is_ascii_alphanumeric() || b"-._~".contains(&b) => i += 1,
-            _ => return false,
-        }
-    }
-    !bytes.is_empty()
 }
 
 /// One JSON object of the configuration, at a dotted path, with only known keys.

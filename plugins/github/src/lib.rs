@@ -405,25 +405,10 @@ fn is_account(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// GitHub's cursor as it appears in the `link` URL, sent back verbatim: unreserved
-/// URL characters and `%XX` escapes only, so it cannot end the parameter or add one.
+/// GitHub's cursor as it appears in the `link` URL, sent back verbatim: query-safe
+/// (it cannot end the parameter or add one), and not absurdly long.
 fn is_cursor(cursor: &str) -> bool {
-    let bytes = cursor.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let escape = bytes.get(i + 1..i + 3);
-                if !escape.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
-                    return false;
-                }
-                i += 3;
-            }
-            b if b.is_ascii_alphanumeric() || b"-._~".contains(&b) => i += 1,
-            _ => return false,
-        }
-    }
-    !bytes.is_empty() && bytes.len() <= 512
+    cursor.len() <= 512 && hookhost_plugin_sdk::query_safe(cursor)
 }
 
 /// The headers every request to the REST API carries.
