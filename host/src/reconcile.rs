@@ -104,7 +104,10 @@ pub async fn keep_reconciling(app: Arc<App>, stop: tokio::sync::watch::Receiver<
     let mut tasks = tokio::task::JoinSet::new();
     for (endpoint, every, lookback) in scheduled {
         let (app, mut stop) = (app.clone(), stop.clone());
-        let offset = every.mul_f64(f64::from(random_u8()) / 2550.0);
+        let unit = f64::from(chacha20poly1305::aead::rand_core::RngCore::next_u32(
+            &mut chacha20poly1305::aead::OsRng,
+        )) / f64::from(u32::MAX);
+        let offset = every.mul_f64(unit / 10.0);
         tasks.spawn(async move {
             loop {
                 tokio::select! {
@@ -173,7 +176,7 @@ pub async fn run(
         }
         other => {
             let run = RunRow {
-                id: format!("rec_{}", random_hex(8)),
+                id: format!("rec_{}", crate::tenancy::random_hex(8)),
                 endpoint: endpoint.to_string(),
                 since: options.since,
                 dry_run: options.dry_run,
@@ -539,20 +542,10 @@ impl Api {
         let https = uri.scheme_str() == Some("https");
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
         let address = format!("{host}:{port}");
-        let stream = tokio::net::TcpStream::connect(&address)
-            .await
-            .map_err(|e| format!("connect {address}: {e}"))?;
-        let mut sender = if https {
-            let tls = crate::worker::Tls::new(&host, None)?;
-            let stream = tls
-                .connector
-                .connect(tls.name.clone(), stream)
-                .await
-                .map_err(|e| format!("tls {address}: {e}"))?;
-            crate::worker::handshake(stream).await?
-        } else {
-            crate::worker::handshake(stream).await?
-        };
+        let tls = https
+            .then(|| crate::worker::Tls::new(&host, None))
+            .transpose()?;
+        let mut sender = crate::worker::connect(&address, tls.as_ref()).await?;
         let mut request = hyper::Request::builder()
             .method(plan.method.as_str())
             .uri(uri.path_and_query().map_or("/", |p| p.as_str()))
@@ -639,18 +632,6 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 fn is_credential_header(name: &str, auth: &ApiAuth) -> bool {
     name.eq_ignore_ascii_case("authorization")
         || matches!(auth, ApiAuth::Header(own) if name.eq_ignore_ascii_case(own))
-}
-
-fn random_u8() -> u8 {
-    use chacha20poly1305::aead::{OsRng, rand_core::RngCore};
-    OsRng.next_u32().to_le_bytes()[0]
-}
-
-fn random_hex(bytes: usize) -> String {
-    use chacha20poly1305::aead::{OsRng, rand_core::RngCore};
-    let mut buf = vec![0u8; bytes];
-    OsRng.fill_bytes(&mut buf);
-    hex::encode(buf)
 }
 
 /// `24h`, `30m`, `7d`, `90s` (or plain seconds) before now, as unix seconds; or a

@@ -296,7 +296,8 @@ fn associated(endpoint: &str, secret_id: &str) -> Vec<u8> {
     format!("{endpoint}\n{secret_id}").into_bytes()
 }
 
-fn random_hex(bytes: usize) -> String {
+/// `bytes` random bytes from the OS, as hex (ids, tokens).
+pub(crate) fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     OsRng.fill_bytes(&mut buf);
     hex::encode(buf)

@@ -186,22 +186,9 @@ impl HttpDestination {
 
     /// A new connection, through TLS for `https://`.
     async fn open(&self) -> Result<SendRequest<Full<Bytes>>, String> {
-        let stream = tokio::net::TcpStream::connect(&self.address)
-            .await
-            .map_err(|e| format!("connect {}: {e}", self.address))?;
-        match &self.tls {
-            None => handshake(stream).await,
-            Some(tls) => {
-                // An untrusted certificate or a failed handshake is a connection error
-                // like any other: retried on the schedule, its reason in the attempt.
-                let stream = tls
-                    .connector
-                    .connect(tls.name.clone(), stream)
-                    .await
-                    .map_err(|e| format!("tls {}: {e}", self.address))?;
-                handshake(stream).await
-            }
-        }
+        // An untrusted certificate or a failed handshake is a connection error like
+        // any other: retried on the schedule, its reason in the attempt.
+        connect(&self.address, self.tls.as_ref()).await
     }
 
     async fn send(&self, request: hyper::Request<Full<Bytes>>, reuse: bool) -> Sent {
@@ -241,8 +228,29 @@ pub(crate) fn retry_after(headers: &hyper::HeaderMap) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
+/// A new HTTP/1.1 connection to `address` (`host:port`), through `tls` when given.
+pub(crate) async fn connect(
+    address: &str,
+    tls: Option<&Tls>,
+) -> Result<SendRequest<Full<Bytes>>, String> {
+    let stream = tokio::net::TcpStream::connect(address)
+        .await
+        .map_err(|e| format!("connect {address}: {e}"))?;
+    match tls {
+        None => handshake(stream).await,
+        Some(tls) => {
+            let stream = tls
+                .connector
+                .connect(tls.name.clone(), stream)
+                .await
+                .map_err(|e| format!("tls {address}: {e}"))?;
+            handshake(stream).await
+        }
+    }
+}
+
 /// HTTP/1.1 over any stream; the connection task runs until either side closes it.
-pub(crate) async fn handshake<S>(stream: S) -> Result<SendRequest<Full<Bytes>>, String>
+async fn handshake<S>(stream: S) -> Result<SendRequest<Full<Bytes>>, String>
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {

@@ -9,7 +9,7 @@ mod destination;
 mod tls;
 
 pub use destination::{Answer, Destination, HttpDestination, classify, idempotency_key};
-pub(crate) use destination::{handshake, retry_after};
+pub(crate) use destination::{connect, retry_after};
 pub use tls::CaFile;
 pub(crate) use tls::Tls;
 
