@@ -9,7 +9,7 @@
 //! the next one loads it again.
 
 use super::PluginFailure;
-use super::runtime::{Pre, code_cache, compile_uncached, prepare};
+use super::runtime::{Pre, compile_uncached, prepare};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -144,14 +144,9 @@ impl LazyCode {
 
     /// Map the compiled code from the disk cache, or compile the component's bytes.
     fn load(&self) -> Result<(Arc<Pre>, usize), String> {
-        let component = match code_cache().and_then(|cache| cache.mapped(&self.digest)) {
-            Some(component) => component,
-            None => {
-                let bytes = (self.fetch)()?;
-                compile_uncached(&bytes, &self.digest)
-                    .map_err(|e| format!("the uploaded plugin does not compile: {e:#}"))?
-            }
-        };
+        let fetch = || (self.fetch)().map_err(wasmtime::Error::msg);
+        let component = compile_uncached(&self.digest, fetch)
+            .map_err(|e| format!("the uploaded plugin's code cannot be loaded: {e:#}"))?;
         let image = component.image_range();
         let size = (image.end as usize)
             .saturating_sub(image.start as usize)

@@ -211,7 +211,7 @@ const CACHE_STALE_TEMP: Duration = Duration::from_secs(3600);
 /// into anonymous memory, so their machine code is clean, shareable, file-backed pages
 /// of which only those touched become resident (wasmtime's own cache is compressed, so
 /// every byte of every plugin was decompressed into the heap and copied at each start).
-pub(super) struct CodeCache {
+struct CodeCache {
     dir: PathBuf,
     /// The engine's `precompile_compatibility_hash`, hex.
     engine_key: String,
@@ -223,7 +223,7 @@ pub fn code_cache_dir() -> Option<&'static Path> {
     code_cache().map(|cache| cache.dir.as_path())
 }
 
-pub(super) fn code_cache() -> Option<&'static CodeCache> {
+fn code_cache() -> Option<&'static CodeCache> {
     static CACHE: OnceLock<Option<CodeCache>> = OnceLock::new();
     CACHE.get_or_init(CodeCache::open).as_ref()
 }
@@ -257,12 +257,16 @@ impl CodeCache {
 
     /// The compiled component for `bytes` (whose SHA-256 is `digest`): mapped from the
     /// cache, or compiled, written to the cache and mapped from there.
-    fn component(&self, bytes: &[u8], digest: &[u8; 32]) -> wasmtime::Result<Component> {
+    fn component<B: AsRef<[u8]>>(
+        &self,
+        digest: &[u8; 32],
+        bytes: impl FnOnce() -> wasmtime::Result<B>,
+    ) -> wasmtime::Result<Component> {
         if let Some(component) = self.mapped(digest) {
             return Ok(component);
         }
         let path = self.path(digest);
-        let compiled = engine().precompile_component(bytes)?;
+        let compiled = engine().precompile_component(bytes()?.as_ref())?;
         match self.store(&path, &compiled) {
             Ok(()) => {
                 self.evict();
@@ -283,7 +287,7 @@ impl CodeCache {
     /// The cached compiled component of `digest`, if there is a usable one (an
     /// unusable one is replaced, by rename so other processes' mappings stay intact,
     /// when the component is compiled again).
-    pub(super) fn mapped(&self, digest: &[u8; 32]) -> Option<Component> {
+    fn mapped(&self, digest: &[u8; 32]) -> Option<Component> {
         let path = self.path(digest);
         if !path.is_file() {
             return None;
@@ -448,24 +452,28 @@ fn linker() -> &'static Linker<State> {
 fn compile(bytes: &[u8], digest: &[u8; 32], origin: &Origin) -> wasmtime::Result<Component> {
     static CACHE: OnceLock<Mutex<HashMap<[u8; 32], Component>>> = OnceLock::new();
     if let Origin::Upload(_) = origin {
-        return compile_uncached(bytes, digest);
+        return compile_uncached(digest, || Ok(bytes));
     }
     let cache = CACHE.get_or_init(Default::default);
     if let Some(hit) = cache.lock().ok().and_then(|c| c.get(digest).cloned()) {
         return Ok(hit);
     }
-    let component = compile_uncached(bytes, digest)?;
+    let component = compile_uncached(digest, || Ok(bytes))?;
     if let Ok(mut c) = cache.lock() {
         c.insert(*digest, component.clone());
     }
     Ok(component)
 }
 
-/// The compiled component: mapped from the disk cache, or compiled (and cached).
-pub(super) fn compile_uncached(bytes: &[u8], digest: &[u8; 32]) -> wasmtime::Result<Component> {
+/// The compiled component of `digest`: mapped from the disk cache, or compiled from
+/// `bytes` (asked for only then) and cached.
+pub(super) fn compile_uncached<B: AsRef<[u8]>>(
+    digest: &[u8; 32],
+    bytes: impl FnOnce() -> wasmtime::Result<B>,
+) -> wasmtime::Result<Component> {
     match code_cache() {
-        Some(code) => code.component(bytes, digest),
-        None => Component::new(engine(), bytes),
+        Some(code) => code.component(digest, bytes),
+        None => Component::new(engine(), bytes()?.as_ref()),
     }
 }
 
