@@ -351,11 +351,7 @@ fn spec(config_path: PathBuf, id: &str) -> anyhow::Result<()> {
             .ok_or_else(|| anyhow::anyhow!("endpoint {id:?} was not built"))?;
         let since = crate::clock::now_ms()
             - i64::try_from(crate::spec::SECRET_USE_WINDOW.as_millis()).unwrap_or(i64::MAX);
-        let asking = endpoint.clone();
-        let reconcile = app
-            .plugin_threads
-            .run(move || asking.plugin.reconcile_info(&asking.plugin_config))
-            .await??;
+        let reconcile = crate::reconcile::pull_info(&app, &endpoint).await?;
         let mut observed = crate::spec::Observed {
             secret_use: app.store.secret_use(id, since).await?,
             latest: None,

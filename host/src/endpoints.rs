@@ -34,6 +34,9 @@ pub struct Endpoint {
     pub tenant: Option<TenantLimits>,
     /// How to reach the provider's API (reconciliation), when configured.
     pub reconcile: Option<crate::config::ReconcileConfig>,
+    /// What the plugin can pull for this configuration, once asked (see
+    /// `reconcile::pull_info`).
+    pub pull_info: std::sync::OnceLock<Option<hookhost_plugin_sdk::ReconcileInfo>>,
 }
 
 /// A tenant endpoint's owner and the ingest rate it may use.
@@ -131,6 +134,7 @@ impl Endpoint {
             retry_schedule: config.retry_schedule.clone(),
             tenant: None,
             reconcile: config.reconcile.clone(),
+            pull_info: std::sync::OnceLock::new(),
         })
     }
 }

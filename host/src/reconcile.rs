@@ -161,7 +161,7 @@ pub async fn run(
         .reconcile
         .clone()
         .ok_or_else(|| ReconcileError::NotConfigured(endpoint.to_string()))?;
-    let info = on_plugin_thread(app, &served, |e| e.plugin.reconcile_info(&e.plugin_config))
+    let info = pull_info(app, &served)
         .await?
         .filter(|info| info.lists_events)
         .ok_or_else(|| ReconcileError::NotSupported(served.plugin.name().to_string()))?;
@@ -340,6 +340,10 @@ pub async fn fetch_current(
     let Some(settings) = endpoint.reconcile.clone() else {
         return Ok(None);
     };
+    let info = match pull_info(app, endpoint).await.map_err(|e| e.to_string())? {
+        Some(info) if info.fetches_objects => info,
+        _ => return Ok(None),
+    };
     let stored = StoredEvent {
         id: event.event_id.clone(),
         event_type: event.event_type.clone(),
@@ -348,17 +352,11 @@ pub async fn fetch_current(
         body: event.body.clone(),
     };
     let asked = on_plugin_thread(app, endpoint, move |e| {
-        match e.plugin.reconcile_info(&e.plugin_config)? {
-            Some(info) if info.fetches_objects => Ok(e
-                .plugin
-                .fetch_request(&e.plugin_config, &stored)?
-                .map(|plan| (info, plan))),
-            _ => Ok(None),
-        }
+        e.plugin.fetch_request(&e.plugin_config, &stored)
     })
     .await
     .map_err(|e| e.to_string())?;
-    let Some((info, plan)) = asked else {
+    let Some(plan) = asked else {
         return Ok(None);
     };
     let mut api = Api::new(settings, &info)?;
@@ -400,6 +398,22 @@ fn receipt(endpoint: &Endpoint, event: hookhost_plugin_sdk::Event, body: Vec<u8>
         ignore: None,
         source: RECONCILED,
     }
+}
+
+/// What the endpoint's plugin can pull for the endpoint's configuration. Asked once
+/// per built endpoint (a plugin is a pure function of its configuration), so a
+/// delivery does not start an instance to learn it; a failed call is asked again.
+pub async fn pull_info(
+    app: &Arc<App>,
+    endpoint: &Arc<Endpoint>,
+) -> Result<Option<ReconcileInfo>, ReconcileError> {
+    if let Some(info) = endpoint.pull_info.get() {
+        return Ok(info.clone());
+    }
+    let info =
+        on_plugin_thread(app, endpoint, |e| e.plugin.reconcile_info(&e.plugin_config)).await?;
+    let _ = endpoint.pull_info.set(info.clone());
+    Ok(info)
 }
 
 /// A plugin call, on a plugin thread (as every call).
