@@ -176,6 +176,18 @@ impl MasterKey {
         [nonce.as_slice(), &sealed].concat()
     }
 
+    /// The active (not retired) secrets among `secrets`, opened, in their order.
+    pub fn open_active<'a>(
+        &self,
+        secrets: impl IntoIterator<Item = &'a SealedSecret>,
+    ) -> Result<Vec<Secret>, String> {
+        secrets
+            .into_iter()
+            .filter(|s| s.retired_at_ms.is_none())
+            .map(|s| self.open(&s.endpoint, &s.id, &s.sealed))
+            .collect()
+    }
+
     /// Open a sealed secret; it must have been sealed for this endpoint and id.
     pub fn open(&self, endpoint: &str, secret_id: &str, sealed: &[u8]) -> Result<Secret, String> {
         if sealed.len() < 24 {
@@ -396,10 +408,7 @@ fn build_managed(
             .iter()
             .filter(|s| s.endpoint == endpoint.id && s.retired_at_ms.is_none())
             .collect();
-        let opened: Result<Vec<Secret>, String> = active
-            .iter()
-            .map(|s| key.open(&s.endpoint, &s.id, &s.sealed))
-            .collect();
+        let opened = key.open_active(active.iter().copied());
         let secret_ids = active.iter().map(|s| s.id.clone()).collect();
         let destination = endpoint
             .destination_sealed
@@ -1206,12 +1215,7 @@ async fn active_secrets(api: &Api, endpoint: &ManagedEndpoint) -> Result<Vec<Sec
         .store
         .secrets(Some(&endpoint.tenant), Some(&endpoint.id))
         .await?;
-    let key = &api.tenancy.master_key;
-    let opened: Result<Vec<Secret>, String> = secrets
-        .iter()
-        .filter(|s| s.retired_at_ms.is_none())
-        .map(|s| key.open(&s.endpoint, &s.id, &s.sealed))
-        .collect();
+    let opened = api.tenancy.master_key.open_active(&secrets);
     opened.map_err(|reason| {
         tracing::error!(endpoint = %endpoint.id, %reason, "secret does not open");
         error(StatusCode::INTERNAL_SERVER_ERROR, "secret_unreadable", None)
@@ -1423,11 +1427,7 @@ pub async fn candidate(
         .secrets(Some(&endpoint.tenant), Some(&endpoint.id))
         .await
         .map_err(|e| e.to_string())?;
-    let opened: Vec<Secret> = secrets
-        .iter()
-        .filter(|s| s.retired_at_ms.is_none())
-        .map(|s| tenancy.master_key.open(&s.endpoint, &s.id, &s.sealed))
-        .collect::<Result<_, _>>()?;
+    let opened = tenancy.master_key.open_active(&secrets)?;
     let config = spec.config(&endpoint.id, opened, None);
     let (on_thread, tenant) = (app.clone(), endpoint.tenant.clone());
     app.plugin_threads
