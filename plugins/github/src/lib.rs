@@ -151,19 +151,12 @@ impl Provider for GitHub {
         let name = req.required_header("x-github-event")?;
         let body = req.json()?;
         let action = body.str("/action");
-        let event_type = match action {
-            Some(ref action) => format!("{name}.{action}"),
-            None => name.to_owned(),
-        };
-        let mut event = Event::new(event_type).id(delivery);
+        let mut event = named_event(name, action.as_deref()).id(delivery);
         if let Some((kind, id)) = resource(&body) {
             event = event
                 .resource(kind, id)
                 .version(body.rfc3339_millis(&format!("/{kind}/updated_at")))
                 .deleted(action.as_deref() == Some("deleted"));
-        }
-        if name == "ping" {
-            event = event.ignore("ping");
         }
         Ok(event)
     }
@@ -433,20 +426,28 @@ fn listed_delivery(delivery: &Value) -> Result<(u64, Event), String> {
         .and_then(Value::as_str)
         .filter(|e| !e.is_empty())
         .ok_or("no event")?;
-    // As `describe_event` names a push: the action, when the body has one.
-    let event_type = match delivery.get("action").and_then(Value::as_str) {
-        Some(action) => format!("{name}.{action}"),
-        None => name.to_owned(),
-    };
     let delivered_at = delivery
         .get("delivered_at")
         .and_then(Value::as_str)
         .and_then(decode::rfc3339_seconds);
-    let mut event = Event::new(event_type).id(guid).occurred_at(delivered_at);
-    if name == "ping" {
-        event = event.ignore("ping");
-    }
+    let action = delivery.get("action").and_then(Value::as_str);
+    let event = named_event(name, action).id(guid).occurred_at(delivered_at);
     Ok((id, event))
+}
+
+/// The event GitHub's `X-GitHub-Event` name and the body's `action` make, pushed or
+/// listed alike: `{event}.{action}` (or `{event}` without an action); a ping is
+/// kept, not delivered.
+fn named_event(name: &str, action: Option<&str>) -> Event {
+    let event = Event::new(match action {
+        Some(action) => format!("{name}.{action}"),
+        None => name.to_owned(),
+    });
+    if name == "ping" {
+        event.ignore("ping")
+    } else {
+        event
+    }
 }
 
 /// The cursor of the `link` header's `rel="next"` URL; `None` without one.
