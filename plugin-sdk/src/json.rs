@@ -48,6 +48,27 @@ impl Json {
         Some((raw, value.kind()))
     }
 
+    /// The raw JSON text of each element of the array at a JSON Pointer (`""`: the
+    /// document is the array), in order; `None` when there is no array there. For a
+    /// list an API returns: each element is stored exactly as listed.
+    pub fn items(&self, pointer: &str) -> Option<Vec<&str>> {
+        let (raw, kind) = self.lookup(pointer)?;
+        if !matches!(kind, gjson::Kind::Array) {
+            return None;
+        }
+        // Each element is a view into `raw`: find where, to borrow from `self`.
+        let array = gjson::parse(raw);
+        array
+            .array()
+            .iter()
+            .map(|item| {
+                let text = item.json();
+                let start = (text.as_ptr() as usize).checked_sub(raw.as_ptr() as usize)?;
+                raw.get(start..start + text.len())
+            })
+            .collect()
+    }
+
     /// The raw JSON text at a JSON Pointer (`""` is the whole document).
     pub fn raw(&self, pointer: &str) -> Option<&str> {
         self.lookup(pointer).map(|(raw, _)| raw)
@@ -190,6 +211,20 @@ mod tests {
             "a dot is part of the key, not a path step"
         );
         assert_eq!(json.raw(""), Some(DOC));
+    }
+
+    #[test]
+    fn items_are_each_elements_text_as_written() {
+        let list = Json::parse(br#"{"data": [ {"id": "a", "n": [1, 2]} ,"b",3 ], "x": {}}"#)
+            .expect("valid");
+        assert_eq!(
+            list.items("/data"),
+            Some(vec![r#"{"id": "a", "n": [1, 2]}"#, r#""b""#, "3"])
+        );
+        assert_eq!(list.items("/x"), None, "an object is not a list");
+        assert_eq!(list.items("/missing"), None);
+        let bare = Json::parse(b"[]").expect("valid");
+        assert_eq!(bare.items(""), Some(vec![]));
     }
 
     #[test]

@@ -76,16 +76,12 @@ pub fn page(spec: &ReconcileSpec, answer: &Answer) -> Result<Page, String> {
     } else {
         &spec.items
     };
-    let count = body
-        .get(&spec.items)
-        .and_then(|list| list.as_array().map(Vec::len))
+    let listed = body
+        .items(&spec.items)
         .ok_or_else(|| format!("page: no array at {items}"))?;
-    let mut events = Vec::with_capacity(count);
-    for i in 0..count {
+    let mut events = Vec::with_capacity(listed.len());
+    for (i, raw) in listed.into_iter().enumerate() {
         let at = format!("{}/{i}", spec.items);
-        let raw = body
-            .raw(&at)
-            .ok_or_else(|| format!("page: no item at {at}"))?;
         let item = Json::parse(raw.as_bytes()).map_err(|e| format!("item {i} ({at}): {e:?}"))?;
         let event = describe(spec, &item).map_err(|e| format!("item {i} ({at}): {e}"))?;
         events.push(RemoteEvent {

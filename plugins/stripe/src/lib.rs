@@ -99,15 +99,9 @@ impl Provider for Stripe {
         answer: &Answer,
     ) -> Result<Page, String> {
         let list = Json::parse(&answer.body).map_err(|e| format!("events list: {e:?}"))?;
-        let count = list
-            .get("/data")
-            .and_then(|data| data.as_array().map(Vec::len))
-            .ok_or("events list: no data array")?;
-        let mut events = Vec::with_capacity(count);
-        for i in 0..count {
-            let raw = list
-                .raw(&format!("/data/{i}"))
-                .ok_or_else(|| format!("events list: no data/{i}"))?;
+        let items = list.items("/data").ok_or("events list: no data array")?;
+        let mut events = Vec::with_capacity(items.len());
+        for (i, raw) in items.into_iter().enumerate() {
             let item = Json::parse(raw.as_bytes()).map_err(|e| format!("data/{i}: {e:?}"))?;
             let event = describe(&item).map_err(|e| format!("data/{i}: {e:?}"))?;
             events.push(RemoteEvent {
