@@ -147,6 +147,84 @@ macro_rules! conversions {
 
         pub use wit::{Head, Header};
 
+/// A per-request export: the request's head and body in, a result out.
+type Call<'a, T> = wasmtime::component::TypedFunc<(&'a Head, &'a [u8]), (Result<T, wit::Rejection>,)>;
+
+/// Where a component's two per-request exports are, found and type-checked once when
+/// it loads. The generated bindings would look up and type-check every function of
+/// the interface again in each fresh instance, that is on every request.
+pub struct Exports {
+    plan: wasmtime::component::ComponentExportIndex,
+    describe: wasmtime::component::ComponentExportIndex,
+}
+
+impl Exports {
+    /// Find `plan-verification` and `describe-event` in `pre`'s component, and check
+    /// their types against an instance of it in `store`.
+    pub fn find<T: 'static>(
+        pre: &wasmtime::component::InstancePre<T>,
+        store: &mut wasmtime::Store<T>,
+    ) -> wasmtime::Result<Exports> {
+        let component = pre.component();
+        let interface = component
+            .get_export_index(None, PLUGIN_INTERFACE)
+            .ok_or_else(|| wasmtime::format_err!("no {PLUGIN_INTERFACE} export"))?;
+        let index = |name: &str| {
+            component
+                .get_export_index(Some(&interface), name)
+                .ok_or_else(|| wasmtime::format_err!("no `{name}` export"))
+        };
+        let exports = Exports {
+            plan: index("plan-verification")?,
+            describe: index("describe-event")?,
+        };
+        let instance = pre.instantiate(&mut *store)?;
+        instance.get_typed_func::<(&Head, &[u8]), (Result<wit::Plan, wit::Rejection>,)>(&mut *store, &exports.plan)?;
+        instance.get_typed_func::<(&Head, &[u8]), (Result<wit::Event, wit::Rejection>,)>(&mut *store, &exports.describe)?;
+        Ok(exports)
+    }
+
+    #[allow(unsafe_code)] // see the SAFETY note
+    pub fn plan_verification<T>(
+        &self,
+        store: &mut wasmtime::Store<T>,
+        instance: &wasmtime::component::Instance,
+        head: &Head,
+        body: &[u8],
+    ) -> wasmtime::Result<Result<wit::Plan, wit::Rejection>> {
+        let func = Self::func(store, instance, &self.plan)?;
+        // SAFETY: `find` checked this export's type, with these very parameter and
+        // result types, against an instance of this component; every instance of a
+        // component has the same export types.
+        let call = unsafe { Call::<wit::Plan>::new_unchecked(func) };
+        Ok(call.call(store, (head, body))?.0)
+    }
+
+    #[allow(unsafe_code)] // see the SAFETY note
+    pub fn describe_event<T>(
+        &self,
+        store: &mut wasmtime::Store<T>,
+        instance: &wasmtime::component::Instance,
+        head: &Head,
+        body: &[u8],
+    ) -> wasmtime::Result<Result<wit::Event, wit::Rejection>> {
+        let func = Self::func(store, instance, &self.describe)?;
+        // SAFETY: as in `plan_verification`: `find` checked this type.
+        let call = unsafe { Call::<wit::Event>::new_unchecked(func) };
+        Ok(call.call(store, (head, body))?.0)
+    }
+
+    fn func<T>(
+        store: &mut wasmtime::Store<T>,
+        instance: &wasmtime::component::Instance,
+        index: &wasmtime::component::ComponentExportIndex,
+    ) -> wasmtime::Result<wasmtime::component::Func> {
+        instance
+            .get_func(&mut *store, index)
+            .ok_or_else(|| wasmtime::format_err!("the export found at load is gone"))
+    }
+}
+
 pub fn info(info: wit::PluginInfo) -> sdk::PluginInfo {
     sdk::PluginInfo {
         name: info.name,

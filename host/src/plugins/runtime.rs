@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use wasmtime::component::{Component, Linker, ResourceTable};
+use wasmtime::component::{Component, Instance as ComponentInstance, Linker, ResourceTable};
 use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -135,16 +135,17 @@ pub struct Described {
     pub algorithms: Vec<Algorithm>,
 }
 
-/// A pre-instantiated component of one contract version.
+/// A pre-instantiated component of one contract version, and where its per-request
+/// exports are.
 pub(super) enum Pre {
-    V0_1(v0_1::ProviderPre<State>),
-    V0_2(v0_2::ProviderPre<State>),
+    V0_1(v0_1::ProviderPre<State>, v0_1::Exports),
+    V0_2(v0_2::ProviderPre<State>, v0_2::Exports),
 }
 
 /// One instance, with the request's head in that version's types.
 enum Instance {
-    V0_1(v0_1::Provider, v0_1::Head),
-    V0_2(v0_2::Provider, v0_2::Head),
+    V0_1(ComponentInstance, v0_1::Head),
+    V0_2(ComponentInstance, v0_2::Head),
 }
 
 impl std::fmt::Debug for Plugin {
@@ -484,10 +485,14 @@ pub(super) fn prepare(component: &Component) -> Result<(&'static str, Pre), Stri
         .instantiate_pre(component)
         .map_err(|e| format!("imports what the sandbox does not provide: {e}"))?;
     let mismatch = |e: wasmtime::Error| format!("does not match {interface}: {e:#}");
+    // Finding the per-request exports checks their types in one instance.
+    let mut store = new_store(PluginLimits::default(), LOAD_TIME);
     let pre = if interface == v0_2::PLUGIN_INTERFACE {
-        Pre::V0_2(v0_2::ProviderPre::new(pre).map_err(mismatch)?)
+        let exports = v0_2::Exports::find(&pre, &mut store).map_err(mismatch)?;
+        Pre::V0_2(v0_2::ProviderPre::new(pre).map_err(mismatch)?, exports)
     } else {
-        Pre::V0_1(v0_1::ProviderPre::new(pre).map_err(mismatch)?)
+        let exports = v0_1::Exports::find(&pre, &mut store).map_err(mismatch)?;
+        Pre::V0_1(v0_1::ProviderPre::new(pre).map_err(mismatch)?, exports)
     };
     Ok((interface, pre))
 }
@@ -495,8 +500,8 @@ pub(super) fn prepare(component: &Component) -> Result<(&'static str, Pre), Stri
 /// The contract version (`0.2.0`) of a pre-instantiated component.
 fn contract_of(pre: &Pre) -> &'static str {
     match pre {
-        Pre::V0_1(_) => "0.1.0",
-        Pre::V0_2(_) => "0.2.0",
+        Pre::V0_1(..) => "0.1.0",
+        Pre::V0_2(..) => "0.2.0",
     }
 }
 
@@ -656,10 +661,12 @@ impl Plugin {
         if self.contract == "0.1.0" {
             return Ok(Ok(EndpointFacts::default()));
         }
-        let (mut store, instance) = self.instantiate(empty_head(), self.load_limits())?;
-        let Instance::V0_2(provider, _) = instance else {
+        let (mut store, instance, _) = self.instantiate(empty_head(), self.load_limits())?;
+        let Instance::V0_2(instance, _) = instance else {
             return Ok(Ok(EndpointFacts::default()));
         };
+        let provider =
+            v0_2::Provider::new(&mut store, &instance).map_err(|e| classify(e, "instantiate"))?;
         let answer = guarded(&mut store, self.load_limits(), |s| {
             provider
                 .hookhost_provider_plugin()
@@ -672,8 +679,8 @@ impl Plugin {
     pub fn imports(&self) -> Result<Vec<String>, PluginFailure> {
         let pre = self.pre()?;
         let component = match &*pre {
-            Pre::V0_1(pre) => pre.instance_pre().component(),
-            Pre::V0_2(pre) => pre.instance_pre().component(),
+            Pre::V0_1(pre, _) => pre.instance_pre().component(),
+            Pre::V0_2(pre, _) => pre.instance_pre().component(),
         };
         let ty = component.component_type();
         Ok(ty
@@ -683,58 +690,41 @@ impl Plugin {
     }
 
     fn call_info(&self) -> Result<(Vec<Algorithm>, PluginInfo), PluginFailure> {
-        let (mut store, instance) = self.instantiate(empty_head(), self.load_limits())?;
+        let (mut store, instance, _) = self.instantiate(empty_head(), self.load_limits())?;
         let limits = self.load_limits();
+        let bound = |e| classify(e, "instantiate");
         match instance {
-            Instance::V0_1(p, _) => guarded(&mut store, limits, |s| {
-                p.hookhost_provider_plugin().call_info(s)
-            })
-            .map(|info| (v0_1::algorithms(&info), v0_1::info(info))),
-            Instance::V0_2(p, _) => guarded(&mut store, limits, |s| {
-                p.hookhost_provider_plugin().call_info(s)
-            })
-            .map(|info| (v0_2::algorithms(&info), v0_2::info(info))),
+            Instance::V0_1(i, _) => {
+                let p = v0_1::Provider::new(&mut store, &i).map_err(bound)?;
+                guarded(&mut store, limits, |s| {
+                    p.hookhost_provider_plugin().call_info(s)
+                })
+                .map(|info| (v0_1::algorithms(&info), v0_1::info(info)))
+            }
+            Instance::V0_2(i, _) => {
+                let p = v0_2::Provider::new(&mut store, &i).map_err(bound)?;
+                guarded(&mut store, limits, |s| {
+                    p.hookhost_provider_plugin().call_info(s)
+                })
+                .map(|info| (v0_2::algorithms(&info), v0_2::info(info)))
+            }
         }
     }
 
     /// A fresh store: an empty sandbox, bounded memory, the call's deadline.
     fn new_store(&self, call_limits: PluginLimits) -> Store<State> {
-        let stderr = CappedOutput::new(STDERR_LOGGED);
-        let wasi = WasiCtxBuilder::new()
-            .stderr(stderr.clone())
-            .wall_clock(ZeroClock)
-            .monotonic_clock(ZeroClock)
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(self.limits.memory_bytes)
-            .trap_on_grow_failure(true)
-            .build();
-        let mut store = Store::new(
-            engine(),
-            State {
-                wasi,
-                table: ResourceTable::new(),
-                limits,
-                stderr,
-            },
-        );
-        store.limiter(|s| &mut s.limits);
-        store.set_epoch_deadline(deadline_ticks(call_limits.time));
-        store
+        new_store(self.limits, call_limits.time)
     }
 
     fn instantiate(
         &self,
         head: HeadData,
         call_limits: PluginLimits,
-    ) -> Result<(Store<State>, Instance), PluginFailure> {
+    ) -> Result<(Store<State>, Instance, Arc<Pre>), PluginFailure> {
         let mut store = self.new_store(call_limits);
         let pre = self.pre()?;
         let instance = match &*pre {
-            Pre::V0_1(pre) => pre.instantiate(&mut store).map(|p| {
+            Pre::V0_1(pre, _) => pre.instance_pre().instantiate(&mut store).map(|p| {
                 let head = v0_1::Head {
                     method: head.method,
                     url: head.url,
@@ -747,7 +737,7 @@ impl Plugin {
                 };
                 Instance::V0_1(p, head)
             }),
-            Pre::V0_2(pre) => pre.instantiate(&mut store).map(|p| {
+            Pre::V0_2(pre, _) => pre.instance_pre().instantiate(&mut store).map(|p| {
                 let head = v0_2::Head {
                     method: head.method,
                     url: head.url,
@@ -762,7 +752,7 @@ impl Plugin {
             }),
         }
         .map_err(|e| classify(e, "instantiate"))?;
-        Ok((store, instance))
+        Ok((store, instance, pre))
     }
 
     /// One call of the optional `reconcile` interface, in a fresh instance (as every
@@ -774,7 +764,7 @@ impl Plugin {
         call: impl FnOnce(&bindings::pull::Guest, &mut Store<State>) -> wasmtime::Result<T>,
     ) -> Result<Option<T>, PluginFailure> {
         let pre = self.pre()?;
-        let Pre::V0_2(provider) = &*pre else {
+        let Pre::V0_2(provider, _) = &*pre else {
             return Ok(None);
         };
         let instance_pre = provider.instance_pre();
@@ -870,19 +860,50 @@ impl Plugin {
             headers: request.headers.to_vec(),
             config: config_json.to_owned(),
         };
-        let (store, instance) = self.instantiate(head, self.limits).inspect_err(|failure| {
-            tracing::error!(plugin = self.name(), %failure, "plugin instance could not start");
-            if let Some(calls) = self.calls.get() {
-                calls.failed(self.name(), failure);
-            }
-        })?;
+        let (store, instance, pre) =
+            self.instantiate(head, self.limits).inspect_err(|failure| {
+                tracing::error!(plugin = self.name(), %failure, "plugin instance could not start");
+                if let Some(calls) = self.calls.get() {
+                    calls.failed(self.name(), failure);
+                }
+            })?;
         Ok(Session {
             plugin: self,
+            pre,
             store,
             instance,
             body: request.body,
         })
     }
+}
+
+/// A fresh store: an empty sandbox, `limits`' memory, a deadline `time` away.
+fn new_store(limits: PluginLimits, time: Duration) -> Store<State> {
+    let stderr = CappedOutput::new(STDERR_LOGGED);
+    let wasi = WasiCtxBuilder::new()
+        .stderr(stderr.clone())
+        .wall_clock(ZeroClock)
+        .monotonic_clock(ZeroClock)
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .build();
+    let limits = StoreLimitsBuilder::new()
+        .memory_size(limits.memory_bytes)
+        .trap_on_grow_failure(true)
+        .build();
+    let mut store = Store::new(
+        engine(),
+        State {
+            wasi,
+            table: ResourceTable::new(),
+            limits,
+            stderr,
+        },
+    );
+    store.limiter(|s| &mut s.limits);
+    store.set_epoch_deadline(deadline_ticks(time));
+    store
 }
 
 /// A request's head before it takes one contract version's types.
@@ -910,11 +931,16 @@ fn deadline_ticks(time: Duration) -> u64 {
         + 1
 }
 
-/// Run one export call under the time limit and classify any failure.
+/// An instance of one contract version paired with another's code: never made.
+fn version_mismatch() -> PluginFailure {
+    PluginFailure::Instantiate("instance and code of different contract versions".into())
+}
+
 fn not_pulling() -> PluginFailure {
     PluginFailure::Instantiate("the plugin does not export hookhost:provider/reconcile".into())
 }
 
+/// Run one export call under the time limit and classify any failure.
 fn guarded<T>(
     store: &mut Store<State>,
     limits: PluginLimits,
@@ -944,6 +970,9 @@ fn classify(error: wasmtime::Error, during: &str) -> PluginFailure {
 /// signature) `describe_event`. Dropped at the end of the request.
 pub struct Session<'a> {
     plugin: &'a Plugin,
+    /// The compiled code the instance came from (an uploaded plugin's may be evicted
+    /// meanwhile; this keeps it).
+    pre: Arc<Pre>,
     store: Store<State>,
     instance: Instance,
     body: &'a [u8],
@@ -953,11 +982,10 @@ impl Session<'_> {
     pub fn plan_verification(&mut self) -> Result<Result<Plan, Rejection>, PluginFailure> {
         let (limits, body) = (self.plugin.limits, self.body);
         macro_rules! call {
-            ($v:ident, $p:expr, $head:expr) => {{
+            ($v:ident, $exports:expr, $i:expr, $head:expr) => {{
                 let started = Instant::now();
                 let answer = guarded(&mut self.store, limits, |s| {
-                    $p.hookhost_provider_plugin()
-                        .call_plan_verification(s, $head, body)
+                    $exports.plan_verification(s, $i, $head, body)
                 });
                 let answer = self.checked("plan-verification", started, answer, |r| match r {
                     Ok(plan) => $v::plan_size(plan),
@@ -966,20 +994,20 @@ impl Session<'_> {
                 Ok(answer.map($v::plan).map_err($v::rejection))
             }};
         }
-        match &self.instance {
-            Instance::V0_1(p, head) => call!(v0_1, p, head),
-            Instance::V0_2(p, head) => call!(v0_2, p, head),
+        match (&*self.pre, &self.instance) {
+            (Pre::V0_1(_, exports), Instance::V0_1(i, head)) => call!(v0_1, exports, i, head),
+            (Pre::V0_2(_, exports), Instance::V0_2(i, head)) => call!(v0_2, exports, i, head),
+            _ => Err(version_mismatch()),
         }
     }
 
     pub fn describe_event(&mut self) -> Result<Result<Event, Rejection>, PluginFailure> {
         let (limits, body) = (self.plugin.limits, self.body);
         macro_rules! call {
-            ($v:ident, $p:expr, $head:expr) => {{
+            ($v:ident, $exports:expr, $i:expr, $head:expr) => {{
                 let started = Instant::now();
                 let answer = guarded(&mut self.store, limits, |s| {
-                    $p.hookhost_provider_plugin()
-                        .call_describe_event(s, $head, body)
+                    $exports.describe_event(s, $i, $head, body)
                 });
                 let answer = self.checked("describe-event", started, answer, |r| match r {
                     Ok(event) => $v::event_size(event),
@@ -988,9 +1016,10 @@ impl Session<'_> {
                 Ok(answer.map($v::event).map_err($v::rejection))
             }};
         }
-        match &self.instance {
-            Instance::V0_1(p, head) => call!(v0_1, p, head),
-            Instance::V0_2(p, head) => call!(v0_2, p, head),
+        match (&*self.pre, &self.instance) {
+            (Pre::V0_1(_, exports), Instance::V0_1(i, head)) => call!(v0_1, exports, i, head),
+            (Pre::V0_2(_, exports), Instance::V0_2(i, head)) => call!(v0_2, exports, i, head),
+            _ => Err(version_mismatch()),
         }
     }
 
@@ -998,9 +1027,11 @@ impl Session<'_> {
     /// (a 0.1 plugin never does).
     pub fn handshake(&mut self) -> Result<Option<Handshake>, PluginFailure> {
         let limits = self.plugin.limits;
-        let Instance::V0_2(p, head) = &self.instance else {
+        let Instance::V0_2(instance, head) = &self.instance else {
             return Ok(None);
         };
+        let p = v0_2::Provider::new(&mut self.store, instance)
+            .map_err(|e| classify(e, "instantiate"))?;
         let started = Instant::now();
         let answer = guarded(&mut self.store, limits, |s| {
             p.hookhost_provider_plugin().call_handshake(s, head)
