@@ -284,3 +284,59 @@ async fn deeply_nested_bodies_fit_in_a_plugins_stack() {
         );
     }
 }
+
+/// Every built-in plugin, called directly with bodies nested past serde_json's limit
+/// of 128 levels and far beyond it: no call runs out of the guest's stack. A plugin
+/// may reject such a body, but a trap (a plugin failure, answered 500) fails here.
+#[test]
+fn every_built_in_plugin_reads_deeply_nested_bodies_within_its_stack() {
+    use hookhost::plugins::{Catalog, PluginLimits};
+    use hookhost::verify::MessageSource;
+
+    let catalog = Catalog::load(None, PluginLimits::default()).expect("built-in plugins load");
+    let nested = |depth: usize| {
+        format!(
+            r#"{{"id":"evt_1","type":"customer.updated","event":"push","created":1,"data":{{"object":{{"object":"customer","id":"cus_1","deep":{}{}}}}},"payload":{}{}}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth),
+            "{\"a\":".repeat(depth),
+            "}".repeat(depth)
+        )
+    };
+    let headers: Vec<(String, Vec<u8>)> = vec![
+        ("content-type".into(), b"application/json".to_vec()),
+        ("x-github-event".into(), b"push".to_vec()),
+    ];
+    let mut checked = 0;
+    for depth in [64, 127, 128, 129, 1_000, 200_000] {
+        let body = nested(depth);
+        for plugin in catalog.iter() {
+            let source = MessageSource {
+                method: "POST",
+                url: "http://127.0.0.1/webhooks/deep",
+                headers: &headers,
+                body: body.as_bytes(),
+            };
+            let mut session = plugin
+                .session("{}", &source)
+                .unwrap_or_else(|e| panic!("{}: no instance: {e}", plugin.name()));
+            if let Err(failure) = session.plan_verification() {
+                panic!(
+                    "{} at {depth} levels, plan-verification: {failure}",
+                    plugin.name()
+                );
+            }
+            drop(session);
+            let mut session = plugin.session("{}", &source).expect("instance");
+            if let Err(failure) = session.describe_event() {
+                panic!(
+                    "{} at {depth} levels, describe-event: {failure}",
+                    plugin.name()
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 6 * catalog.iter().count());
+    assert!(catalog.iter().count() >= 36, "every built-in is checked");
+}
