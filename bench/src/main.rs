@@ -1014,6 +1014,9 @@ async fn delivery_phases(
 struct Micro {
     plugin: Samples,
     session: Samples,
+    plan: Samples,
+    describe: Samples,
+    dropped: Samples,
     native: Samples,
     judge: Samples,
 }
@@ -1034,6 +1037,16 @@ impl Micro {
             String::new(),
             None,
         );
+        for (what, samples) in [
+            ("  of which plan-verification", &self.plan),
+            ("  of which describe-event", &self.describe),
+            (
+                "  of which dropping the instance (memory reset)",
+                &self.dropped,
+            ),
+        ] {
+            table.row(what, stat(samples), String::new(), None);
+        }
         table.row(
             "native plan + describe (stripe rlib)",
             stat(&self.native),
@@ -1094,6 +1107,9 @@ fn micro_benchmarks(iterations: u32, body: &str, created: i64) -> anyhow::Result
     // The plugin: what every request pays for the sandbox.
     let mut plugin_ns = Vec::with_capacity(iterations as usize);
     let mut session_ns = Vec::with_capacity(iterations as usize);
+    let mut plan_ns = Vec::with_capacity(iterations as usize);
+    let mut describe_ns = Vec::with_capacity(iterations as usize);
+    let mut dropped_ns = Vec::with_capacity(iterations as usize);
     for i in 0..warmup + iterations {
         let started = Instant::now();
         let mut session = plugin.session("{}", &source)?;
@@ -1101,15 +1117,20 @@ fn micro_benchmarks(iterations: u32, body: &str, created: i64) -> anyhow::Result
         let plan = session
             .plan_verification()?
             .map_err(|r| rejected("plan-verification", r))?;
+        let planned = Instant::now();
         let event = session
             .describe_event()?
             .map_err(|r| rejected("describe-event", r))?;
+        let described = Instant::now();
         drop(session);
         let done = Instant::now();
         black_box((plan, event));
         if i >= warmup {
             plugin_ns.push(nanos(done - started));
             session_ns.push(nanos(instantiated - started));
+            plan_ns.push(nanos(planned - instantiated));
+            describe_ns.push(nanos(described - planned));
+            dropped_ns.push(nanos(done - described));
         }
     }
 
@@ -1152,6 +1173,9 @@ fn micro_benchmarks(iterations: u32, body: &str, created: i64) -> anyhow::Result
     Ok(Micro {
         plugin: Samples::new(plugin_ns),
         session: Samples::new(session_ns),
+        plan: Samples::new(plan_ns),
+        describe: Samples::new(describe_ns),
+        dropped: Samples::new(dropped_ns),
         native,
         judge,
     })
