@@ -148,7 +148,8 @@ macro_rules! conversions {
         pub use wit::{Head, Header};
 
 /// A per-request export: the request's head and body in, a result out.
-type Call<'a, T> = wasmtime::component::TypedFunc<(&'a Head, &'a [u8]), (Result<T, wit::Rejection>,)>;
+type Call<'a, T> =
+    wasmtime::component::TypedFunc<(&'a Head, &'a [u8]), (Result<T, wit::Rejection>,)>;
 
 /// Where a component's two per-request exports are, found and type-checked once when
 /// it loads. The generated bindings would look up and type-check every function of
@@ -179,12 +180,17 @@ impl Exports {
             describe: index("describe-event")?,
         };
         let instance = pre.instantiate(&mut *store)?;
-        instance.get_typed_func::<(&Head, &[u8]), (Result<wit::Plan, wit::Rejection>,)>(&mut *store, &exports.plan)?;
-        instance.get_typed_func::<(&Head, &[u8]), (Result<wit::Event, wit::Rejection>,)>(&mut *store, &exports.describe)?;
+        instance.get_typed_func::<(&Head, &[u8]), (Result<wit::Plan, wit::Rejection>,)>(
+            &mut *store,
+            &exports.plan,
+        )?;
+        instance.get_typed_func::<(&Head, &[u8]), (Result<wit::Event, wit::Rejection>,)>(
+            &mut *store,
+            &exports.describe,
+        )?;
         Ok(exports)
     }
 
-    #[allow(unsafe_code)] // see the SAFETY note
     pub fn plan_verification<T>(
         &self,
         store: &mut wasmtime::Store<T>,
@@ -192,15 +198,13 @@ impl Exports {
         head: &Head,
         body: &[u8],
     ) -> wasmtime::Result<Result<wit::Plan, wit::Rejection>> {
-        let func = Self::func(store, instance, &self.plan)?;
-        // SAFETY: `find` checked this export's type, with these very parameter and
-        // result types, against an instance of this component; every instance of a
-        // component has the same export types.
-        let call = unsafe { Call::<wit::Plan>::new_unchecked(func) };
-        Ok(call.call(store, (head, body))?.0)
+        // SAFETY: `find` checked `self.plan` against `Call<wit::Plan>`.
+        #[allow(unsafe_code)]
+        unsafe {
+            Self::call(store, instance, &self.plan, head, body)
+        }
     }
 
-    #[allow(unsafe_code)] // see the SAFETY note
     pub fn describe_event<T>(
         &self,
         store: &mut wasmtime::Store<T>,
@@ -208,20 +212,37 @@ impl Exports {
         head: &Head,
         body: &[u8],
     ) -> wasmtime::Result<Result<wit::Event, wit::Rejection>> {
-        let func = Self::func(store, instance, &self.describe)?;
-        // SAFETY: as in `plan_verification`: `find` checked this type.
-        let call = unsafe { Call::<wit::Event>::new_unchecked(func) };
-        Ok(call.call(store, (head, body))?.0)
+        // SAFETY: `find` checked `self.describe` against `Call<wit::Event>`.
+        #[allow(unsafe_code)]
+        unsafe {
+            Self::call(store, instance, &self.describe, head, body)
+        }
     }
 
-    fn func<T>(
+    /// Call the export at `index` as a `Call<R>`, without checking its type again.
+    ///
+    /// # Safety
+    ///
+    /// `find` must have checked the export at `index` against `Call<R>` for this
+    /// component (every instance of a component has the same export types).
+    #[allow(unsafe_code)]
+    unsafe fn call<T, R>(
         store: &mut wasmtime::Store<T>,
         instance: &wasmtime::component::Instance,
         index: &wasmtime::component::ComponentExportIndex,
-    ) -> wasmtime::Result<wasmtime::component::Func> {
-        instance
+        head: &Head,
+        body: &[u8],
+    ) -> wasmtime::Result<Result<R, wit::Rejection>>
+    where
+        (Result<R, wit::Rejection>,): wasmtime::component::ComponentNamedList
+            + wasmtime::component::Lift,
+    {
+        let func = instance
             .get_func(&mut *store, index)
-            .ok_or_else(|| wasmtime::format_err!("the export found at load is gone"))
+            .ok_or_else(|| wasmtime::format_err!("the export found at load is gone"))?;
+        // SAFETY: the caller's promise: this export's type was checked as `Call<R>`.
+        let call = unsafe { Call::<R>::new_unchecked(func) };
+        Ok(call.call(store, (head, body))?.0)
     }
 }
 
