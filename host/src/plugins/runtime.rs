@@ -485,8 +485,14 @@ pub(super) fn prepare(component: &Component) -> Result<(&'static str, Pre), Stri
         .instantiate_pre(component)
         .map_err(|e| format!("imports what the sandbox does not provide: {e}"))?;
     let mismatch = |e: wasmtime::Error| format!("does not match {interface}: {e:#}");
-    // Finding the per-request exports checks their types in one instance.
-    let mut store = new_store(PluginLimits::default(), LOAD_TIME);
+    // Finding the per-request exports checks their types in one instance. It gets the
+    // most memory any configuration may grant, so this check refuses no plugin that
+    // its own limits would let start.
+    let check = PluginLimits {
+        memory_bytes: MAX_PLUGIN_MEMORY,
+        ..PluginLimits::default()
+    };
+    let mut store = new_store(check, LOAD_TIME);
     let pre = if interface == v0_2::PLUGIN_INTERFACE {
         let exports = v0_2::Exports::find(&pre, &mut store).map_err(mismatch)?;
         Pre::V0_2(v0_2::ProviderPre::new(pre).map_err(mismatch)?, exports)
