@@ -154,6 +154,7 @@ type Call<'a, T> =
 /// Where a component's two per-request exports are, found and type-checked once when
 /// it loads. The generated bindings would look up and type-check every function of
 /// the interface again in each fresh instance, that is on every request.
+#[derive(Clone, Copy)]
 pub struct Exports {
     plan: wasmtime::component::ComponentExportIndex,
     describe: wasmtime::component::ComponentExportIndex,

@@ -142,10 +142,11 @@ pub(super) enum Pre {
     V0_2(v0_2::ProviderPre<State>, v0_2::Exports),
 }
 
-/// One instance, with the request's head in that version's types.
+/// One instance, with the request's head in that version's types and where its
+/// per-request exports are.
 enum Instance {
-    V0_1(ComponentInstance, v0_1::Head),
-    V0_2(ComponentInstance, v0_2::Head),
+    V0_1(ComponentInstance, v0_1::Head, v0_1::Exports),
+    V0_2(ComponentInstance, v0_2::Head, v0_2::Exports),
 }
 
 impl std::fmt::Debug for Plugin {
@@ -667,8 +668,8 @@ impl Plugin {
         if self.contract == "0.1.0" {
             return Ok(Ok(EndpointFacts::default()));
         }
-        let (mut store, instance, _) = self.instantiate(empty_head(), self.load_limits())?;
-        let Instance::V0_2(instance, _) = instance else {
+        let (mut store, instance) = self.instantiate(empty_head(), self.load_limits())?;
+        let Instance::V0_2(instance, ..) = instance else {
             return Ok(Ok(EndpointFacts::default()));
         };
         let provider =
@@ -696,18 +697,18 @@ impl Plugin {
     }
 
     fn call_info(&self) -> Result<(Vec<Algorithm>, PluginInfo), PluginFailure> {
-        let (mut store, instance, _) = self.instantiate(empty_head(), self.load_limits())?;
+        let (mut store, instance) = self.instantiate(empty_head(), self.load_limits())?;
         let limits = self.load_limits();
         let bound = |e| classify(e, "instantiate");
         match instance {
-            Instance::V0_1(i, _) => {
+            Instance::V0_1(i, ..) => {
                 let p = v0_1::Provider::new(&mut store, &i).map_err(bound)?;
                 guarded(&mut store, limits, |s| {
                     p.hookhost_provider_plugin().call_info(s)
                 })
                 .map(|info| (v0_1::algorithms(&info), v0_1::info(info)))
             }
-            Instance::V0_2(i, _) => {
+            Instance::V0_2(i, ..) => {
                 let p = v0_2::Provider::new(&mut store, &i).map_err(bound)?;
                 guarded(&mut store, limits, |s| {
                     p.hookhost_provider_plugin().call_info(s)
@@ -726,11 +727,11 @@ impl Plugin {
         &self,
         head: HeadData,
         call_limits: PluginLimits,
-    ) -> Result<(Store<State>, Instance, Arc<Pre>), PluginFailure> {
+    ) -> Result<(Store<State>, Instance), PluginFailure> {
         let mut store = self.new_store(call_limits);
         let pre = self.pre()?;
         let instance = match &*pre {
-            Pre::V0_1(pre, _) => pre.instance_pre().instantiate(&mut store).map(|p| {
+            Pre::V0_1(pre, exports) => pre.instance_pre().instantiate(&mut store).map(|p| {
                 let head = v0_1::Head {
                     method: head.method,
                     url: head.url,
@@ -741,9 +742,9 @@ impl Plugin {
                         .collect(),
                     config: head.config,
                 };
-                Instance::V0_1(p, head)
+                Instance::V0_1(p, head, *exports)
             }),
-            Pre::V0_2(pre, _) => pre.instance_pre().instantiate(&mut store).map(|p| {
+            Pre::V0_2(pre, exports) => pre.instance_pre().instantiate(&mut store).map(|p| {
                 let head = v0_2::Head {
                     method: head.method,
                     url: head.url,
@@ -754,11 +755,11 @@ impl Plugin {
                         .collect(),
                     config: head.config,
                 };
-                Instance::V0_2(p, head)
+                Instance::V0_2(p, head, *exports)
             }),
         }
         .map_err(|e| classify(e, "instantiate"))?;
-        Ok((store, instance, pre))
+        Ok((store, instance))
     }
 
     /// One call of the optional `reconcile` interface, in a fresh instance (as every
@@ -866,16 +867,14 @@ impl Plugin {
             headers: request.headers.to_vec(),
             config: config_json.to_owned(),
         };
-        let (store, instance, pre) =
-            self.instantiate(head, self.limits).inspect_err(|failure| {
-                tracing::error!(plugin = self.name(), %failure, "plugin instance could not start");
-                if let Some(calls) = self.calls.get() {
-                    calls.failed(self.name(), failure);
-                }
-            })?;
+        let (store, instance) = self.instantiate(head, self.limits).inspect_err(|failure| {
+            tracing::error!(plugin = self.name(), %failure, "plugin instance could not start");
+            if let Some(calls) = self.calls.get() {
+                calls.failed(self.name(), failure);
+            }
+        })?;
         Ok(Session {
             plugin: self,
-            pre,
             store,
             instance,
             body: request.body,
@@ -937,11 +936,6 @@ fn deadline_ticks(time: Duration) -> u64 {
         + 1
 }
 
-/// An instance of one contract version paired with another's code: never made.
-fn version_mismatch() -> PluginFailure {
-    PluginFailure::Instantiate("instance and code of different contract versions".into())
-}
-
 fn not_pulling() -> PluginFailure {
     PluginFailure::Instantiate("the plugin does not export hookhost:provider/reconcile".into())
 }
@@ -976,9 +970,6 @@ fn classify(error: wasmtime::Error, during: &str) -> PluginFailure {
 /// signature) `describe_event`. Dropped at the end of the request.
 pub struct Session<'a> {
     plugin: &'a Plugin,
-    /// The compiled code the instance came from (an uploaded plugin's may be evicted
-    /// meanwhile; this keeps it).
-    pre: Arc<Pre>,
     store: Store<State>,
     instance: Instance,
     body: &'a [u8],
@@ -1000,10 +991,9 @@ impl Session<'_> {
                 Ok(answer.map($v::plan).map_err($v::rejection))
             }};
         }
-        match (&*self.pre, &self.instance) {
-            (Pre::V0_1(_, exports), Instance::V0_1(i, head)) => call!(v0_1, exports, i, head),
-            (Pre::V0_2(_, exports), Instance::V0_2(i, head)) => call!(v0_2, exports, i, head),
-            _ => Err(version_mismatch()),
+        match &self.instance {
+            Instance::V0_1(i, head, exports) => call!(v0_1, exports, i, head),
+            Instance::V0_2(i, head, exports) => call!(v0_2, exports, i, head),
         }
     }
 
@@ -1022,10 +1012,9 @@ impl Session<'_> {
                 Ok(answer.map($v::event).map_err($v::rejection))
             }};
         }
-        match (&*self.pre, &self.instance) {
-            (Pre::V0_1(_, exports), Instance::V0_1(i, head)) => call!(v0_1, exports, i, head),
-            (Pre::V0_2(_, exports), Instance::V0_2(i, head)) => call!(v0_2, exports, i, head),
-            _ => Err(version_mismatch()),
+        match &self.instance {
+            Instance::V0_1(i, head, exports) => call!(v0_1, exports, i, head),
+            Instance::V0_2(i, head, exports) => call!(v0_2, exports, i, head),
         }
     }
 
@@ -1033,7 +1022,7 @@ impl Session<'_> {
     /// (a 0.1 plugin never does).
     pub fn handshake(&mut self) -> Result<Option<Handshake>, PluginFailure> {
         let limits = self.plugin.limits;
-        let Instance::V0_2(instance, head) = &self.instance else {
+        let Instance::V0_2(instance, head, _) = &self.instance else {
             return Ok(None);
         };
         let p = v0_2::Provider::new(&mut self.store, instance)
