@@ -283,35 +283,36 @@ async fn page(
             continue;
         }
         let event_type = remote.event.event_type.clone();
-        let result = match (run.dry_run, remote.repair) {
-            (true, Repair::Store(_)) => "would_repair".to_string(),
-            (true, Repair::Redeliver(_)) => "would_redeliver".to_string(),
+        // What became of the missing event, and whether that counts as repaired.
+        let (result, repaired) = match (run.dry_run, remote.repair) {
+            (true, Repair::Store(_)) => ("would_repair".to_string(), true),
+            (true, Repair::Redeliver(_)) => ("would_redeliver".to_string(), true),
             (false, Repair::Store(body)) => {
                 match app
                     .store
                     .record(receipt(endpoint, remote.event, body))
                     .await
                 {
-                    Ok(Outcome::Accepted) => "repaired".to_string(),
+                    Ok(Outcome::Accepted) => ("repaired".to_string(), true),
                     // A push arrived meanwhile.
                     Ok(Outcome::Duplicate) => {
                         run.present += 1;
                         continue;
                     }
-                    Ok(other) => other.ignored_reason().unwrap_or("stored").to_string(),
+                    Ok(other) => (
+                        other.ignored_reason().unwrap_or("stored").to_string(),
+                        false,
+                    ),
                     Err(e) => return Err(format!("cannot store {id}: {e}")),
                 }
             }
             // The provider sends it again, signed; it arrives as a push.
             (false, Repair::Redeliver(plan)) => {
                 api.call(&plan).await?;
-                "redelivery_requested".to_string()
+                ("redelivery_requested".to_string(), true)
             }
         };
-        if matches!(
-            result.as_str(),
-            "repaired" | "would_repair" | "redelivery_requested" | "would_redeliver"
-        ) {
+        if repaired {
             run.repaired += 1;
         }
         tracing::info!(endpoint = %endpoint.id, event_id = %id, event_type = %event_type, %result, "reconciled a missing event");
