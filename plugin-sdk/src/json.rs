@@ -3,40 +3,96 @@
 //! A plugin reads a handful of fields from a body of kilobytes, once per request, in a
 //! fresh instance. Building a `serde_json::Value` for the whole body allocates a node
 //! per field and dominated a plugin's cost. Instead the body is validated once and kept
-//! as text (serde_json, which builds nothing when asked to ignore), and each lookup
-//! scans only as far as the path it names (gjson).
+//! as text (serde_json, which builds nothing when asked to ignore). The same pass notes
+//! where each top-level member's value lies, so a pointer goes straight to its member
+//! and only scans (gjson) inside that member for the rest of its path.
 
 use crate::Rejection;
+use serde::Deserializer as _;
+use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use std::borrow::Cow;
+use std::ops::Range;
 
 /// A JSON document, validated, read lazily.
 #[derive(Debug, Clone)]
 pub struct Json {
     text: String,
+    /// For an object: each top-level member, in document order, as its key and the
+    /// span of its value in `text`. `None` for any other document.
+    members: Option<Vec<(Key, Range<usize>)>>,
+}
+
+/// A top-level member's key: the span of its text in the document, or the key
+/// unescaped when it has escapes.
+#[derive(Debug, Clone)]
+enum Key {
+    Span(Range<usize>),
+    Unescaped(String),
 }
 
 impl Json {
     /// Validate bytes as one JSON value; anything else is `MalformedBody`.
     pub fn parse(bytes: &[u8]) -> Result<Self, Rejection> {
         let text = std::str::from_utf8(bytes)
-            .map_err(|_| Rejection::MalformedBody("body is not UTF-8 JSON".into()))?;
-        // serde_json validates without building anything, and its nesting limit keeps
-        // a hostile "[[[[…" from exhausting the plugin's stack.
-        serde_json::from_str::<serde::de::IgnoredAny>(text)
+            .map_err(|_| Rejection::MalformedBody("body is not UTF-8 JSON".into()))?
+            .to_owned();
+        // One pass: serde_json validates the whole document (skipping nested values
+        // iteratively, so a hostile "[[[[…" cannot exhaust the plugin's small stack)
+        // and hands back each top-level member's key and raw value.
+        let members = top_level(&text)
             .map_err(|e| Rejection::MalformedBody(format!("body is not JSON: {e}")))?;
-        Ok(Json {
-            text: text.to_owned(),
-        })
+        let members = members.map(|members| {
+            members
+                .into_iter()
+                .map(|(key, value)| {
+                    let key = match key {
+                        Cow::Borrowed(key) => Key::Span(span(&text, key)),
+                        Cow::Owned(key) => Key::Unescaped(key),
+                    };
+                    (key, span(&text, value.get()))
+                })
+                .collect()
+        });
+        Ok(Json { text, members })
     }
 
     /// Find a JSON Pointer: the raw text of the value there, and its kind.
     fn lookup(&self, pointer: &str) -> Option<(&str, gjson::Kind)> {
         if pointer.is_empty() {
-            return Some((&self.text, gjson::parse(&self.text).kind()));
+            return Some((&self.text, kind(&self.text)));
         }
+        let Some(members) = &self.members else {
+            return self.scan(&self.text, pointer);
+        };
+        let path = pointer.strip_prefix('/')?;
+        let (first, rest) = path
+            .split_once('/')
+            .map_or((path, None), |(a, b)| (a, Some(b)));
+        let first = unescape(first);
+        if first.is_empty() {
+            return None;
+        }
+        // The first member of that name, as a scan of the document would find.
+        let (_, at) = members.iter().find(|(key, _)| {
+            let key = match key {
+                Key::Span(at) => &self.text[at.clone()],
+                Key::Unescaped(key) => key.as_str(),
+            };
+            key == first
+        })?;
+        let value = &self.text[at.clone()];
+        match rest {
+            None => Some((value, kind(value))),
+            Some(rest) => self.scan(value, &format!("/{rest}")),
+        }
+    }
+
+    /// Find a JSON Pointer within `within` (the document or a value in it) with gjson.
+    fn scan<'a>(&'a self, within: &'a str, pointer: &str) -> Option<(&'a str, gjson::Kind)> {
         let path = gjson_path(pointer)?;
-        let value = gjson::get(&self.text, &path);
+        let value = gjson::get(within, &path);
         // gjson returns a view into the document; find where, so the answer can
         // borrow from `self` rather than from the lookup.
         let found = value.json();
@@ -141,6 +197,122 @@ impl Json {
     }
 }
 
+/// Validate `text` as one JSON value; for an object, its members' keys (borrowed
+/// unless escaped) and raw values, in document order.
+#[allow(clippy::type_complexity)]
+fn top_level(text: &str) -> serde_json::Result<Option<Vec<(Cow<'_, str>, &RawValue)>>> {
+    let mut reader = serde_json::Deserializer::from_str(text);
+    let members = reader.deserialize_any(TopLevel)?;
+    reader.end()?;
+    Ok(members)
+}
+
+/// Visits the document's outermost value: an object's members are kept; anything
+/// else is only validated.
+struct TopLevel;
+
+impl<'de> Visitor<'de> for TopLevel {
+    #[allow(clippy::type_complexity)]
+    type Value = Option<Vec<(Cow<'de, str>, &'de RawValue)>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut members = Vec::new();
+        while let Some(key) = map.next_key_seed(KeyText)? {
+            members.push((key, map.next_value::<&RawValue>()?));
+        }
+        Ok(Some(members))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+/// A member's key: borrowed from the document unless it had escapes.
+struct KeyText;
+
+impl<'de> de::DeserializeSeed<'de> for KeyText {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeyText {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_borrowed_str<E>(self, key: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(key))
+    }
+
+    fn visit_str<E>(self, key: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(key.to_owned()))
+    }
+}
+
+/// Where `part`, a slice of `text`, lies in it.
+fn span(text: &str, part: &str) -> Range<usize> {
+    let start = part.as_ptr() as usize - text.as_ptr() as usize;
+    start..start + part.len()
+}
+
+/// A raw JSON value's kind, from its first byte (serde_json validated it).
+fn kind(raw: &str) -> gjson::Kind {
+    match raw.trim_start().as_bytes().first() {
+        Some(b'{') => gjson::Kind::Object,
+        Some(b'[') => gjson::Kind::Array,
+        Some(b'"') => gjson::Kind::String,
+        Some(b't') => gjson::Kind::True,
+        Some(b'f') => gjson::Kind::False,
+        Some(b'n') | None => gjson::Kind::Null,
+        Some(_) => gjson::Kind::Number,
+    }
+}
+
+/// A JSON Pointer token unescaped (`~1` is `/`, `~0` is `~`); only a token with an
+/// escape allocates.
+fn unescape(token: &str) -> Cow<'_, str> {
+    if token.contains('~') {
+        Cow::Owned(token.replace("~1", "/").replace("~0", "~"))
+    } else {
+        Cow::Borrowed(token)
+    }
+}
+
 /// The text of a raw JSON string literal, unescaped only when it has escapes.
 fn string(raw: &str) -> Option<Cow<'_, str>> {
     let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
@@ -159,12 +331,7 @@ fn gjson_path(pointer: &str) -> Option<String> {
         if i > 0 {
             path.push('.');
         }
-        // Unescaping allocates (twice), so only a token with an escape pays for it.
-        let token = if token.contains('~') {
-            Cow::Owned(token.replace("~1", "/").replace("~0", "~"))
-        } else {
-            Cow::Borrowed(token)
-        };
+        let token = unescape(token);
         if token.is_empty() {
             return None;
         }
@@ -236,6 +403,76 @@ mod tests {
         assert_eq!(json.str("/0/0/0"), None);
         assert!(json.raw("/0").is_some_and(|r| r.len() == deep.len() - 2));
         let unbalanced = "[".repeat(100_000) + &"]".repeat(99_999);
+        assert!(matches!(
+            Json::parse(unbalanced.as_bytes()),
+            Err(Rejection::MalformedBody(_))
+        ));
+    }
+
+    #[test]
+    fn members_are_found_as_a_scan_of_the_document_finds_them() {
+        // Each pointer gives the same answer through the top-level index as a gjson
+        // scan of the whole document does.
+        let json = Json::parse(DOC.as_bytes()).expect("valid");
+        for pointer in [
+            "/id",
+            "/n",
+            "/s",
+            "/esc",
+            "/a~1b",
+            "/data",
+            "/data/object",
+            "/data/object/id",
+            "/data/object/list",
+            "/data/object/list/1",
+            "/data/object/list/1/x",
+            "/t",
+            "/missing",
+            "/id/deeper",
+            "/data/missing",
+            "/data.object",
+            "/",
+            "//id",
+        ] {
+            let (indexed, scanned) = (json.lookup(pointer), json.scan(&json.text, pointer));
+            assert_eq!(indexed.map(|f| f.0), scanned.map(|f| f.0), "{pointer}");
+            assert!(
+                indexed.map(|f| f.1) == scanned.map(|f| f.1),
+                "{pointer}: another kind"
+            );
+        }
+    }
+
+    #[test]
+    fn top_level_keys_match_unescaped_and_first_wins() {
+        let json =
+            Json::parse(br#"{"a\/b": 1, "k\u0065y": "x", "d": 1, "d": 2, "": 3}"#).expect("valid");
+        assert_eq!(
+            json.i64("/a~1b"),
+            Some(1),
+            "an escaped key matches its text"
+        );
+        assert_eq!(json.str("/key").as_deref(), Some("x"));
+        assert_eq!(json.i64("/d"), Some(1), "the first of two equal keys");
+        assert_eq!(json.raw("/"), None, "an empty token names no member");
+        let array = Json::parse(br#"[{"x": 1}, 2]"#).expect("valid");
+        assert_eq!(array.i64("/0/x"), Some(1));
+        assert_eq!(array.i64("/1"), Some(2));
+        let scalar = Json::parse(b" \"s\" ").expect("valid");
+        assert_eq!(scalar.str("/x"), None);
+    }
+
+    #[test]
+    fn a_deep_member_is_validated_without_recursion() {
+        let deep = format!(
+            r#"{{"id": "evt", "deep": {}{}, "type": "t"}}"#,
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let json = Json::parse(deep.as_bytes()).expect("deep but valid");
+        assert_eq!(json.str("/type").as_deref(), Some("t"));
+        assert_eq!(json.str("/deep/0/0"), None);
+        let unbalanced = format!(r#"{{"deep": {}{}}}"#, "[".repeat(1000), "]".repeat(999));
         assert!(matches!(
             Json::parse(unbalanced.as_bytes()),
             Err(Rejection::MalformedBody(_))
