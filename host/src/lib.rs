@@ -116,13 +116,13 @@ pub async fn run(
             if let Some(tenancy) = &config.tenancy {
                 router = router.merge(tenancy::router(app.clone(), tenancy.clone()));
             }
-            Some(tokio::spawn(async move {
-                axum::serve(admin_listener, router)
-                    .with_graceful_shutdown(async move {
-                        let _ = admin_stopped.await;
-                    })
-                    .await
-            }))
+            Some(tokio::spawn(http::serve::serve(
+                admin_listener,
+                router,
+                async move {
+                    let _ = admin_stopped.await;
+                },
+            )))
         }
         None => None,
     };
@@ -155,12 +155,11 @@ pub async fn serve(
     });
     // On shutdown: stop accepting and stop leasing together; requests in flight finish,
     // deliveries in flight get the grace period; then the store is flushed and closed.
-    let served = axum::serve(listener, http::router(app.clone()))
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            let _ = stop.send(true);
-        })
-        .await;
+    http::serve::serve(listener, http::router(app.clone()), async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    })
+    .await;
     let _ = workers.await;
     let _ = purging.await;
     let _ = reconciling.await;
@@ -168,7 +167,6 @@ pub async fn serve(
         let _ = reloading.await;
     }
     app.store.close().await;
-    served?;
     Ok(())
 }
 

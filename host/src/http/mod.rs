@@ -9,6 +9,7 @@ pub mod admin;
 pub mod bodies;
 mod error;
 pub mod ingest;
+pub mod serve;
 
 pub use error::IngestError;
 

@@ -1,0 +1,214 @@
+//! Serving connections: a router on hyper's HTTP/1 server, with its read buffer capped.
+//!
+//! hyper reads a connection ahead of its handler, as much as its read buffer holds
+//! (408 KiB by default, reached after a few large bodies), and `axum::serve` offers no
+//! way to change that. A request that waits for room in the body budget
+//! ([`super::bodies`]) would hold that much of its body outside the budget, on every
+//! connection: at 256 connections sending 1 MiB bodies, about 100 MiB. Capped at
+//! [`READ_BUFFER`], it is at most 16 MiB there.
+
+use axum::Router;
+use axum::serve::Listener;
+use hyper::rt::{Read, Write};
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use std::future::Future;
+use tokio::net::TcpListener;
+
+/// The most a connection reads ahead of its handler. It also bounds the request head:
+/// hyper answers 431 once it holds this much without the head's end, so a head is
+/// always read up to 64 KiB and always refused past twice that.
+pub const READ_BUFFER: usize = 64 * 1024;
+
+/// Serve `router` on `listener` until `shutdown` resolves; then stop accepting, let
+/// the requests in flight finish, and return once every connection has closed.
+pub async fn serve(mut listener: TcpListener, router: Router, shutdown: impl Future<Output = ()>) {
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        // axum's `accept` (not the inherent one) waits out errors such as running out
+        // of file descriptors.
+        let (stream, _) = tokio::select! {
+            accepted = Listener::accept(&mut listener) => accepted,
+            () = &mut shutdown => break,
+        };
+        let connection = graceful.watch(connection(TokioIo::new(stream), router.clone()));
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}
+
+/// One connection: HTTP/1.1 with keep-alive, reading at most [`READ_BUFFER`] ahead.
+fn connection<I>(io: I, router: Router) -> http1::Connection<I, TowerToHyperService<Router>>
+where
+    I: Read + Write + Unpin + Send + 'static,
+{
+    http1::Builder::new()
+        .max_buf_size(READ_BUFFER)
+        .serve_connection(io, TowerToHyperService::new(router))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::routing::post;
+    use http_body_util::BodyExt as _;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll};
+    use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
+    use tokio::sync::Notify;
+
+    /// The server's end of a connection, counting the bytes it has read.
+    struct Counted {
+        inner: tokio::io::DuplexStream,
+        read: Arc<AtomicUsize>,
+    }
+
+    impl AsyncRead for Counted {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            let before = buf.filled().len();
+            let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+            let read = buf.filled().len() - before;
+            self.read.fetch_add(read, Ordering::SeqCst);
+            polled
+        }
+    }
+
+    impl AsyncWrite for Counted {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            Pin::new(&mut self.inner).poll_write(cx, buf)
+        }
+
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_flush(cx)
+        }
+
+        fn poll_shutdown(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_shutdown(cx)
+        }
+    }
+
+    fn request(path: &str, body: &[u8]) -> Vec<u8> {
+        let mut request = format!(
+            "POST {path} HTTP/1.1\r\nhost: hookhost\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        request.extend_from_slice(body);
+        request
+    }
+
+    /// A connection that has carried large bodies reads at most [`READ_BUFFER`] of the
+    /// next request's body while its handler has not asked for it (hyper's default
+    /// would read 408 KiB).
+    #[tokio::test]
+    async fn a_waiting_request_holds_at_most_the_read_buffer_of_its_body() {
+        const BODY: usize = 1024 * 1024;
+        let entered = Arc::new(Notify::new());
+        let release = Arc::new(Notify::new());
+        let router = Router::new()
+            .route(
+                "/read",
+                post(|body: Body| async move {
+                    let bytes = body.collect().await.map(|b| b.to_bytes().len());
+                    format!("{}", bytes.unwrap_or(0))
+                }),
+            )
+            .route(
+                "/hold",
+                post({
+                    let (entered, release) = (entered.clone(), release.clone());
+                    // The handler keeps the body, unread: a dropped body would be
+                    // read through and discarded, to keep the connection alive.
+                    move |body: Body| async move {
+                        entered.notify_one();
+                        release.notified().await;
+                        drop(body);
+                        "held"
+                    }
+                }),
+            );
+        // The pipe holds every byte the client sends, so only the server limits
+        // what it reads.
+        let (mut client, server) = tokio::io::duplex(4 * BODY);
+        let read = Arc::new(AtomicUsize::new(0));
+        let io = Counted {
+            inner: server,
+            read: read.clone(),
+        };
+        let served = tokio::spawn(connection(TokioIo::new(io), router));
+
+        // Three large bodies read through: the read buffer grows to its largest.
+        let body = vec![b'x'; BODY];
+        let mut answer = vec![0u8; 4096];
+        for _ in 0..3 {
+            client
+                .write_all(&request("/read", &body))
+                .await
+                .expect("send");
+            let n = client.read(&mut answer).await.expect("answer");
+            let answer = String::from_utf8_lossy(&answer[..n]);
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            assert!(answer.ends_with(&BODY.to_string()), "{answer}");
+        }
+        let before = read.load(Ordering::SeqCst);
+
+        // The next request's handler does not read its body.
+        client
+            .write_all(&request("/hold", &body))
+            .await
+            .expect("send");
+        entered.notified().await;
+        tokio::task::yield_now().await;
+        let ahead = read.load(Ordering::SeqCst) - before;
+        assert!(
+            ahead <= READ_BUFFER,
+            "read {ahead} bytes of a body nobody asked for (cap {READ_BUFFER})"
+        );
+        release.notify_one();
+        let n = client.read(&mut answer).await.expect("answer");
+        assert!(String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 200"));
+        drop(client);
+        let _ = served.await;
+    }
+
+    /// A request head past twice the read buffer is refused, not read without end.
+    #[tokio::test]
+    async fn a_head_past_twice_the_read_buffer_is_431() {
+        let router = Router::new().route("/read", post(|| async { "ok" }));
+        let (mut client, server) = tokio::io::duplex(4 * READ_BUFFER);
+        let served = tokio::spawn(connection(TokioIo::new(server), router));
+        let long = "a".repeat(2 * READ_BUFFER);
+        let head = format!(
+            "POST /read HTTP/1.1\r\nhost: hookhost\r\nx-long: {long}\r\ncontent-length: 0\r\n\r\n"
+        );
+        client.write_all(head.as_bytes()).await.expect("send");
+        let mut answer = vec![0u8; 1024];
+        let n = client.read(&mut answer).await.expect("answer");
+        let answer = String::from_utf8_lossy(&answer[..n]);
+        assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+        drop(client);
+        let _ = served.await;
+    }
+}
