@@ -43,15 +43,17 @@ impl Json {
         // and hands back each top-level member's key and raw value.
         let members = top_level(&text)
             .map_err(|e| Rejection::MalformedBody(format!("body is not JSON: {e}")))?;
-        let members = members.map(|members| {
+        // Every key and value serde_json borrowed lies in `text`; were one not to, the
+        // document is read by scanning it whole, as for any non-object.
+        let members = members.and_then(|members| {
             members
                 .into_iter()
                 .map(|(key, value)| {
                     let key = match key {
-                        Cow::Borrowed(key) => Key::Span(span(&text, key)),
+                        Cow::Borrowed(key) => Key::Span(span(&text, key)?),
                         Cow::Owned(key) => Key::Unescaped(key),
                     };
-                    (key, span(&text, value.get()))
+                    Some((key, span(&text, value.get())?))
                 })
                 .collect()
         });
@@ -67,9 +69,8 @@ impl Json {
             return self.scan(&self.text, pointer);
         };
         let path = pointer.strip_prefix('/')?;
-        let (first, rest) = path
-            .split_once('/')
-            .map_or((path, None), |(a, b)| (a, Some(b)));
+        // `rest` is the pointer's remainder, from its next `/`.
+        let (first, rest) = path.find('/').map_or((path, ""), |i| path.split_at(i));
         let first = unescape(first);
         if first.is_empty() {
             return None;
@@ -83,9 +84,10 @@ impl Json {
             key == first
         })?;
         let value = &self.text[at.clone()];
-        match rest {
-            None => Some((value, kind(value))),
-            Some(rest) => self.scan(value, &format!("/{rest}")),
+        if rest.is_empty() {
+            Some((value, kind(value)))
+        } else {
+            self.scan(value, rest)
         }
     }
 
@@ -95,13 +97,8 @@ impl Json {
         let value = gjson::get(within, &path);
         // gjson returns a view into the document; find where, so the answer can
         // borrow from `self` rather than from the lookup.
-        let found = value.json();
-        let start = (found.as_ptr() as usize).checked_sub(self.text.as_ptr() as usize)?;
-        let raw = self
-            .text
-            .get(start..start + found.len())
-            .filter(|r| !r.is_empty())?;
-        Some((raw, value.kind()))
+        let raw = &self.text[span(&self.text, value.json())?];
+        Some((raw, value.kind())).filter(|(raw, _)| !raw.is_empty())
     }
 
     /// The raw JSON text of each element of the array at a JSON Pointer (`""`: the
@@ -117,11 +114,7 @@ impl Json {
         array
             .array()
             .iter()
-            .map(|item| {
-                let text = item.json();
-                let start = (text.as_ptr() as usize).checked_sub(raw.as_ptr() as usize)?;
-                raw.get(start..start + text.len())
-            })
+            .map(|item| span(raw, item.json()).map(|at| &raw[at]))
             .collect()
     }
 
@@ -284,10 +277,12 @@ impl<'de> Visitor<'de> for KeyText {
     }
 }
 
-/// Where `part`, a slice of `text`, lies in it.
-fn span(text: &str, part: &str) -> Range<usize> {
-    let start = part.as_ptr() as usize - text.as_ptr() as usize;
-    start..start + part.len()
+/// Where `part`, a view into `text`, lies in it; `None` when it is not in `text`
+/// (gjson answers a miss with text of its own).
+fn span(text: &str, part: &str) -> Option<Range<usize>> {
+    let start = (part.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+    let at = start..start + part.len();
+    text.get(at.clone()).map(|_| at)
 }
 
 /// A raw JSON value's kind, from its first byte (serde_json validated it).
