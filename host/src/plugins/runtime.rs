@@ -161,7 +161,10 @@ impl std::fmt::Debug for Plugin {
 }
 
 pub(super) struct State {
-    wasi: WasiCtx,
+    /// The WASI sandbox, built on the plugin's first WASI call. A request's calls
+    /// usually make none (a plugin reads its arguments and returns), so most stores
+    /// never pay for building one.
+    wasi: Option<WasiCtx>,
     table: ResourceTable,
     limits: StoreLimits,
     stderr: CappedOutput,
@@ -169,11 +172,25 @@ pub(super) struct State {
 
 impl WasiView for State {
     fn ctx(&mut self) -> WasiCtxView<'_> {
+        let stderr = &self.stderr;
         WasiCtxView {
-            ctx: &mut self.wasi,
+            ctx: self.wasi.get_or_insert_with(|| sandbox(stderr)),
             table: &mut self.table,
         }
     }
+}
+
+/// An empty sandbox: no files, environment, arguments or network; clocks that read
+/// zero; stderr into the request's capped buffer.
+fn sandbox(stderr: &CappedOutput) -> WasiCtx {
+    WasiCtxBuilder::new()
+        .stderr(stderr.clone())
+        .wall_clock(ZeroClock)
+        .monotonic_clock(ZeroClock)
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .build()
 }
 
 /// A clock that always reads zero: plugins are pure functions of the request.
@@ -884,15 +901,6 @@ impl Plugin {
 
 /// A fresh store: an empty sandbox, `limits`' memory, a deadline `time` away.
 fn new_store(limits: PluginLimits, time: Duration) -> Store<State> {
-    let stderr = CappedOutput::new(STDERR_LOGGED);
-    let wasi = WasiCtxBuilder::new()
-        .stderr(stderr.clone())
-        .wall_clock(ZeroClock)
-        .monotonic_clock(ZeroClock)
-        .allow_tcp(false)
-        .allow_udp(false)
-        .allow_ip_name_lookup(false)
-        .build();
     let limits = StoreLimitsBuilder::new()
         .memory_size(limits.memory_bytes)
         .trap_on_grow_failure(true)
@@ -900,10 +908,10 @@ fn new_store(limits: PluginLimits, time: Duration) -> Store<State> {
     let mut store = Store::new(
         engine(),
         State {
-            wasi,
+            wasi: None,
             table: ResourceTable::new(),
             limits,
-            stderr,
+            stderr: CappedOutput::new(STDERR_LOGGED),
         },
     );
     store.limiter(|s| &mut s.limits);
@@ -1170,5 +1178,73 @@ fn check_contract(component: &Component) -> Result<&'static str, String> {
                 exports.join(", ")
             }
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request<'a>(headers: &'a [(String, Vec<u8>)], body: &'a [u8]) -> MessageSource<'a> {
+        MessageSource {
+            method: "POST",
+            url: "http://127.0.0.1/webhooks/w",
+            headers,
+            body,
+        }
+    }
+
+    /// A store builds its WASI context only when the plugin calls WASI. No built-in
+    /// does while it answers a request, accepted or refused, so none pays for one; a
+    /// plugin that writes to stderr gets the sandbox, and what it wrote is kept.
+    #[test]
+    fn only_a_plugin_that_calls_wasi_builds_a_wasi_context() {
+        let catalog = Catalog::load(None, PluginLimits::default()).expect("built-ins load");
+        let body = br#"{"id":"evt_1","type":"customer.updated","created":1700000000,"data":{"object":{"id":"cus_1","object":"customer"}}}"#;
+        let headers = vec![(
+            "stripe-signature".to_owned(),
+            b"t=1700000000,v1=00".to_vec(),
+        )];
+        let stripe = catalog.get("stripe").expect("stripe is built in");
+        let mut session = stripe
+            .session("{}", &request(&headers, body))
+            .expect("instance");
+        assert!(matches!(session.plan_verification(), Ok(Ok(_))));
+        assert!(matches!(session.describe_event(), Ok(Ok(_))));
+        assert!(session.store.data().wasi.is_none(), "stripe called WASI");
+        drop(session);
+        for plugin in catalog.iter() {
+            let mut session = plugin
+                .session("{}", &request(&headers, body))
+                .expect("instance");
+            let planned = session.plan_verification();
+            let described = session.describe_event();
+            assert!(
+                planned.is_ok() && described.is_ok(),
+                "{}: {planned:?} {described:?}",
+                plugin.name()
+            );
+            assert!(
+                session.store.data().wasi.is_none(),
+                "{} called WASI",
+                plugin.name()
+            );
+        }
+
+        let path = Path::new(env!("HOOKHOST_GUESTS_DIR")).join("hostile.wasm");
+        let hostile = Plugin::load_file(&path, PluginLimits::default()).expect("guest loads");
+        let mut session = hostile
+            .session(
+                r#"{"mode":"stderr","phase":"plan"}"#,
+                &request(&headers, body),
+            )
+            .expect("instance");
+        let _ = session.plan_verification();
+        assert!(session.store.data().wasi.is_some());
+        let written = session.store.data().stderr.contents();
+        assert!(
+            String::from_utf8_lossy(&written).contains("hostile guest writes to stderr"),
+            "{written:?}"
+        );
     }
 }
