@@ -17,6 +17,10 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 /// to disk), a bounded share of a small server's memory. Past it, requests wait before reading (TCP slows the senders); none is
 /// refused. Raised to `max_body_bytes` when only that is raised past it.
 pub const DEFAULT_MAX_BODIES_IN_FLIGHT_BYTES: usize = 24 * 1024 * 1024;
+/// Default time a sender has for each request head, and for each body once it has room
+/// in the budget: 1 MiB in 30 s is 35 KB/s, far below any provider's sending rate, and
+/// a stalled sender holds its connection and its share of the body budget no longer.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default SQLite file name, created beside the configuration file.
 pub const DEFAULT_STORE_FILE: &str = "hookhost.db";
 /// PostgreSQL connections per process. Each ingest request holds one for its short
@@ -215,6 +219,9 @@ pub struct Limits {
     /// Bytes of request bodies held at once, across all requests; at least
     /// `max_body_bytes`.
     pub max_bodies_in_flight_bytes: usize,
+    /// Each request head, and each body from when it has room in the budget, must
+    /// arrive within this; 408 past it.
+    pub read_timeout: Duration,
     pub plugin: PluginLimits,
 }
 
@@ -471,6 +478,7 @@ struct RawDestination {
 struct RawLimits {
     max_body_bytes: Option<usize>,
     max_bodies_in_flight_bytes: Option<usize>,
+    read_timeout_seconds: Option<u64>,
     plugin_memory_bytes: Option<usize>,
     plugin_time_ms: Option<u64>,
     plugin_output_bytes: Option<usize>,
@@ -722,6 +730,16 @@ impl Config {
                 ),
             ));
         }
+        let read_timeout = raw
+            .limits
+            .read_timeout_seconds
+            .map_or(DEFAULT_READ_TIMEOUT, Duration::from_secs);
+        if read_timeout.is_zero() || read_timeout > Duration::from_secs(3600) {
+            return Err(invalid(
+                "limits.read_timeout_seconds",
+                "must be between 1 and 3600".into(),
+            ));
+        }
 
         let mut endpoints = Vec::new();
         let mut literal_secrets = Vec::new();
@@ -929,6 +947,7 @@ impl Config {
             limits: Limits {
                 max_body_bytes,
                 max_bodies_in_flight_bytes,
+                read_timeout,
                 plugin,
             },
             endpoints,
@@ -1017,6 +1036,7 @@ mod tests {
         );
         assert_eq!(config.limits.max_body_bytes, 1024 * 1024);
         assert_eq!(config.limits.max_bodies_in_flight_bytes, 24 * 1024 * 1024);
+        assert_eq!(config.limits.read_timeout, Duration::from_secs(30));
         let endpoint = &config.endpoints[0];
         assert_eq!(
             endpoint.secrets,
@@ -1061,6 +1081,19 @@ mod tests {
         assert!(error("[retention]\ndead_days = 0").contains("retention.dead_days: "));
         assert!(error("public_url = \"ftp://x\"").contains("public_url: "));
         assert!(error("[limits]\nplugin_memory_bytes = 10").contains("limits.plugin_memory_bytes"));
+        for bad in [0, 3601] {
+            assert!(
+                error(&format!("[limits]\nread_timeout_seconds = {bad}"))
+                    .contains("limits.read_timeout_seconds: must be between 1 and 3600")
+            );
+        }
+        assert_eq!(
+            parse("[limits]\nread_timeout_seconds = 5")
+                .expect("valid")
+                .limits
+                .read_timeout,
+            Duration::from_secs(5)
+        );
         assert_eq!(
             error("[limits]\nmax_body_bytes = 2048\nmax_bodies_in_flight_bytes = 2047"),
             "/etc/hookhost/hookhost.toml: limits.max_bodies_in_flight_bytes: must be at least \

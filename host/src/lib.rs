@@ -78,6 +78,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
         store,
         public_url: config.public_url.clone(),
         max_body_bytes: config.limits.max_body_bytes,
+        read_timeout: config.limits.read_timeout,
         delivery: config.delivery,
         retention: config.retention,
         bodies: http::bodies::BodyBudget::new(config.limits.max_bodies_in_flight_bytes),
@@ -119,6 +120,7 @@ pub async fn run(
             Some(tokio::spawn(http::serve::serve(
                 admin_listener,
                 router,
+                config.limits.read_timeout,
                 async move {
                     let _ = admin_stopped.await;
                 },
@@ -155,10 +157,15 @@ pub async fn serve(
     });
     // On shutdown: stop accepting and stop leasing together; requests in flight finish,
     // deliveries in flight get the grace period; then the store is flushed and closed.
-    http::serve::serve(listener, http::router(app.clone()), async move {
-        shutdown.await;
-        let _ = stop.send(true);
-    })
+    http::serve::serve(
+        listener,
+        http::router(app.clone()),
+        app.read_timeout,
+        async move {
+            shutdown.await;
+            let _ = stop.send(true);
+        },
+    )
     .await;
     let _ = workers.await;
     let _ = purging.await;

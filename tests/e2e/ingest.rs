@@ -251,6 +251,20 @@ impl SlowSender {
         }
     }
 
+    /// Send nothing more; the whole answer, once the server closes.
+    async fn stall(mut self) -> String {
+        use tokio::io::AsyncReadExt as _;
+        let mut answer = Vec::new();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            self.stream.read_to_end(&mut answer),
+        )
+        .await
+        .expect("the server answers a stalled body")
+        .expect("answer");
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
     /// Send the rest; the answer's status line.
     async fn finish(mut self) -> String {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -325,6 +339,29 @@ async fn bodies_past_the_in_flight_budget_wait_and_are_all_accepted() {
     assert_eq!(server.count_receipts("stripe").await, 34);
     assert_eq!(budget.available_bytes(), 3 * BODY);
 }
+}
+
+/// A body that stops arriving is answered 408 once the read timeout passes, and its
+/// room in the body budget is given back; nothing is stored.
+#[tokio::test]
+async fn a_stalled_body_is_408_and_gives_its_room_back() {
+    const BODY: usize = 64 * 1024;
+    let server = Server::start(&stripe_config(&format!(
+        "[limits]\nmax_body_bytes = {BODY}\nmax_bodies_in_flight_bytes = {BODY}\nread_timeout_seconds = 1"
+    )))
+    .await;
+    let body = event_of_size("evt_stalled", now(), BODY);
+    let stalled = SlowSender::start(server.addr, &body, BODY / 2).await;
+    let answer = stalled.stall().await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.ends_with(r#"{"error":"body_timeout"}"#), "{answer}");
+    assert_eq!(server.app.bodies.available_bytes(), BODY);
+    assert_eq!(server.count_receipts("stripe").await, 0);
+    // The budget is whole again: the next sender is served.
+    let t = now();
+    let next = event_of_size("evt_next", t, BODY);
+    let (status, answer) = server.post_stripe(&[STRIPE_SECRET], t, &next).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")));
 }
 
 crate::both_stores! {

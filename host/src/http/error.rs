@@ -14,6 +14,8 @@ pub enum IngestError {
     BodyTooLarge,
     #[error("the body could not be read")]
     BodyUnreadable,
+    #[error("the body did not arrive within the read timeout")]
+    BodyTimeout,
     #[error("a required signature or timestamp header is missing")]
     MissingSignature,
     #[error("no signature matched any active secret")]
@@ -50,6 +52,7 @@ impl IngestError {
             IngestError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             IngestError::BodyTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             IngestError::BodyUnreadable => (StatusCode::BAD_REQUEST, "body_unreadable"),
+            IngestError::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             IngestError::MissingSignature => (StatusCode::BAD_REQUEST, "missing_signature"),
             IngestError::InvalidSignature => (StatusCode::BAD_REQUEST, "invalid_signature"),
             IngestError::TimestampOutsideWindow { .. } => {
@@ -107,6 +110,7 @@ mod tests {
             (IngestError::MethodNotAllowed, 405, "method_not_allowed"),
             (IngestError::BodyTooLarge, 413, "body_too_large"),
             (IngestError::BodyUnreadable, 400, "body_unreadable"),
+            (IngestError::BodyTimeout, 408, "body_timeout"),
             (IngestError::MissingSignature, 400, "missing_signature"),
             (IngestError::InvalidSignature, 400, "invalid_signature"),
             (

@@ -85,7 +85,8 @@ async fn handle(
 
     // 2. The raw body, capped while reading; nothing has parsed it yet. Its room in
     // the budget for bodies in memory is held until the answer is ready.
-    let (body, _room) = read_capped(&app.bodies, body, app.max_body_bytes).await?;
+    let (body, _room) =
+        read_capped(&app.bodies, body, app.max_body_bytes, app.read_timeout).await?;
     let received_at_ms = crate::clock::now_ms();
     let received = Instant::now();
     let url = format!(
@@ -207,10 +208,13 @@ pub(crate) fn judge(
 /// 413. Room for the body is reserved in `budget` first (the declared length, or the
 /// cap when none is declared, trimmed once read); the caller holds it while it keeps
 /// the body.
+/// The body, within `cap` bytes and within `timeout` of its room in the budget being
+/// granted (waiting for room is not the sender's delay).
 async fn read_capped<'a>(
     budget: &'a BodyBudget,
     mut body: Body,
     cap: usize,
+    timeout: std::time::Duration,
 ) -> Result<(Vec<u8>, Reservation<'a>), IngestError> {
     let hint = body.size_hint();
     if hint.lower() > cap as u64 {
@@ -222,15 +226,21 @@ async fn read_capped<'a>(
     // One buffer of the declared size (at most `cap`): each chunk is copied once,
     // into the bytes the receipt will keep.
     let mut bytes = Vec::with_capacity(declared.unwrap_or(0));
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|_| IngestError::BodyUnreadable)?;
-        if let Ok(chunk) = frame.into_data() {
-            if bytes.len() + chunk.len() > cap {
-                return Err(IngestError::BodyTooLarge);
+    let reading = async {
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|_| IngestError::BodyUnreadable)?;
+            if let Ok(chunk) = frame.into_data() {
+                if bytes.len() + chunk.len() > cap {
+                    return Err(IngestError::BodyTooLarge);
+                }
+                bytes.extend_from_slice(&chunk);
             }
-            bytes.extend_from_slice(&chunk);
         }
-    }
+        Ok(())
+    };
+    tokio::time::timeout(timeout, reading)
+        .await
+        .map_err(|_| IngestError::BodyTimeout)??;
     if declared.is_none() {
         // Grown by doubling: give back the unused part of the buffer and of the room.
         bytes.shrink_to_fit();

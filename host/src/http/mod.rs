@@ -26,6 +26,9 @@ pub struct App {
     pub store: Store,
     pub public_url: String,
     pub max_body_bytes: usize,
+    /// Each request head, and then each body once it has room in the budget, must
+    /// arrive within this (408 past it).
+    pub read_timeout: std::time::Duration,
     /// Request bodies held in memory at once, across all requests.
     pub bodies: bodies::BodyBudget,
     /// Where plugin calls run: one thread per core. The time limit is measured on the

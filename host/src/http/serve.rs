@@ -6,15 +6,22 @@
 //! ([`super::bodies`]) would hold that much of its body outside the budget, on every
 //! connection: at 256 connections sending 1 MiB bodies, about 100 MiB. Capped at
 //! [`READ_BUFFER`], it is at most 16 MiB there.
+//!
+//! A connection also has `read_timeout` (`[limits] read_timeout_seconds`) to deliver
+//! each request head, idle keep-alive included: past it hyper closes the connection
+//! (without an answer), so a sender trickling a head, or holding a connection open and
+//! silent, cannot keep a task and its buffer forever. The body's own deadline, and its
+//! 408, are the ingest handler's.
 
 use axum::Router;
 use axum::serve::Listener;
 use hyper::rt::{Read, Write};
 use hyper::server::conn::http1;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
+use std::time::Duration;
 use tokio::net::TcpListener;
 
 /// The most a connection reads ahead of its handler. It also bounds the request head:
@@ -23,8 +30,14 @@ use tokio::net::TcpListener;
 pub const READ_BUFFER: usize = 64 * 1024;
 
 /// Serve `router` on `listener` until `shutdown` resolves; then stop accepting, let
-/// the requests in flight finish, and return once every connection has closed.
-pub async fn serve(mut listener: TcpListener, router: Router, shutdown: impl Future<Output = ()>) {
+/// the requests in flight finish, and return once every connection has closed. Each
+/// request head must arrive within `read_timeout` of the connection waiting for it.
+pub async fn serve(
+    mut listener: TcpListener,
+    router: Router,
+    read_timeout: Duration,
+    shutdown: impl Future<Output = ()>,
+) {
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -34,7 +47,11 @@ pub async fn serve(mut listener: TcpListener, router: Router, shutdown: impl Fut
             accepted = Listener::accept(&mut listener) => accepted,
             () = &mut shutdown => break,
         };
-        let connection = graceful.watch(connection(TokioIo::new(stream), router.clone()));
+        let connection = graceful.watch(connection(
+            TokioIo::new(stream),
+            router.clone(),
+            read_timeout,
+        ));
         tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "connection ended with an error");
@@ -45,13 +62,20 @@ pub async fn serve(mut listener: TcpListener, router: Router, shutdown: impl Fut
     graceful.shutdown().await;
 }
 
-/// One connection: HTTP/1.1 with keep-alive, reading at most [`READ_BUFFER`] ahead.
-fn connection<I>(io: I, router: Router) -> http1::Connection<I, TowerToHyperService<Router>>
+/// One connection: HTTP/1.1 with keep-alive, reading at most [`READ_BUFFER`] ahead,
+/// each head within `read_timeout`.
+fn connection<I>(
+    io: I,
+    router: Router,
+    read_timeout: Duration,
+) -> http1::Connection<I, TowerToHyperService<Router>>
 where
     I: Read + Write + Unpin + Send + 'static,
 {
     http1::Builder::new()
         .max_buf_size(READ_BUFFER)
+        .timer(TokioTimer::new())
+        .header_read_timeout(read_timeout)
         .serve_connection(io, TowerToHyperService::new(router))
 }
 
@@ -109,6 +133,9 @@ mod tests {
         }
     }
 
+    /// A read timeout no test here reaches.
+    const LONG: Duration = Duration::from_secs(300);
+
     fn request(path: &str, body: &[u8]) -> Vec<u8> {
         let mut request = format!(
             "POST {path} HTTP/1.1\r\nhost: hookhost\r\ncontent-length: {}\r\n\r\n",
@@ -157,7 +184,7 @@ mod tests {
             inner: server,
             read: read.clone(),
         };
-        let served = tokio::spawn(connection(TokioIo::new(io), router));
+        let served = tokio::spawn(connection(TokioIo::new(io), router, LONG));
 
         // Three large bodies read through: the read buffer grows to its largest.
         let body = vec![b'x'; BODY];
@@ -198,7 +225,7 @@ mod tests {
     async fn a_head_past_twice_the_read_buffer_is_431() {
         let router = Router::new().route("/read", post(|| async { "ok" }));
         let (mut client, server) = tokio::io::duplex(4 * READ_BUFFER);
-        let served = tokio::spawn(connection(TokioIo::new(server), router));
+        let served = tokio::spawn(connection(TokioIo::new(server), router, LONG));
         let long = "a".repeat(2 * READ_BUFFER);
         let head = format!(
             "POST /read HTTP/1.1\r\nhost: hookhost\r\nx-long: {long}\r\ncontent-length: 0\r\n\r\n"
@@ -210,5 +237,46 @@ mod tests {
         assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
         drop(client);
         let _ = served.await;
+    }
+
+    /// A connection whose head stops arriving is closed once the read timeout passes;
+    /// so is a kept-alive connection that sends nothing after its last answer.
+    #[tokio::test]
+    async fn a_head_not_sent_within_the_read_timeout_closes_the_connection() {
+        const TIMEOUT: Duration = Duration::from_millis(200);
+        let router = Router::new().route("/read", post(|| async { "ok" }));
+
+        // Half a head, then silence.
+        let (mut client, server) = tokio::io::duplex(READ_BUFFER);
+        let served = tokio::spawn(connection(TokioIo::new(server), router.clone(), TIMEOUT));
+        client
+            .write_all(b"POST /read HTTP/1.1\r\nhost: hook")
+            .await
+            .expect("send");
+        assert_eq!(until_closed(&mut client).await, "");
+        let _ = served.await;
+
+        // One request answered, then an idle keep-alive connection.
+        let (mut client, server) = tokio::io::duplex(READ_BUFFER);
+        let served = tokio::spawn(connection(TokioIo::new(server), router, TIMEOUT));
+        client
+            .write_all(&request("/read", b""))
+            .await
+            .expect("send");
+        let mut answer = vec![0u8; 1024];
+        let n = client.read(&mut answer).await.expect("answer");
+        assert!(String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 200"));
+        assert_eq!(until_closed(&mut client).await, "");
+        let _ = served.await;
+    }
+
+    /// Everything the server sends until it closes; fails (not hangs) if it never does.
+    async fn until_closed(client: &mut tokio::io::DuplexStream) -> String {
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut answer))
+            .await
+            .expect("the server closes the connection")
+            .expect("read");
+        String::from_utf8_lossy(&answer).into_owned()
     }
 }
