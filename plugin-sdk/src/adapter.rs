@@ -2,12 +2,13 @@
 
 use crate::bindings::exports::hookhost::provider::reconcile as pull;
 use crate::bindings::hookhost::provider::types as wit;
+use crate::prelude::*;
 use crate::{
     Algorithm, Answer, ConfigError, Disposition, EndpointFacts, Event, Handshake, HandshakeCheck,
     KeyFormat, Part, Plan, Provider, Rejection, Repair, Request, RequestPlan, Response,
     ResponsePart, StoredEvent,
 };
-use std::marker::PhantomData;
+use core::marker::PhantomData;
 
 /// Implements the generated component exports for any [`Provider`].
 /// Used by [`crate::export_provider!`]; not meant to be named by plugin authors.

@@ -2,6 +2,7 @@
 //! `MalformedSignature`, so a plugin can use `?`.
 
 use crate::Rejection;
+use crate::prelude::*;
 use base64::Engine as _;
 
 /// Decode hex (either case).
@@ -14,6 +15,17 @@ pub fn base64(text: &str) -> Result<Vec<u8>, Rejection> {
     base64::engine::general_purpose::STANDARD
         .decode(text)
         .map_err(|_| Rejection::MalformedSignature("signature is not base64".into()))
+}
+
+/// A number rounded down to an integer, as `f64::floor` would (which needs `std`);
+/// saturating past `i64`'s range, as a cast does. For timestamps sent with a fraction.
+pub fn floor(number: f64) -> i64 {
+    let whole = number as i64;
+    if (whole as f64) > number {
+        whole - 1
+    } else {
+        whole
+    }
 }
 
 /// Split `k=v<sep>k=v` (e.g. Stripe's `t=1,v1=ab`) into pairs, trimming spaces.
@@ -56,6 +68,24 @@ fn parse_rfc3339(text: &str) -> Option<time::OffsetDateTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn floor_rounds_down_as_std_does() {
+        for x in [
+            0.0,
+            0.5,
+            1.0,
+            1.999,
+            -0.5,
+            -1.0,
+            -1.5,
+            1521472262.908181,
+            -7.0e15,
+        ] {
+            assert_eq!(floor(x), x.floor() as i64, "{x}");
+        }
+        assert_eq!(floor(1.0e300), i64::MAX);
+    }
 
     #[test]
     fn key_values_keeps_padding_and_repeats() {

@@ -4,16 +4,33 @@
 //! fresh instance. Building a `serde_json::Value` for the whole body allocates a node
 //! per field and dominated a plugin's cost. Instead the body is validated once and kept
 //! as text (serde_json, which builds nothing when asked to ignore). The same pass notes
-//! where each top-level member's value lies, so a pointer goes straight to its member
-//! and only scans (gjson) inside that member for the rest of its path.
+//! where each top-level member's value lies, so a pointer goes straight to its member.
+//! Below it, each step of the path reads the value it is in only as far as the member
+//! or element it names (serde_json again, stopping there).
 
 use crate::Rejection;
+use alloc::borrow::{Cow, ToOwned as _};
+use alloc::format;
+use alloc::string::{String, ToString as _};
+use alloc::vec::Vec;
+use core::cell::Cell;
+use core::ops::Range;
 use serde::Deserializer as _;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
-use std::borrow::Cow;
-use std::ops::Range;
+
+/// What a JSON value is, from its first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Object,
+    Array,
+    String,
+    Number,
+    True,
+    False,
+    Null,
+}
 
 /// A JSON document, validated, read lazily.
 #[derive(Debug, Clone)]
@@ -35,7 +52,7 @@ enum Key {
 impl Json {
     /// Validate bytes as one JSON value; anything else is `MalformedBody`.
     pub fn parse(bytes: &[u8]) -> Result<Self, Rejection> {
-        let text = std::str::from_utf8(bytes)
+        let text = core::str::from_utf8(bytes)
             .map_err(|_| Rejection::MalformedBody("body is not UTF-8 JSON".into()))?
             .to_owned();
         // One pass: serde_json validates the whole document (skipping nested values
@@ -61,7 +78,7 @@ impl Json {
     }
 
     /// Find a JSON Pointer: the raw text of the value there, and its kind.
-    fn lookup(&self, pointer: &str) -> Option<(&str, gjson::Kind)> {
+    fn lookup(&self, pointer: &str) -> Option<(&str, Kind)> {
         if pointer.is_empty() {
             return Some((&self.text, kind(&self.text)));
         }
@@ -91,14 +108,10 @@ impl Json {
         }
     }
 
-    /// Find a JSON Pointer within `within` (the document or a value in it) with gjson.
-    fn scan<'a>(&'a self, within: &'a str, pointer: &str) -> Option<(&'a str, gjson::Kind)> {
-        let path = gjson_path(pointer)?;
-        let value = gjson::get(within, &path);
-        // gjson returns a view into the document; find where, so the answer can
-        // borrow from `self` rather than from the lookup.
-        let raw = &self.text[span(&self.text, value.json())?];
-        Some((raw, value.kind())).filter(|(raw, _)| !raw.is_empty())
+    /// Find a JSON Pointer within `within` (the document or a value in it).
+    fn scan<'a>(&'a self, within: &'a str, pointer: &str) -> Option<(&'a str, Kind)> {
+        let value = walk(within, pointer)?;
+        Some((value, kind(value)))
     }
 
     /// The raw JSON text of each element of the array at a JSON Pointer (`""`: the
@@ -106,16 +119,11 @@ impl Json {
     /// list an API returns: each element is stored exactly as listed.
     pub fn items(&self, pointer: &str) -> Option<Vec<&str>> {
         let (raw, kind) = self.lookup(pointer)?;
-        if !matches!(kind, gjson::Kind::Array) {
+        if kind != Kind::Array {
             return None;
         }
-        // Each element is a view into `raw`: find where, to borrow from `self`.
-        let array = gjson::parse(raw);
-        array
-            .array()
-            .iter()
-            .map(|item| span(raw, item.json()).map(|at| &raw[at]))
-            .collect()
+        let items: Vec<&RawValue> = serde_json::from_str(raw).ok()?;
+        Some(items.into_iter().map(RawValue::get).collect())
     }
 
     /// The raw JSON text at a JSON Pointer (`""` is the whole document).
@@ -136,7 +144,7 @@ impl Json {
     /// A string field (borrowed unless it contains escapes).
     pub fn str(&self, pointer: &str) -> Option<Cow<'_, str>> {
         match self.lookup(pointer)? {
-            (raw, gjson::Kind::String) => string(raw),
+            (raw, Kind::String) => string(raw),
             _ => None,
         }
     }
@@ -159,8 +167,8 @@ impl Json {
 
     fn number_text(&self, pointer: &str) -> Option<Cow<'_, str>> {
         match self.lookup(pointer)? {
-            (raw, gjson::Kind::Number) => Some(Cow::Borrowed(raw)),
-            (raw, gjson::Kind::String) => string(raw),
+            (raw, Kind::Number) => Some(Cow::Borrowed(raw)),
+            (raw, Kind::String) => string(raw),
             _ => None,
         }
     }
@@ -168,8 +176,8 @@ impl Json {
     /// A field as an id string: strings as they are, integers in decimal.
     pub fn id(&self, pointer: &str) -> Option<String> {
         match self.lookup(pointer)? {
-            (raw, gjson::Kind::String) => string(raw).map(Cow::into_owned),
-            (raw, gjson::Kind::Number) => {
+            (raw, Kind::String) => string(raw).map(Cow::into_owned),
+            (raw, Kind::Number) => {
                 let n: serde_json::Number = serde_json::from_str(raw).ok()?;
                 (n.is_i64() || n.is_u64()).then(|| n.to_string())
             }
@@ -208,7 +216,7 @@ impl<'de> Visitor<'de> for TopLevel {
     #[allow(clippy::type_complexity)]
     type Value = Option<Vec<(Cow<'de, str>, &'de RawValue)>>;
 
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+    fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
         f.write_str("a JSON value")
     }
 
@@ -264,7 +272,7 @@ impl<'de> de::DeserializeSeed<'de> for KeyText {
 impl<'de> Visitor<'de> for KeyText {
     type Value = Cow<'de, str>;
 
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+    fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
         f.write_str("a string key")
     }
 
@@ -277,8 +285,7 @@ impl<'de> Visitor<'de> for KeyText {
     }
 }
 
-/// Where `part`, a view into `text`, lies in it; `None` when it is not in `text`
-/// (gjson answers a miss with text of its own).
+/// Where `part`, a view into `text`, lies in it; `None` when it is not in `text`.
 fn span(text: &str, part: &str) -> Option<Range<usize>> {
     let start = (part.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
     let at = start..start + part.len();
@@ -286,15 +293,15 @@ fn span(text: &str, part: &str) -> Option<Range<usize>> {
 }
 
 /// A raw JSON value's kind, from its first byte (serde_json validated it).
-fn kind(raw: &str) -> gjson::Kind {
+fn kind(raw: &str) -> Kind {
     match raw.trim_start().as_bytes().first() {
-        Some(b'{') => gjson::Kind::Object,
-        Some(b'[') => gjson::Kind::Array,
-        Some(b'"') => gjson::Kind::String,
-        Some(b't') => gjson::Kind::True,
-        Some(b'f') => gjson::Kind::False,
-        Some(b'n') | None => gjson::Kind::Null,
-        Some(_) => gjson::Kind::Number,
+        Some(b'{') => Kind::Object,
+        Some(b'[') => Kind::Array,
+        Some(b'"') => Kind::String,
+        Some(b't') => Kind::True,
+        Some(b'f') => Kind::False,
+        Some(b'n') | None => Kind::Null,
+        Some(_) => Kind::Number,
     }
 }
 
@@ -318,31 +325,112 @@ fn string(raw: &str) -> Option<Cow<'_, str>> {
     }
 }
 
-/// A JSON Pointer (RFC 6901) as a gjson path: components joined by `.`, every
-/// character that gjson gives a meaning escaped, so keys match literally.
-fn gjson_path(pointer: &str) -> Option<String> {
-    let mut path = String::with_capacity(pointer.len() + 8);
-    for (i, token) in pointer.strip_prefix('/')?.split('/').enumerate() {
-        if i > 0 {
-            path.push('.');
-        }
-        let token = unescape(token);
-        if token.is_empty() {
-            return None;
-        }
-        for c in token.chars() {
-            if !(c.is_alphanumeric() || c == '_' || c == '-') {
-                path.push('\\');
-            }
-            path.push(c);
-        }
+/// The value at `pointer` (non-empty) within `within`, a value of a validated
+/// document. One pass of serde_json, read only as far as the value: at each step the
+/// first member of the name (as a reader of the document meets it), or the element at
+/// the index, is entered and the rest skipped; at the last step the value is kept and
+/// the reader stopped there (the "error" that stops it is not one).
+fn walk<'a>(within: &'a str, pointer: &str) -> Option<&'a str> {
+    let found = Cell::new(None);
+    let seeker = Seeker::new(pointer, &found)?;
+    let mut reader = serde_json::Deserializer::from_str(within);
+    let _ = de::DeserializeSeed::deserialize(seeker, &mut reader);
+    found.get().map(RawValue::get)
+}
+
+/// An array index as RFC 6901 writes it: `0`, or digits without a leading zero.
+fn index(token: &str) -> Option<usize> {
+    let digits = token.bytes().all(|b| b.is_ascii_digit());
+    (digits && (token == "0" || !token.starts_with('0')))
+        .then(|| token.parse().ok())
+        .flatten()
+}
+
+/// One step of [`walk`]: the member or element `token` names in the value it is given,
+/// and the pointer's remainder (`""` at the last step).
+struct Seeker<'p, 'f, 'de> {
+    token: Cow<'p, str>,
+    rest: &'p str,
+    found: &'f Cell<Option<&'de RawValue>>,
+}
+
+impl<'p, 'f, 'de> Seeker<'p, 'f, 'de> {
+    /// The first step of `pointer`; `None` when it is not a pointer (no leading `/`).
+    fn new(pointer: &'p str, found: &'f Cell<Option<&'de RawValue>>) -> Option<Self> {
+        let path = pointer.strip_prefix('/')?;
+        let (token, rest) = path.find('/').map_or((path, ""), |i| path.split_at(i));
+        Some(Seeker {
+            token: unescape(token),
+            rest,
+            found,
+        })
     }
-    Some(path)
+
+    /// The step after this one; `None` when this is the last.
+    fn next(&self) -> Option<Self> {
+        Seeker::new(self.rest, self.found)
+    }
+}
+
+/// Stops the reader at the value a step named, whether or not it held the rest of
+/// the pointer: only the first match counts.
+fn stop<E: de::Error>() -> Result<(), E> {
+    Err(E::custom("stop"))
+}
+
+impl<'de> de::DeserializeSeed<'de> for Seeker<'_, '_, 'de> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Seeker<'_, '_, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+        f.write_str("an object or an array")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        if self.token.is_empty() {
+            return Ok(());
+        }
+        while let Some(key) = map.next_key_seed(KeyText)? {
+            if key == self.token {
+                match self.next() {
+                    Some(next) => map.next_value_seed(next)?,
+                    None => self.found.set(Some(map.next_value()?)),
+                }
+                return stop();
+            }
+            map.next_value::<IgnoredAny>()?;
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let Some(at) = index(&self.token) else {
+            return Ok(());
+        };
+        for _ in 0..at {
+            if seq.next_element::<IgnoredAny>()?.is_none() {
+                return Ok(());
+            }
+        }
+        match self.next() {
+            Some(next) => drop(seq.next_element_seed(next)?),
+            None => self.found.set(seq.next_element()?),
+        }
+        stop()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec;
 
     const DOC: &str = r#"{"id":"evt_1","n":42,"s":"7","esc":"a\"b","a/b":1,
         "data":{"object":{"id":"cus_1","list":[{"x":1},{"x":2}]}},"t":"1970-01-01T00:01:00Z"}"#;
@@ -406,8 +494,8 @@ mod tests {
 
     #[test]
     fn members_are_found_as_a_scan_of_the_document_finds_them() {
-        // Each pointer gives the same answer through the top-level index as a gjson
-        // scan of the whole document does.
+        // Each pointer gives the same answer through the top-level index as a walk
+        // from the start of the whole document does.
         let json = Json::parse(DOC.as_bytes()).expect("valid");
         for pointer in [
             "/id",
@@ -436,6 +524,24 @@ mod tests {
                 "{pointer}: another kind"
             );
         }
+    }
+
+    #[test]
+    fn a_walk_reads_only_up_to_the_value_it_names() {
+        // Past the value there is text no reader could accept: a walk that read on
+        // would fail. (Bodies are validated whole before any walk.)
+        let text = r#"{"a": {"skip": [1, {"x": "}"}], "b": {"c": 7}}, "d": ?"#;
+        assert_eq!(walk(text, "/a/b/c"), Some("7"));
+        assert_eq!(walk(text, "/a/b"), Some(r#"{"c": 7}"#));
+        assert_eq!(walk(r#"[0, [1, {"x": 2}]] ?"#, "/1/1/x"), Some("2"));
+        // The first member of a name is the one entered, as a reader meets it.
+        assert_eq!(walk(r#"{"a": {}, "a": {"b": 1}}"#, "/a/b"), None);
+        assert_eq!(walk(r#"{"a": 1, "a": 2}"#, "/a"), Some("1"));
+        // Indexes as RFC 6901 writes them; a member name is matched as text.
+        assert_eq!(walk("[5, 6]", "/01"), None);
+        assert_eq!(walk("[5, 6]", "/-"), None);
+        assert_eq!(walk(r#"{"1": "one"}"#, "/1"), Some(r#""one""#));
+        assert_eq!(walk("7", "/0"), None);
     }
 
     #[test]

@@ -17,12 +17,26 @@
 //!
 //! Helpers return [`Rejection`], so a missing header or a bad field is `?`, never a panic.
 //! [`testing::RequestBuilder`] runs the same code natively under `cargo test`.
+//!
+//! The SDK needs only `core` and `alloc`. A plugin written `#![no_std]` (as every
+//! built-in is) that calls [`no_std_runtime!`] becomes a component that imports
+//! nothing from WASI: one core module, no WASI context to build, and about 2.5 µs less
+//! for each request's fresh instance. A plugin that uses `std` works unchanged.
+
+#![no_std]
+
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
 
 mod adapter;
 pub mod decode;
 pub mod json;
+pub mod prelude;
 mod reconcile;
 mod request;
+#[doc(hidden)]
+pub mod runtime;
 pub mod testing;
 mod types;
 
@@ -37,16 +51,20 @@ pub use serde_json;
 
 /// The generated component-model bindings. Plugin authors never use these directly.
 #[doc(hidden)]
-#[allow(unsafe_code, clippy::all, missing_docs)] // generated code
+#[allow(unsafe_code, clippy::all, missing_docs, unexpected_cfgs)] // generated code
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit",
         world: "reconciling-provider",
+        // `std::error::Error` impls only with a `std` feature, which this crate has not.
+        std_feature,
         pub_export_macro: true,
         export_macro_name: "__export_provider_world",
         default_bindings_module: "hookhost_plugin_sdk::bindings",
     });
 }
+
+use crate::prelude::*;
 
 /// What a provider plugin implements: pure functions of one request.
 pub trait Provider {

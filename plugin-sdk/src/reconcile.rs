@@ -5,6 +5,7 @@
 //! plugin never sees.
 
 use crate::Event;
+use crate::prelude::*;
 
 /// What an endpoint's configuration lets the plugin pull.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

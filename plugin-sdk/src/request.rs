@@ -1,5 +1,6 @@
 //! The request as a plugin sees it, with helpers that fail with a [`Rejection`].
 
+use crate::prelude::*;
 use crate::{Json, Rejection};
 
 /// One request: method, the public URL the sender addressed, headers (lower-case
@@ -32,7 +33,7 @@ impl Request {
 
     /// A header as text; `None` when absent or not UTF-8.
     pub fn header_str(&self, name: &str) -> Option<&str> {
-        self.header(name).and_then(|v| std::str::from_utf8(v).ok())
+        self.header(name).and_then(|v| core::str::from_utf8(v).ok())
     }
 
     /// A header the signature scheme needs: absent → `MissingSignature(name)`,
@@ -41,7 +42,7 @@ impl Request {
         let raw = self
             .header(name)
             .ok_or_else(|| Rejection::MissingSignature(name.to_ascii_lowercase()))?;
-        let text = std::str::from_utf8(raw).map_err(|_| {
+        let text = core::str::from_utf8(raw).map_err(|_| {
             Rejection::MalformedSignature(format!("{} is not UTF-8", name.to_ascii_lowercase()))
         })?;
         Ok(text.trim())

@@ -11,6 +11,7 @@
 //! ```
 
 use crate::Request;
+use crate::prelude::*;
 
 /// Builds a [`Request`] the way the host would hand it to a plugin
 /// (header names lower-cased, values raw).

@@ -1,5 +1,6 @@
 //! Plain Rust mirrors of the WIT types, so plugin code never touches generated bindings.
 
+use crate::prelude::*;
 /// How the host turns one configured secret string into a key.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum KeyFormat {

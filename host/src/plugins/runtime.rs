@@ -1194,6 +1194,23 @@ mod tests {
         }
     }
 
+    /// The built-ins are written without `std`, so their components import nothing
+    /// but the contract's types: no WASI to link, one core module to instantiate. A
+    /// plugin built with `std` (the test guest) imports WASI.
+    #[test]
+    fn built_ins_import_nothing_but_the_contract() {
+        let catalog = Catalog::load(None, PluginLimits::default()).expect("built-ins load");
+        assert!(catalog.iter().count() >= 36);
+        for plugin in catalog.iter() {
+            let imports = plugin.imports().expect("imports");
+            assert_eq!(imports, ["hookhost:provider/types@0.2.0"], "{}", plugin.name());
+        }
+        let path = Path::new(env!("HOOKHOST_GUESTS_DIR")).join("hostile.wasm");
+        let hostile = Plugin::load_file(&path, PluginLimits::default()).expect("guest loads");
+        let imports = hostile.imports().expect("imports");
+        assert!(imports.iter().any(|i| i.starts_with("wasi:cli/stderr")), "{imports:?}");
+    }
+
     /// A store builds its WASI context only when the plugin calls WASI. No built-in
     /// does while it answers a request, accepted or refused, so none pays for one; a
     /// plugin that writes to stderr gets the sandbox, and what it wrote is kept.

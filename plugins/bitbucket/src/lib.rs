@@ -24,6 +24,10 @@
 //! version is the object's `updated_on` in unix millis; a key ending in `deleted`
 //! marks it deleted.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, Json, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection,
     Request, decode,
@@ -98,6 +102,7 @@ fn resource(key: &str, body: &Json) -> Option<(&'static str, String)> {
 }
 
 hookhost_plugin_sdk::export_provider!(Bitbucket);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

@@ -38,6 +38,10 @@
 //! `source.id`, version = `created_at` in unix millis, deleted when the trigger is
 //! `<SOURCE TYPE>.DELETED` (`FILE.DELETED` for a file; trashing is not deletion).
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     decode,
@@ -128,6 +132,7 @@ fn expect_header(req: &Request, name: &str, expected: &str) -> Result<(), Reject
 }
 
 hookhost_plugin_sdk::export_provider!(BoxWebhooks);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

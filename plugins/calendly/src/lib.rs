@@ -21,6 +21,10 @@
 //! body instead, `{event}:{payload.uri}:{created_at}` (all three as sent), and is left
 //! to the host only when one of them is missing.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     decode,
@@ -106,6 +110,7 @@ impl Provider for Calendly {
 }
 
 hookhost_plugin_sdk::export_provider!(Calendly);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

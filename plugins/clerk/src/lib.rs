@@ -20,6 +20,10 @@
 //! dashboard **[docs]** (same page); the `user.deleted` payload shape (`deleted: true`,
 //! `id`, `object`) from an earlier version of Clerk's webhook docs **[2nd]**.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 #[path = "../../svix/src/scheme.rs"]
 mod svix;
 
@@ -70,6 +74,7 @@ impl Provider for Clerk {
 }
 
 hookhost_plugin_sdk::export_provider!(Clerk);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

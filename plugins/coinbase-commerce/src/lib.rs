@@ -24,6 +24,10 @@
 //! such type is documented today). The top-level `id` identifies the delivery, not the
 //! event, and is not used.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     decode,
@@ -82,6 +86,7 @@ impl Provider for CoinbaseCommerce {
 }
 
 hookhost_plugin_sdk::export_provider!(CoinbaseCommerce);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

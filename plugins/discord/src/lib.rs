@@ -33,6 +33,10 @@
 //!   type without `_CREATE`/`_UPDATE`/`_DELETE`, lower case), versioned by the event time
 //!   in ms; `*_DELETE` marks it deleted.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, Json, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection,
     Request, Response, decode,
@@ -170,6 +174,7 @@ fn body_id(body: &[u8]) -> String {
 }
 
 hookhost_plugin_sdk::export_provider!(Discord);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

@@ -36,6 +36,10 @@
 //! configuration asks for acknowledgement ("Require Acknowledgement"); secondary sources
 //! disagree on the schedule.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     decode,
@@ -88,7 +92,7 @@ impl Provider for DocuSign {
         let candidates = numbered
             .into_iter()
             .map(|(n, value)| {
-                let text = std::str::from_utf8(value).map_err(|_| {
+                let text = core::str::from_utf8(value).map_err(|_| {
                     Rejection::MalformedSignature(format!("{SIGNATURE_PREFIX}{n} is not UTF-8"))
                 })?;
                 Ok(Candidate::new(
@@ -141,6 +145,7 @@ impl Provider for DocuSign {
 }
 
 hookhost_plugin_sdk::export_provider!(DocuSign);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

@@ -18,6 +18,10 @@
 //! named it is the resource (kind `account`, no version: notifications are not
 //! successive states of the account).
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::serde_json::Value;
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, Handshake, HandshakeCheck, KeyFormat, Part, Plan, PluginInfo,
@@ -90,6 +94,7 @@ impl Provider for Dropbox {
 }
 
 hookhost_plugin_sdk::export_provider!(Dropbox);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,8 @@
 //! The endpoint's mapping: its plugin configuration, checked and parsed. Every mistake
 //! is a [`ConfigError`] naming the dotted key (`signature.encoding`).
 
+use hookhost_plugin_sdk::prelude::*;
+
 use crate::signature::{Encoding, Labels, Layout, SignatureSpec};
 use crate::template::{self, Context, Piece, Template};
 use hookhost_plugin_sdk::serde_json::{Map, Value};

@@ -196,18 +196,22 @@
 //! are not typed (`unknown`, and the id is the host's), and a JSON-looking body that
 //! is not JSON cannot be refused while forms are accepted. No handshakes are answered.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 mod config;
 mod reconcile;
 mod signature;
 mod template;
 
 use config::{Mapping, TimeUnit, TimestampSource, TimestampSpec, VersionFormat};
+use core::cell::OnceCell;
 use hookhost_plugin_sdk::serde_json::Value;
 use hookhost_plugin_sdk::{
     Algorithm, Answer, Candidate, ConfigError, EndpointFacts, Event, Json, KeyFormat, Page, Part,
     Plan, PluginInfo, Provider, ReconcileInfo, Rejection, Request, RequestPlan, decode,
 };
-use std::cell::OnceCell;
 use template::{Piece, Source, Template};
 
 pub struct Generic;
@@ -502,6 +506,7 @@ impl<'r> Fields<'r> {
 }
 
 hookhost_plugin_sdk::export_provider!(Generic);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests;

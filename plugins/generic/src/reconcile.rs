@@ -1,6 +1,8 @@
 //! Listing the sender's events through its API (`[reconcile]`, see the crate docs):
 //! the request for a page, and the events a page lists.
 
+use hookhost_plugin_sdk::prelude::*;
+
 use crate::config::{Mapping, ReconcileSpec};
 use hookhost_plugin_sdk::serde_json::Value;
 use hookhost_plugin_sdk::{

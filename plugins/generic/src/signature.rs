@@ -1,5 +1,7 @@
 //! Finding the signatures in the signature header and decoding them to bytes.
 
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{Rejection, decode};
 
 /// How signatures are written in the signature header.

@@ -6,6 +6,8 @@
 //! (event fields only) or `{header:NAME}` (both). In event fields a header or pointer may
 //! end with `|before:SEP`: the value up to the first `SEP` (all of it when there is none).
 
+use hookhost_plugin_sdk::prelude::*;
+
 /// Where a field's value comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -88,7 +90,7 @@ pub fn parse(text: &str, context: Context) -> Result<Template, String> {
                 ));
             }
             if !literal.is_empty() {
-                pieces.push(Piece::Text(std::mem::take(&mut literal)));
+                pieces.push(Piece::Text(core::mem::take(&mut literal)));
             }
             pieces.push(placeholder(inner, context)?);
             pos += end + 2;

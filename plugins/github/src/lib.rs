@@ -61,6 +61,10 @@
 //! paths on the API base, so GitHub Enterprise Server works with the endpoint's
 //! `api_base` set to `https://HOST/api/v3`.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::serde_json::{self, Value};
 use hookhost_plugin_sdk::{
     Algorithm, Answer, Candidate, ConfigError, EndpointFacts, Event, Json, KeyFormat, Page, Part,
@@ -509,6 +513,7 @@ fn resource(body: &Json) -> Option<(&'static str, String)> {
 }
 
 hookhost_plugin_sdk::export_provider!(GitHub);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

@@ -30,12 +30,16 @@
 //! automatic retry schedule is not documented **[unconfirmed]**. GitLab's
 //! Standard-Webhooks-style signing token (behind a feature flag) is not handled here.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
+use core::fmt::Write as _;
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, Json, KeyFormat, Plan, PluginInfo, Provider, Rejection, Request,
     decode,
 };
 use sha2::{Digest as _, Sha256};
-use std::fmt::Write as _;
 
 pub struct GitLab;
 
@@ -127,6 +131,7 @@ fn updated_at_millis(body: &Json) -> Option<u64> {
 }
 
 hookhost_plugin_sdk::export_provider!(GitLab);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

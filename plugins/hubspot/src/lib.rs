@@ -52,13 +52,17 @@
 //! none after 400/401/403/404/405 **[2nd]** (an earlier version of the webhooks docs, as
 //! quoted on HubSpot's community forum).
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
+use core::fmt::Write as _;
 use hookhost_plugin_sdk::serde_json::{Map, Value};
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, ConfigError, EndpointFacts, Event, KeyFormat, Part, Plan, PluginInfo,
     Provider, Rejection, Request, decode,
 };
 use sha2::{Digest as _, Sha256};
-use std::fmt::Write as _;
 
 const V3: &str = "x-hubspot-signature-v3";
 const TIMESTAMP: &str = "x-hubspot-request-timestamp";
@@ -266,6 +270,7 @@ fn hex_digest(prefix: &str, bytes: &[u8]) -> String {
 }
 
 hookhost_plugin_sdk::export_provider!(HubSpot);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

@@ -11,6 +11,10 @@
 //! in millis, else the notification's `created_at` in millis; topics ending in `.deleted`
 //! mark it deleted. `ping` (sent when a webhook is set up or tested) is stored but ignored.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     decode,
@@ -79,6 +83,7 @@ impl Provider for Intercom {
 }
 
 hookhost_plugin_sdk::export_provider!(Intercom);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

@@ -29,6 +29,10 @@
 //! but its meaning (per event or per webhook) is **[unconfirmed]**, so it is not used.
 //! No documented event deletes a resource.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     decode,
@@ -83,6 +87,7 @@ impl Provider for LemonSqueezy {
 }
 
 hookhost_plugin_sdk::export_provider!(LemonSqueezy);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

@@ -15,6 +15,10 @@
 //! `data`: kind = `type`, id = `data.id`, version = `data.updatedAt` in unix millis;
 //! `action == "remove"` marks it deleted.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, Json, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection,
     Request, decode,
@@ -89,7 +93,7 @@ fn webhook_millis(body: &Json) -> Result<Option<i64>, Rejection> {
     if !ms.is_finite() || ms.abs() > 9.0e15 {
         return Err(not_millis());
     }
-    Ok(Some(ms.floor() as i64))
+    Ok(Some(decode::floor(ms)))
 }
 
 fn delivery(req: &Request) -> Option<String> {
@@ -100,6 +104,7 @@ fn delivery(req: &Request) -> Option<String> {
 }
 
 hookhost_plugin_sdk::export_provider!(Linear);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

@@ -28,6 +28,10 @@
 //! message: id = `event-data.message.headers.message-id`, version = the event time in unix
 //! millis (a message's events are ordered by when they happened).
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, Json, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection,
     Request, decode,
@@ -98,11 +102,12 @@ impl Provider for Mailgun {
             .filter(|t| t.is_finite());
         let mut event = Event::new(event_type.as_ref())
             .id(id)
-            .occurred_at(time.map(|t| t.floor() as i64));
+            .occurred_at(time.map(decode::floor));
         if let Some(message_id) = body.str("/event-data/message/headers/message-id") {
             let millis = time
                 .filter(|t| *t >= 0.0)
-                .map(|t| (t * 1000.0).floor() as u64);
+                // Not negative, so truncating is rounding down.
+                .map(|t| (t * 1000.0) as u64);
             event = event.resource("message", message_id).version(millis);
         }
         Ok(event)
@@ -123,6 +128,7 @@ fn json_body(req: &Request) -> Result<Json, Rejection> {
 }
 
 hookhost_plugin_sdk::export_provider!(Mailgun);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

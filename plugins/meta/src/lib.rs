@@ -34,6 +34,10 @@
 //! - occurred_at: the WhatsApp item's `timestamp`, else the entry's `time` (unix seconds;
 //!   Messenger writes milliseconds, which are recognised by size).
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::serde_json::Value;
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, Handshake, HandshakeCheck, KeyFormat, Part, Plan, PluginInfo,
@@ -186,6 +190,7 @@ fn query(url: &str) -> form_urlencoded::Parse<'_> {
 }
 
 hookhost_plugin_sdk::export_provider!(Meta);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

@@ -28,6 +28,10 @@
 //! `object.id`, version = `created_at` in unix millis, deleted when the type ends with
 //! `.{object.type}.deleted` (`video.asset.deleted`, not `video.asset.track.deleted`).
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     decode,
@@ -108,6 +112,7 @@ impl Provider for Mux {
 }
 
 hookhost_plugin_sdk::export_provider!(Mux);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

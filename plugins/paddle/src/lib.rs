@@ -26,6 +26,10 @@
 //! Retries (docs: <https://developer.paddle.com/webhooks/respond-to-webhooks>): answer 200
 //! within five seconds; live accounts are retried up to 60 times over 3 days.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     decode,
@@ -115,6 +119,7 @@ impl Provider for Paddle {
 }
 
 hookhost_plugin_sdk::export_provider!(Paddle);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

@@ -24,6 +24,10 @@
 //! event time in unix millis; `*.deleted` marks the resource deleted. `pagey.ping`
 //! (the test event) is stored but ignored.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     decode,
@@ -109,6 +113,7 @@ impl Provider for PagerDuty {
 }
 
 hookhost_plugin_sdk::export_provider!(PagerDuty);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

@@ -27,6 +27,10 @@
 //! field (else the name). Version = body `created_at` (entities carry no update
 //! counter); an event name ending in `.deleted` marks the resource deleted.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, Json, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection,
     Request, decode,
@@ -110,6 +114,7 @@ fn resource(body: &Json, event_type: &str) -> Option<(String, String)> {
 }
 
 hookhost_plugin_sdk::export_provider!(Razorpay);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

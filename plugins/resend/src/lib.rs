@@ -19,6 +19,10 @@
 //! Svix headers https://resend.com/docs/webhooks/verify-webhooks-requests **[docs]**;
 //! retry schedule https://resend.com/docs/webhooks/retries-and-replays **[docs]**.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 #[path = "../../svix/src/scheme.rs"]
 mod svix;
 
@@ -71,6 +75,7 @@ impl Provider for Resend {
 }
 
 hookhost_plugin_sdk::export_provider!(Resend);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

@@ -38,13 +38,17 @@
 //! retries "at increasing intervals for up to 24 hours"
 //! https://docs.sendgrid.com/for-developers/tracking-events/troubleshooting **[docs]**.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
+use core::fmt::Write as _;
 use hookhost_plugin_sdk::serde_json::{Map, Value};
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, ConfigError, EndpointFacts, Event, KeyFormat, Part, Plan, PluginInfo,
     Provider, Rejection, Request, decode,
 };
 use sha2::{Digest as _, Sha256};
-use std::fmt::Write as _;
 
 const SIGNATURE: &str = "x-twilio-email-event-webhook-signature";
 const TIMESTAMP: &str = "x-twilio-email-event-webhook-timestamp";
@@ -169,6 +173,7 @@ fn hex_digest(prefix: &str, bytes: &[u8]) -> String {
 }
 
 hookhost_plugin_sdk::export_provider!(SendGrid);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

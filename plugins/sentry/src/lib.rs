@@ -25,6 +25,10 @@
 //! event's `datetime` for `error` and `event_alert`. `action == "deleted"` marks the
 //! resource deleted. Other resources (`seer`, `preprod_artifact`…) have no resource.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, Json, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection,
     Request, decode,
@@ -115,6 +119,7 @@ fn resource(resource_header: &str, body: &Json) -> Option<Found> {
 }
 
 hookhost_plugin_sdk::export_provider!(Sentry);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

@@ -14,6 +14,10 @@
 //! body `updated_at` in unix millis, deleted when the topic ends with `/delete`. Other
 //! bodies (XML subscriptions) are described from the headers alone.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     decode,
@@ -76,6 +80,7 @@ impl Provider for Shopify {
 }
 
 hookhost_plugin_sdk::export_provider!(Shopify);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

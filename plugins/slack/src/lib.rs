@@ -18,6 +18,10 @@
 //!
 //! Anything else is `MalformedBody`.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     Response, decode, serde_json,
@@ -109,6 +113,7 @@ fn form(req: &Request) -> Result<Event, Rejection> {
 }
 
 hookhost_plugin_sdk::export_provider!(Slack);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

@@ -23,6 +23,10 @@
 //! `data.deleted` is true or the type ends with `.deleted`. `webhooks.test_notification` is
 //! stored but ignored.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     decode, serde_json::Value,
@@ -111,6 +115,7 @@ fn notification_url(req: &Request) -> Result<Part, Rejection> {
 }
 
 hookhost_plugin_sdk::export_provider!(Square);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

@@ -23,12 +23,18 @@
 //!
 //! A type ending in `.deleted` marks the resource deleted.
 
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
+
+use hookhost_plugin_sdk::prelude::*;
+
+use alloc::borrow::Cow;
 use hookhost_plugin_sdk::serde_json::Value;
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, Json, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection,
     Request, decode,
 };
-use std::borrow::Cow;
 
 pub struct StandardWebhooks;
 
@@ -146,6 +152,7 @@ fn config_pointer<'a>(config: &'a Value, key: &str) -> Result<Option<&'a str>, R
 }
 
 hookhost_plugin_sdk::export_provider!(StandardWebhooks);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

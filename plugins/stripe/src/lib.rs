@@ -5,6 +5,10 @@
 //! trusted; Stripe sends one `v1` per active secret while a rolled secret is kept.
 //! The event id, type and object live in the body (`id`, `type`, `data.object`).
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Answer, Candidate, Event, Json, KeyFormat, Page, Part, Plan, PluginInfo, Provider,
     ReconcileInfo, Rejection, RemoteEvent, Repair, Request, RequestPlan, decode, serde_json,
@@ -141,6 +145,7 @@ fn describe(body: &Json) -> Result<Event, Rejection> {
 }
 
 hookhost_plugin_sdk::export_provider!(Stripe);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

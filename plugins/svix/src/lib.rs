@@ -28,12 +28,18 @@
 //! `resend` plugins (Svix-signed senders) compile in as a module; see its docs for why
 //! it is not a crate dependency.
 
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
+
+use hookhost_plugin_sdk::prelude::*;
+
 pub mod scheme;
 
 pub use scheme::{TOLERANCE_SECONDS, algorithms, info, message_id, plan};
 
+use alloc::borrow::Cow;
 use hookhost_plugin_sdk::{Algorithm, Event, Plan, PluginInfo, Provider, Rejection, Request};
-use std::borrow::Cow;
 
 /// The retry schedule Svix documents for every Svix-sent webhook.
 pub const RETRY_BEHAVIOUR: &str = "Svix: immediately, then 5 s, 5 min, 30 min, 2 h, 5 h, \
@@ -65,6 +71,7 @@ impl Provider for Svix {
 }
 
 hookhost_plugin_sdk::export_provider!(Svix);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

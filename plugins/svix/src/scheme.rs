@@ -11,6 +11,8 @@
 //! space-separated, unix-seconds timestamp within ±300 s; each `svix-*` header falls
 //! back to its `webhook-*` name. Sources: see the `svix` plugin's crate docs.
 
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, KeyFormat, Part, Plan, PluginInfo, Rejection, Request, decode,
 };

@@ -38,12 +38,18 @@
 //! Twilio can be told to use GET (parameters in the signed query, no body); hookhost answers
 //! a GET without a handshake with 405, so configure Twilio webhooks with POST (its default).
 
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
+
+use hookhost_plugin_sdk::prelude::*;
+
+use alloc::collections::{BTreeMap, BTreeSet};
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     decode,
 };
 use sha2::{Digest as _, Sha256};
-use std::collections::{BTreeMap, BTreeSet};
 
 const SIGNATURE: &str = "x-twilio-signature";
 const SETTINGS: &str = "x-twilio-webhooks-signature-settings";
@@ -190,7 +196,7 @@ fn signed_params(pairs: &[(String, String)]) -> String {
 /// The decoded pairs of an `application/x-www-form-urlencoded` body. Twilio sends UTF-8;
 /// anything else is not a Twilio body.
 fn form_pairs(body: &[u8]) -> Result<Vec<(String, String)>, Rejection> {
-    let text = std::str::from_utf8(body)
+    let text = core::str::from_utf8(body)
         .map_err(|_| Rejection::MalformedBody("form body is not UTF-8".into()))?;
     parse_pairs(text)
         .ok_or_else(|| Rejection::MalformedBody("form body does not decode to UTF-8".into()))
@@ -235,6 +241,7 @@ fn body_sha256(url: &str) -> Option<String> {
 }
 
 hookhost_plugin_sdk::export_provider!(Twilio);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

@@ -22,6 +22,10 @@
 //!   message id, resource = the subscription, marked deleted.
 //! - anything else → `Unsupported`.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     Response, decode,
@@ -118,6 +122,7 @@ impl Provider for Twitch {
 }
 
 hookhost_plugin_sdk::export_provider!(Twitch);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

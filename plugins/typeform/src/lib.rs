@@ -14,6 +14,10 @@
 //! = `form_response.submitted_at` in unix millis; occurred_at = `submitted_at` (else
 //! `landed_at`). A body that is not JSON is `MalformedBody`.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     decode,
@@ -69,6 +73,7 @@ impl Provider for Typeform {
 }
 
 hookhost_plugin_sdk::export_provider!(Typeform);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

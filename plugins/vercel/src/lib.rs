@@ -18,6 +18,10 @@
 //! or `payload.domain.name`; its version is `createdAt` in millis; `*.removed` and
 //! `*.deleted` mark it deleted.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, Json, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection,
     Request, decode,
@@ -87,6 +91,7 @@ fn resource(event_type: &str, body: &Json) -> Option<(&'static str, String)> {
 }
 
 hookhost_plugin_sdk::export_provider!(Vercel);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

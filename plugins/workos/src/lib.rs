@@ -18,6 +18,10 @@
 //! `*.deleted` marks it deleted. WorkOS does not guarantee delivery order
 //! (https://workos.com/docs/webhooks), which is what the version is for.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     decode,
@@ -99,6 +103,7 @@ impl Provider for WorkOs {
 }
 
 hookhost_plugin_sdk::export_provider!(WorkOs);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {

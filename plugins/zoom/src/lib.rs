@@ -27,6 +27,10 @@
 //! out of order, so ordering them would drop genuine events; a `.deleted` event still
 //! leaves a tombstone.
 
+#![cfg_attr(not(test), no_std)]
+
+use hookhost_plugin_sdk::prelude::*;
+
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     Response, ResponsePart, decode, serde_json,
@@ -126,6 +130,7 @@ fn body_id(body: &[u8]) -> String {
 }
 
 hookhost_plugin_sdk::export_provider!(Zoom);
+hookhost_plugin_sdk::no_std_runtime!();
 
 #[cfg(test)]
 mod tests {
