@@ -1203,12 +1203,20 @@ mod tests {
         assert!(catalog.iter().count() >= 36);
         for plugin in catalog.iter() {
             let imports = plugin.imports().expect("imports");
-            assert_eq!(imports, ["hookhost:provider/types@0.2.0"], "{}", plugin.name());
+            assert_eq!(
+                imports,
+                ["hookhost:provider/types@0.2.0"],
+                "{}",
+                plugin.name()
+            );
         }
         let path = Path::new(env!("HOOKHOST_GUESTS_DIR")).join("hostile.wasm");
         let hostile = Plugin::load_file(&path, PluginLimits::default()).expect("guest loads");
         let imports = hostile.imports().expect("imports");
-        assert!(imports.iter().any(|i| i.starts_with("wasi:cli/stderr")), "{imports:?}");
+        assert!(
+            imports.iter().any(|i| i.starts_with("wasi:cli/stderr")),
+            "{imports:?}"
+        );
     }
 
     /// A store builds its WASI context only when the plugin calls WASI. No built-in
