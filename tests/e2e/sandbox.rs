@@ -340,3 +340,46 @@ fn every_built_in_plugin_reads_deeply_nested_bodies_within_its_stack() {
     assert_eq!(checked, 6 * catalog.iter().count());
     assert!(catalog.iter().count() >= 36, "every built-in is checked");
 }
+
+/// A plugin whose memory starts past the default per-call limit (24 MiB against
+/// 16 MiB) is refused at start with the reason, not left to fail every request; with
+/// the limit raised past its size it loads and answers. (The load-time export check
+/// runs with the most memory any configuration may grant, so it never refuses a
+/// plugin the configured limit would let run.)
+#[tokio::test]
+async fn a_plugin_whose_memory_starts_past_the_limit_is_refused_at_start_unless_raised() {
+    let dir = || {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir(dir.path().join("plugins")).expect("plugins dir");
+        std::fs::copy(
+            guest("big_memory"),
+            dir.path().join("plugins/big-memory.wasm"),
+        )
+        .expect("copy guest");
+        dir
+    };
+    let endpoint = "[[endpoint]]\nid = \"big\"\nplugin = \"big-memory\"\nsecrets = [\"s\"]\n";
+
+    let refused = Server::start_in(dir(), &format!("plugins_dir = \"plugins\"\n{endpoint}"))
+        .await
+        .err()
+        .map(|e| format!("{e:#}"))
+        .expect("the default 16 MiB per call cannot start a 24 MiB plugin");
+    assert!(refused.contains("big-memory.wasm"), "{refused}");
+    assert!(
+        refused.contains("needs more memory than limits.plugin_memory_bytes (16777216 bytes)"),
+        "{refused}"
+    );
+
+    let server = Server::start_in(
+        dir(),
+        &format!("plugins_dir = \"plugins\"\n[limits]\nplugin_memory_bytes = 33554432\n{endpoint}"),
+    )
+    .await
+    .expect("starts with 32 MiB per call");
+    let body = br#"{"n":1}"#;
+    let answer = server
+        .post("big", &guest_headers("s", "big-1", body), &body[..])
+        .await;
+    assert_eq!(answer.1["status"], "accepted", "{answer:?}");
+}

@@ -576,9 +576,15 @@ impl Plugin {
             limits,
             calls: OnceLock::new(),
         };
-        let (algorithms, info) = plugin
-            .call_info()
-            .map_err(|e| refuse(format!("info() failed: {e}")))?;
+        let (algorithms, info) = plugin.call_info().map_err(|e| match e {
+            // Most often a memory whose initial size is past the limit: say which.
+            PluginFailure::Memory => refuse(format!(
+                "info() failed: the plugin needs more memory than limits.plugin_memory_bytes \
+                 ({} bytes) allows",
+                limits.memory_bytes
+            )),
+            e => refuse(format!("info() failed: {e}")),
+        })?;
         if info.name.is_empty()
             || !info
                 .name
