@@ -6,14 +6,7 @@ use hookhost::plugins::{Origin, Plugin, PluginLimits};
 
 /// A temp dir whose `plugins/` holds the 0.1.0 guest as a drop-in.
 fn with_legacy_plugin() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::create_dir(dir.path().join("plugins")).expect("plugins dir");
-    std::fs::copy(
-        guest("contract_v0_1"),
-        dir.path().join("plugins/contract-v0-1.wasm"),
-    )
-    .expect("copy guest");
-    dir
+    with_guest("contract_v0_1", "contract-v0-1.wasm")
 }
 
 #[test]

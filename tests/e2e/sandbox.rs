@@ -348,16 +348,7 @@ fn every_built_in_plugin_reads_deeply_nested_bodies_within_its_stack() {
 /// plugin the configured limit would let run.)
 #[tokio::test]
 async fn a_plugin_whose_memory_starts_past_the_limit_is_refused_at_start_unless_raised() {
-    let dir = || {
-        let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::create_dir(dir.path().join("plugins")).expect("plugins dir");
-        std::fs::copy(
-            guest("big_memory"),
-            dir.path().join("plugins/big-memory.wasm"),
-        )
-        .expect("copy guest");
-        dir
-    };
+    let dir = || with_guest("big_memory", "big-memory.wasm");
     let endpoint = "[[endpoint]]\nid = \"big\"\nplugin = \"big-memory\"\nsecrets = [\"s\"]\n";
 
     let refused = Server::start_in(dir(), &format!("plugins_dir = \"plugins\"\n{endpoint}"))

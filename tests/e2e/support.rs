@@ -20,9 +20,14 @@ pub fn guest(name: &str) -> PathBuf {
 /// A temp dir whose `plugins/` holds the test guest as a drop-in
 /// (configure `plugins_dir = "plugins"`).
 pub fn with_test_guest() -> tempfile::TempDir {
+    with_guest("hostile", "hostile.wasm")
+}
+
+/// A temp dir whose `plugins/` holds the guest built as `name` as the drop-in `file`.
+pub fn with_guest(name: &str, file: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::create_dir(dir.path().join("plugins")).expect("plugins dir");
-    std::fs::copy(guest("hostile"), dir.path().join("plugins/hostile.wasm")).expect("copy guest");
+    std::fs::copy(guest(name), dir.path().join("plugins").join(file)).expect("copy guest");
     dir
 }
 
