@@ -85,10 +85,7 @@ impl Json {
         let Some(members) = &self.members else {
             return self.scan(&self.text, pointer);
         };
-        let path = pointer.strip_prefix('/')?;
-        // `rest` is the pointer's remainder, from its next `/`.
-        let (first, rest) = path.find('/').map_or((path, ""), |i| path.split_at(i));
-        let first = unescape(first);
+        let (first, rest) = first_token(pointer)?;
         if first.is_empty() {
             return None;
         }
@@ -338,6 +335,14 @@ fn walk<'a>(within: &'a str, pointer: &str) -> Option<&'a str> {
     found.get().map(RawValue::get)
 }
 
+/// A JSON Pointer's first token, unescaped, and its remainder from the next `/` (`""`
+/// when there is none); `None` when `pointer` does not start with `/`.
+fn first_token(pointer: &str) -> Option<(Cow<'_, str>, &str)> {
+    let path = pointer.strip_prefix('/')?;
+    let (token, rest) = path.find('/').map_or((path, ""), |i| path.split_at(i));
+    Some((unescape(token), rest))
+}
+
 /// An array index as RFC 6901 writes it: `0`, or digits without a leading zero.
 fn index(token: &str) -> Option<usize> {
     let digits = token.bytes().all(|b| b.is_ascii_digit());
@@ -357,13 +362,8 @@ struct Seeker<'p, 'f, 'de> {
 impl<'p, 'f, 'de> Seeker<'p, 'f, 'de> {
     /// The first step of `pointer`; `None` when it is not a pointer (no leading `/`).
     fn new(pointer: &'p str, found: &'f Cell<Option<&'de RawValue>>) -> Option<Self> {
-        let path = pointer.strip_prefix('/')?;
-        let (token, rest) = path.find('/').map_or((path, ""), |i| path.split_at(i));
-        Some(Seeker {
-            token: unescape(token),
-            rest,
-            found,
-        })
+        let (token, rest) = first_token(pointer)?;
+        Some(Seeker { token, rest, found })
     }
 
     /// The step after this one; `None` when this is the last.

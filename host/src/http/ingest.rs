@@ -207,9 +207,8 @@ pub(crate) fn judge(
 /// Read at most `cap` bytes into one buffer; a declared or actual length past it is
 /// 413. Room for the body is reserved in `budget` first (the declared length, or the
 /// cap when none is declared, trimmed once read); the caller holds it while it keeps
-/// the body.
-/// The body, within `cap` bytes and within `timeout` of its room in the budget being
-/// granted (waiting for room is not the sender's delay).
+/// the body. The whole body must arrive within `timeout` of its room being granted
+/// (waiting for room is not the sender's delay); past it, 408.
 async fn read_capped<'a>(
     budget: &'a BodyBudget,
     mut body: Body,

@@ -1191,6 +1191,12 @@ fn check_contract(component: &Component) -> Result<&'static str, String> {
 mod tests {
     use super::*;
 
+    /// The test guest built with `std`.
+    fn hostile() -> Plugin {
+        let path = Path::new(env!("HOOKHOST_GUESTS_DIR")).join("hostile.wasm");
+        Plugin::load_file(&path, PluginLimits::default()).expect("guest loads")
+    }
+
     fn request<'a>(headers: &'a [(String, Vec<u8>)], body: &'a [u8]) -> MessageSource<'a> {
         MessageSource {
             method: "POST",
@@ -1216,9 +1222,7 @@ mod tests {
                 plugin.name()
             );
         }
-        let path = Path::new(env!("HOOKHOST_GUESTS_DIR")).join("hostile.wasm");
-        let hostile = Plugin::load_file(&path, PluginLimits::default()).expect("guest loads");
-        let imports = hostile.imports().expect("imports");
+        let imports = hostile().imports().expect("imports");
         assert!(
             imports.iter().any(|i| i.starts_with("wasi:cli/stderr")),
             "{imports:?}"
@@ -1262,8 +1266,7 @@ mod tests {
             );
         }
 
-        let path = Path::new(env!("HOOKHOST_GUESTS_DIR")).join("hostile.wasm");
-        let hostile = Plugin::load_file(&path, PluginLimits::default()).expect("guest loads");
+        let hostile = hostile();
         let mut session = hostile
             .session(
                 r#"{"mode":"stderr","phase":"plan"}"#,
