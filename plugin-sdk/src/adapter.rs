@@ -67,6 +67,26 @@ impl<P: Provider> crate::bindings::exports::hookhost::provider::plugin::Guest fo
     }
 }
 
+/// The per-request calls with the request passed once: the instance keeps the request
+/// `plan_verification` was given for `describe_event`. Each request has a fresh
+/// instance, so what is kept is never another request's.
+#[cfg(target_arch = "wasm32")]
+impl<P: Provider> crate::bindings::exports::hookhost::provider::session::Guest for Adapter<P> {
+    fn plan_verification(head: wit::Head, body: Vec<u8>) -> Result<wit::Plan, wit::Rejection> {
+        let request = request(head, body)?;
+        let answer = P::plan_verification(&request).map(plan).map_err(rejection);
+        crate::runtime::keep(request);
+        answer
+    }
+
+    fn describe_event() -> Result<wit::Event, wit::Rejection> {
+        let request = crate::runtime::take().ok_or_else(|| {
+            wit::Rejection::Unsupported("describe-event before plan-verification".into())
+        })?;
+        P::describe_event(&request).map(event).map_err(rejection)
+    }
+}
+
 impl<P: Provider> crate::bindings::exports::hookhost::provider::reconcile::Guest for Adapter<P> {
     fn reconcile_info(config: String) -> Option<pull::PullInfo> {
         let info = P::reconcile_info(&parse_config(&config).ok()?)?;

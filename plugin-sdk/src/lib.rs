@@ -55,7 +55,7 @@ pub use serde_json;
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "reconciling-provider",
+        world: "sdk-provider",
         // `std::error::Error` impls only with a `std` feature, which this crate has not.
         std_feature,
         pub_export_macro: true,

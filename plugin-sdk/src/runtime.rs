@@ -3,7 +3,7 @@
 //! model's `cabi_realloc`. [`crate::no_std_runtime!`] puts them in the plugin crate.
 
 #[cfg(target_arch = "wasm32")]
-pub use wasm::{Allocator, realloc};
+pub use wasm::{Allocator, keep, realloc, take};
 
 #[cfg(target_arch = "wasm32")]
 #[allow(unsafe_code)]
@@ -116,6 +116,27 @@ mod wasm {
         unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
             unsafe { (*self.0.get()).realloc(ptr, layout.size(), layout.align(), new_size) }
         }
+    }
+
+    /// The request `session.plan-verification` was given, kept for `describe-event`.
+    struct Kept(UnsafeCell<Option<crate::Request>>);
+
+    // SAFETY: as for the allocator: one thread, and `keep` and `take` are never
+    // re-entered (neither calls out of the SDK while it holds the cell).
+    unsafe impl Sync for Kept {}
+
+    static KEPT: Kept = Kept(UnsafeCell::new(None));
+
+    /// Keep this instance's request for `describe-event`.
+    pub fn keep(request: crate::Request) {
+        // SAFETY: see `Kept`; no reference into the cell outlives this statement.
+        unsafe { *KEPT.0.get() = Some(request) }
+    }
+
+    /// The kept request, if `keep` was called.
+    pub fn take() -> Option<crate::Request> {
+        // SAFETY: see `Kept`; no reference into the cell outlives this statement.
+        unsafe { (*KEPT.0.get()).take() }
     }
 
     /// The canonical ABI's `cabi_realloc`, on the global allocator.

@@ -19,6 +19,8 @@ pub mod v0_1 {
     });
 
     pub const PLUGIN_INTERFACE: &str = "hookhost:provider/plugin@0.1.0";
+    /// 0.1 has no `session` interface.
+    const SESSION_INTERFACE: Option<&str> = None;
 
     super::conversions!(
         self::hookhost::provider::types,
@@ -45,6 +47,8 @@ pub mod v0_2 {
     });
 
     pub const PLUGIN_INTERFACE: &str = "hookhost:provider/plugin@0.2.0";
+    /// The per-request calls with the request passed once (optional).
+    const SESSION_INTERFACE: Option<&str> = Some("hookhost:provider/session@0.2.0");
 
     super::conversions!(
         self::hookhost::provider::types,
@@ -147,49 +151,65 @@ macro_rules! conversions {
 
         pub use wit::{Head, Header};
 
-/// A per-request export: the request's head and body in, a result out.
-type Call<'a, T> =
-    wasmtime::component::TypedFunc<(&'a Head, &'a [u8]), (Result<T, wit::Rejection>,)>;
-
-/// Where a component's two per-request exports are, found and type-checked once when
-/// it loads. The generated bindings would look up and type-check every function of
-/// the interface again in each fresh instance, that is on every request.
+/// Where a component's per-request exports are, found and type-checked once when it
+/// loads. The generated bindings would look up and type-check every function of the
+/// interface again in each fresh instance, that is on every request.
 #[derive(Clone, Copy)]
 pub struct Exports {
+    /// `plan-verification`: `session`'s when the component exports that (the
+    /// instance keeps the request), else `plugin`'s.
     plan: wasmtime::component::ComponentExportIndex,
+    /// `plugin.describe-event`: the head and body passed again.
     describe: wasmtime::component::ComponentExportIndex,
+    /// `session.describe-event`, when exported: after `plan`, it passes nothing.
+    kept: Option<wasmtime::component::ComponentExportIndex>,
 }
 
 impl Exports {
-    /// Find `plan-verification` and `describe-event` in `pre`'s component, and check
-    /// their types against an instance of it in `store`.
+    /// Find `plan-verification` and `describe-event` in `pre`'s component (and the
+    /// optional `session` interface's), and check their types against an instance of
+    /// it in `store`.
     pub fn find<T: 'static>(
         pre: &wasmtime::component::InstancePre<T>,
         store: &mut wasmtime::Store<T>,
     ) -> wasmtime::Result<Exports> {
         let component = pre.component();
-        let interface = component
-            .get_export_index(None, PLUGIN_INTERFACE)
-            .ok_or_else(|| wasmtime::format_err!("no {PLUGIN_INTERFACE} export"))?;
-        let index = |name: &str| {
+        let index = |interface: &str, name: &str| {
+            let within = component
+                .get_export_index(None, interface)
+                .ok_or_else(|| wasmtime::format_err!("no {interface} export"))?;
             component
-                .get_export_index(Some(&interface), name)
-                .ok_or_else(|| wasmtime::format_err!("no `{name}` export"))
+                .get_export_index(Some(&within), name)
+                .ok_or_else(|| wasmtime::format_err!("no `{name}` export in {interface}"))
         };
-        let exports = Exports {
-            plan: index("plan-verification")?,
-            describe: index("describe-event")?,
+        let describe = index(PLUGIN_INTERFACE, "describe-event")?;
+        let (plan, kept) = match SESSION_INTERFACE
+            .filter(|session| component.get_export_index(None, session).is_some())
+        {
+            Some(session) => (
+                index(session, "plan-verification")?,
+                Some(index(session, "describe-event")?),
+            ),
+            None => (index(PLUGIN_INTERFACE, "plan-verification")?, None),
         };
         let instance = pre.instantiate(&mut *store)?;
         instance.get_typed_func::<(&Head, &[u8]), (Result<wit::Plan, wit::Rejection>,)>(
             &mut *store,
-            &exports.plan,
+            &plan,
         )?;
         instance.get_typed_func::<(&Head, &[u8]), (Result<wit::Event, wit::Rejection>,)>(
             &mut *store,
-            &exports.describe,
+            &describe,
         )?;
-        Ok(exports)
+        if let Some(kept) = &kept {
+            instance
+                .get_typed_func::<(), (Result<wit::Event, wit::Rejection>,)>(&mut *store, kept)?;
+        }
+        Ok(Exports {
+            plan,
+            describe,
+            kept,
+        })
     }
 
     pub fn plan_verification<T>(
@@ -199,51 +219,56 @@ impl Exports {
         head: &Head,
         body: &[u8],
     ) -> wasmtime::Result<Result<wit::Plan, wit::Rejection>> {
-        // SAFETY: `find` checked `self.plan` against `Call<wit::Plan>`.
+        // SAFETY: `find` checked `self.plan` against these types.
         #[allow(unsafe_code)]
-        unsafe {
-            Self::call(store, instance, &self.plan, head, body)
-        }
+        let (answer,) = unsafe { Self::call(store, instance, &self.plan, (head, body))? };
+        Ok(answer)
     }
 
+    /// `describe-event`. After `plan_verification` in this instance (`planned`), a
+    /// component with `session` gets nothing passed: it kept the request.
     pub fn describe_event<T>(
         &self,
         store: &mut wasmtime::Store<T>,
         instance: &wasmtime::component::Instance,
         head: &Head,
         body: &[u8],
+        planned: bool,
     ) -> wasmtime::Result<Result<wit::Event, wit::Rejection>> {
-        // SAFETY: `find` checked `self.describe` against `Call<wit::Event>`.
+        // SAFETY: `find` checked `self.kept` and `self.describe` against these types.
         #[allow(unsafe_code)]
-        unsafe {
-            Self::call(store, instance, &self.describe, head, body)
-        }
+        let (answer,) = unsafe {
+            match &self.kept {
+                Some(kept) if planned => Self::call(store, instance, kept, ())?,
+                _ => Self::call(store, instance, &self.describe, (head, body))?,
+            }
+        };
+        Ok(answer)
     }
 
-    /// Call the export at `index` as a `Call<R>`, without checking its type again.
+    /// Call the export at `index` with types `P` → `R`, without checking them again.
     ///
     /// # Safety
     ///
-    /// `find` must have checked the export at `index` against `Call<R>` for this
+    /// `find` must have checked the export at `index` against `P` → `R` for this
     /// component (every instance of a component has the same export types).
     #[allow(unsafe_code)]
-    unsafe fn call<T, R>(
+    unsafe fn call<T, P, R>(
         store: &mut wasmtime::Store<T>,
         instance: &wasmtime::component::Instance,
         index: &wasmtime::component::ComponentExportIndex,
-        head: &Head,
-        body: &[u8],
-    ) -> wasmtime::Result<Result<R, wit::Rejection>>
+        params: P,
+    ) -> wasmtime::Result<R>
     where
-        (Result<R, wit::Rejection>,): wasmtime::component::ComponentNamedList
-            + wasmtime::component::Lift,
+        P: wasmtime::component::ComponentNamedList + wasmtime::component::Lower,
+        R: wasmtime::component::ComponentNamedList + wasmtime::component::Lift,
     {
         let func = instance
             .get_func(&mut *store, index)
             .ok_or_else(|| wasmtime::format_err!("the export found at load is gone"))?;
-        // SAFETY: the caller's promise: this export's type was checked as `Call<R>`.
-        let call = unsafe { Call::<R>::new_unchecked(func) };
-        Ok(call.call(store, (head, body))?.0)
+        // SAFETY: the caller's promise: this export's type was checked as `P` → `R`.
+        let call = unsafe { wasmtime::component::TypedFunc::<P, R>::new_unchecked(func) };
+        call.call(store, params)
     }
 }
 

@@ -901,6 +901,7 @@ impl Plugin {
             store,
             instance,
             body: request.body,
+            planned: false,
         })
     }
 }
@@ -987,6 +988,8 @@ pub struct Session<'a> {
     store: Store<State>,
     instance: Instance,
     body: &'a [u8],
+    /// `plan_verification` answered in this instance, which then holds the request.
+    planned: bool,
 }
 
 impl Session<'_> {
@@ -1002,6 +1005,7 @@ impl Session<'_> {
                     Ok(plan) => $v::plan_size(plan),
                     Err(rejection) => $v::rejection_size(rejection),
                 })?;
+                self.planned = true;
                 Ok(answer.map($v::plan).map_err($v::rejection))
             }};
         }
@@ -1012,12 +1016,12 @@ impl Session<'_> {
     }
 
     pub fn describe_event(&mut self) -> Result<Result<Event, Rejection>, PluginFailure> {
-        let (limits, body) = (self.plugin.limits, self.body);
+        let (limits, body, planned) = (self.plugin.limits, self.body, self.planned);
         macro_rules! call {
             ($v:ident, $exports:expr, $i:expr, $head:expr) => {{
                 let started = Instant::now();
                 let answer = guarded(&mut self.store, limits, |s| {
-                    $exports.describe_event(s, $i, $head, body)
+                    $exports.describe_event(s, $i, $head, body, planned)
                 });
                 let answer = self.checked("describe-event", started, answer, |r| match r {
                     Ok(event) => $v::event_size(event),
@@ -1227,6 +1231,54 @@ mod tests {
             imports.iter().any(|i| i.starts_with("wasi:cli/stderr")),
             "{imports:?}"
         );
+    }
+
+    /// Every built-in exports `session`: after `plan-verification`, `describe-event`
+    /// is passed nothing, because the instance kept the request. Without a plan first
+    /// (a replay that remaps), the host passes the request to `plugin.describe-event`,
+    /// and the answer is the same.
+    #[test]
+    fn after_a_plan_a_built_in_describes_the_request_it_kept() {
+        let catalog = Catalog::load(None, PluginLimits::default()).expect("built-ins load");
+        let body = br#"{"id":"evt_1","type":"customer.updated","created":1700000000,"data":{"object":{"id":"cus_1","object":"customer"}}}"#;
+        let headers = vec![(
+            "stripe-signature".to_owned(),
+            b"t=1700000000,v1=00".to_vec(),
+        )];
+        let stripe = catalog.get("stripe").expect("stripe is built in");
+        let describe = |plan_first: bool| {
+            let mut session = stripe
+                .session("{}", &request(&headers, body))
+                .expect("instance");
+            if plan_first {
+                assert!(matches!(session.plan_verification(), Ok(Ok(_))));
+            }
+            session
+                .describe_event()
+                .expect("no failure")
+                .expect("described")
+        };
+        let kept = describe(true);
+        assert_eq!(kept, describe(false));
+        assert_eq!(
+            (kept.id.as_deref(), kept.resource_id.as_deref()),
+            (Some("evt_1"), Some("cus_1"))
+        );
+
+        // Which export `planned` chooses: told of a plan that was never made, every
+        // built-in's instance has no request to describe.
+        for plugin in catalog.iter() {
+            let mut session = plugin
+                .session("{}", &request(&headers, body))
+                .expect("instance");
+            session.planned = true;
+            let described = session.describe_event();
+            assert!(
+                matches!(&described, Ok(Err(Rejection::Unsupported(why))) if why == "describe-event before plan-verification"),
+                "{}: {described:?}",
+                plugin.name()
+            );
+        }
     }
 
     /// A store builds its WASI context only when the plugin calls WASI. No built-in
