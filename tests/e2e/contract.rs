@@ -1,5 +1,6 @@
 //! The contract is versioned: a plugin built against 0.1.0 keeps loading and working
-//! beside 0.2.0 plugins, and only 0.2.0 plugins answer handshakes.
+//! beside 0.2.0 plugins, and only 0.2.0 plugins answer handshakes. A 0.2.0 plugin
+//! without the optional `session` interface works as one with it.
 
 use crate::support::*;
 use hookhost::plugins::{Origin, Plugin, PluginLimits};
@@ -24,6 +25,52 @@ fn a_plugin_built_against_0_1_loads_and_says_so() {
     let stripe = std::fs::read(guest("stripe")).expect("guest");
     let current = Plugin::load(&stripe, Origin::Builtin, PluginLimits::default()).expect("loads");
     assert_eq!(current.contract(), "0.2.0");
+}
+
+/// A 0.2.0 plugin that exports only `plugin` (built before the optional `session`
+/// interface) is given the head and body again for `describe-event`, and the ingest
+/// path accepts its events as any other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_2_plugin_without_session_is_given_the_request_again() {
+    let bytes = std::fs::read(guest("contract_v0_2")).expect("guest");
+    let plugin = Plugin::load(&bytes, Origin::Builtin, PluginLimits::default()).expect("loads");
+    assert_eq!(plugin.contract(), "0.2.0");
+    let body = br#"{"plain":true}"#;
+    let headers: Vec<(String, Vec<u8>)> = guest_headers("secret", "evt-plain-1", body)
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), value.into_bytes()))
+        .collect();
+    let source = hookhost::verify::MessageSource {
+        method: "POST",
+        url: "http://127.0.0.1/webhooks/plain",
+        headers: &headers,
+        body,
+    };
+    let mut session = plugin.session("{}", &source).expect("instance");
+    assert!(matches!(session.plan_verification(), Ok(Ok(_))));
+    let event = session
+        .describe_event()
+        .expect("no failure")
+        .expect("described");
+    assert_eq!(event.id.as_deref(), Some("evt-plain-1"));
+    assert_eq!(event.resource_id.as_deref(), Some(r#"{"plain":true}"#));
+    drop(session);
+
+    let config = stripe_config(
+        "plugins_dir = \"plugins\"\n[[endpoint]]\nid = \"plain\"\nplugin = \"contract-v0-2\"\nsecrets = [\"secret\"]\n",
+    );
+    let server = Server::start_in(with_guest("contract_v0_2", "contract-v0-2.wasm"), &config)
+        .await
+        .expect("starts");
+    let (status, answer) = server
+        .post(
+            "plain",
+            &guest_headers("secret", "evt-plain-2", body),
+            &body[..],
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["event_id"], "evt-plain-2");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
