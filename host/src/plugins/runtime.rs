@@ -1201,6 +1201,17 @@ mod tests {
         Plugin::load_file(&path, PluginLimits::default()).expect("guest loads")
     }
 
+    /// A Stripe event. Every built-in answers it without failing, most with a rejection.
+    const STRIPE_BODY: &[u8] = br#"{"id":"evt_1","type":"customer.updated","created":1700000000,"data":{"object":{"id":"cus_1","object":"customer"}}}"#;
+
+    /// A Stripe signature header that parses (its signature matches no key).
+    fn stripe_headers() -> Vec<(String, Vec<u8>)> {
+        vec![(
+            "stripe-signature".to_owned(),
+            b"t=1700000000,v1=00".to_vec(),
+        )]
+    }
+
     fn request<'a>(headers: &'a [(String, Vec<u8>)], body: &'a [u8]) -> MessageSource<'a> {
         MessageSource {
             method: "POST",
@@ -1240,11 +1251,7 @@ mod tests {
     #[test]
     fn after_a_plan_a_built_in_describes_the_request_it_kept() {
         let catalog = Catalog::load(None, PluginLimits::default()).expect("built-ins load");
-        let body = br#"{"id":"evt_1","type":"customer.updated","created":1700000000,"data":{"object":{"id":"cus_1","object":"customer"}}}"#;
-        let headers = vec![(
-            "stripe-signature".to_owned(),
-            b"t=1700000000,v1=00".to_vec(),
-        )];
+        let (headers, body) = (stripe_headers(), STRIPE_BODY);
         let stripe = catalog.get("stripe").expect("stripe is built in");
         let describe = |plan_first: bool| {
             let mut session = stripe
@@ -1287,11 +1294,7 @@ mod tests {
     #[test]
     fn only_a_plugin_that_calls_wasi_builds_a_wasi_context() {
         let catalog = Catalog::load(None, PluginLimits::default()).expect("built-ins load");
-        let body = br#"{"id":"evt_1","type":"customer.updated","created":1700000000,"data":{"object":{"id":"cus_1","object":"customer"}}}"#;
-        let headers = vec![(
-            "stripe-signature".to_owned(),
-            b"t=1700000000,v1=00".to_vec(),
-        )];
+        let (headers, body) = (stripe_headers(), STRIPE_BODY);
         let stripe = catalog.get("stripe").expect("stripe is built in");
         let mut session = stripe
             .session("{}", &request(&headers, body))
