@@ -450,6 +450,14 @@ async fn a_paused_endpoint_keeps_accepting_and_delivers_after_resume() {
     let server = start(port, "[0, 0, 0]").await;
     set_paused(&server, true).await;
     accept(&server, "evt_paused").await;
+    // A lease whose list of endpoints was read before the pause still leaves them.
+    let leased = server
+        .app
+        .store
+        .lease_due("probe", &["stripe".into()], i64::MAX / 2, Duration::from_secs(30), 10)
+        .await
+        .expect("lease");
+    assert!(leased.is_empty(), "a paused endpoint's event was leased");
     // Several poll intervals go by; the event waits.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(

@@ -165,6 +165,8 @@ pub(super) async fn lease_in(
             WHERE state = 'pending' AND next_attempt_at_ms <= ?3
               AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?3)
               AND endpoint IN (SELECT value FROM json_each(?4))
+              -- Read with the lease, so a pause that committed first always holds.
+              AND endpoint NOT IN (SELECT endpoint FROM endpoint_pauses)
               -- One resource, one delivery at a time, in version order: skip an
               -- event while another of its resource is in flight or comes first.
               AND (r.resource_id IS NULL OR NOT EXISTS (
