@@ -285,13 +285,38 @@ async fn deeply_nested_bodies_fit_in_a_plugins_stack() {
     }
 }
 
+/// The head the tests of every built-in send: JSON, with the event header GitHub's
+/// plugin needs.
+fn json_head() -> Vec<(String, Vec<u8>)> {
+    vec![
+        ("content-type".into(), b"application/json".to_vec()),
+        ("x-github-event".into(), b"push".to_vec()),
+    ]
+}
+
+/// A fresh instance of a built-in for a POST of `body`, as a request gets one.
+fn fresh<'a>(
+    plugin: &'a hookhost::plugins::Plugin,
+    headers: &'a [(String, Vec<u8>)],
+    body: &'a [u8],
+) -> hookhost::plugins::Session<'a> {
+    let source = hookhost::verify::MessageSource {
+        method: "POST",
+        url: "http://127.0.0.1/webhooks/built-in",
+        headers,
+        body,
+    };
+    plugin
+        .session("{}", &source)
+        .unwrap_or_else(|e| panic!("{}: no instance: {e}", plugin.name()))
+}
+
 /// Every built-in plugin, called directly with bodies nested past serde_json's limit
 /// of 128 levels and far beyond it: no call runs out of the guest's stack. A plugin
 /// may reject such a body, but a trap (a plugin failure, answered 500) fails here.
 #[test]
 fn every_built_in_plugin_reads_deeply_nested_bodies_within_its_stack() {
     use hookhost::plugins::{Catalog, PluginLimits};
-    use hookhost::verify::MessageSource;
 
     let catalog = Catalog::load(None, PluginLimits::default()).expect("built-in plugins load");
     let nested = |depth: usize| {
@@ -303,23 +328,12 @@ fn every_built_in_plugin_reads_deeply_nested_bodies_within_its_stack() {
             "}".repeat(depth)
         )
     };
-    let headers: Vec<(String, Vec<u8>)> = vec![
-        ("content-type".into(), b"application/json".to_vec()),
-        ("x-github-event".into(), b"push".to_vec()),
-    ];
+    let headers = json_head();
     let mut checked = 0;
     for depth in [64, 127, 128, 129, 1_000, 200_000] {
         let body = nested(depth);
         for plugin in catalog.iter() {
-            let source = MessageSource {
-                method: "POST",
-                url: "http://127.0.0.1/webhooks/deep",
-                headers: &headers,
-                body: body.as_bytes(),
-            };
-            let mut session = plugin
-                .session("{}", &source)
-                .unwrap_or_else(|e| panic!("{}: no instance: {e}", plugin.name()));
+            let mut session = fresh(plugin, &headers, body.as_bytes());
             if let Err(failure) = session.plan_verification() {
                 panic!(
                     "{} at {depth} levels, plan-verification: {failure}",
@@ -327,7 +341,7 @@ fn every_built_in_plugin_reads_deeply_nested_bodies_within_its_stack() {
                 );
             }
             drop(session);
-            let mut session = plugin.session("{}", &source).expect("instance");
+            let mut session = fresh(plugin, &headers, body.as_bytes());
             if let Err(failure) = session.describe_event() {
                 panic!(
                     "{} at {depth} levels, describe-event: {failure}",
@@ -355,7 +369,6 @@ fn every_built_in_plugin_reads_deeply_nested_bodies_within_its_stack() {
 #[test]
 fn every_built_in_plugin_reads_a_body_at_the_size_cap_within_its_memory() {
     use hookhost::plugins::{Catalog, PluginLimits};
-    use hookhost::verify::MessageSource;
 
     const CAP: usize = 1024 * 1024;
     let limits = PluginLimits {
@@ -405,10 +418,7 @@ fn every_built_in_plugin_reads_a_body_at_the_size_cap_within_its_memory() {
             false,
         ),
     ];
-    let headers: Vec<(String, Vec<u8>)> = vec![
-        ("content-type".into(), b"application/json".to_vec()),
-        ("x-github-event".into(), b"push".to_vec()),
-    ];
+    let headers = json_head();
     let mut failed = Vec::new();
     let mut checked = 0;
     for (shape, body, beyond_a_tree) in &shapes {
@@ -417,15 +427,7 @@ fn every_built_in_plugin_reads_a_body_at_the_size_cap_within_its_memory() {
                 continue;
             }
             checked += 1;
-            let source = MessageSource {
-                method: "POST",
-                url: "http://127.0.0.1/webhooks/wide",
-                headers: &headers,
-                body: body.as_bytes(),
-            };
-            let mut session = plugin
-                .session("{}", &source)
-                .unwrap_or_else(|e| panic!("{}: no instance: {e}", plugin.name()));
+            let mut session = fresh(plugin, &headers, body.as_bytes());
             let outcome = session
                 .plan_verification()
                 .map(drop)
