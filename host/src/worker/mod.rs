@@ -77,11 +77,8 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
             .saturating_sub(in_flight.len())
             .min((2 * config.workers).saturating_sub(in_flight.len() + recording.len()));
         let mut leased = 0;
-        let mut endpoints = app.endpoints.with_destinations();
-        if !endpoints.is_empty() {
-            let paused = app.store.paused().await.unwrap_or_default();
-            endpoints.retain(|e| !paused.contains(e));
-        }
+        // Paused endpoints are left out by the lease statement itself.
+        let endpoints = app.endpoints.with_destinations();
         // Lease in batches: one lease query per few finished deliveries, not per
         // delivery, unless the pool has nothing at all to do.
         let batch = (config.workers / 8).max(1);
