@@ -1212,6 +1212,16 @@ mod tests {
         )]
     }
 
+    /// The built-ins, with room in time: these tests check what calls do, not how long
+    /// they take, and a loaded test machine can stall a thread past the 50 ms default.
+    fn built_ins() -> Catalog {
+        let limits = PluginLimits {
+            time: Duration::from_secs(10),
+            ..PluginLimits::default()
+        };
+        Catalog::load(None, limits).expect("built-ins load")
+    }
+
     fn request<'a>(headers: &'a [(String, Vec<u8>)], body: &'a [u8]) -> MessageSource<'a> {
         MessageSource {
             method: "POST",
@@ -1226,7 +1236,7 @@ mod tests {
     /// plugin built with `std` (the test guest) imports WASI.
     #[test]
     fn built_ins_import_nothing_but_the_contract() {
-        let catalog = Catalog::load(None, PluginLimits::default()).expect("built-ins load");
+        let catalog = built_ins();
         assert!(catalog.iter().count() >= 36);
         for plugin in catalog.iter() {
             let imports = plugin.imports().expect("imports");
@@ -1250,7 +1260,7 @@ mod tests {
     /// and the answer is the same.
     #[test]
     fn after_a_plan_a_built_in_describes_the_request_it_kept() {
-        let catalog = Catalog::load(None, PluginLimits::default()).expect("built-ins load");
+        let catalog = built_ins();
         let (headers, body) = (stripe_headers(), STRIPE_BODY);
         let stripe = catalog.get("stripe").expect("stripe is built in");
         let describe = |plan_first: bool| {
@@ -1293,7 +1303,7 @@ mod tests {
     /// plugin that writes to stderr gets the sandbox, and what it wrote is kept.
     #[test]
     fn only_a_plugin_that_calls_wasi_builds_a_wasi_context() {
-        let catalog = Catalog::load(None, PluginLimits::default()).expect("built-ins load");
+        let catalog = built_ins();
         let (headers, body) = (stripe_headers(), STRIPE_BODY);
         let stripe = catalog.get("stripe").expect("stripe is built in");
         let mut session = stripe
