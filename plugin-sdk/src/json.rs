@@ -107,20 +107,26 @@ impl Json {
 
     /// Find a JSON Pointer within `within` (the document or a value in it).
     fn scan<'a>(&'a self, within: &'a str, pointer: &str) -> Option<(&'a str, Kind)> {
-        let value = walk(within, pointer)?;
-        Some((value, kind(value)))
+        RawJson(within).lookup(pointer)
+    }
+
+    /// Whether the document is a JSON object.
+    pub fn is_object(&self) -> bool {
+        kind(&self.text) == Kind::Object
+    }
+
+    /// The elements of the array at a JSON Pointer (`""`: the document is the array),
+    /// read one at a time as the iterator is advanced; `None` when there is no array
+    /// there. Nothing is collected, so a batch of any length is read in constant memory.
+    pub fn elements(&self, pointer: &str) -> Option<Elements<'_>> {
+        elements(self.lookup(pointer)?)
     }
 
     /// The raw JSON text of each element of the array at a JSON Pointer (`""`: the
     /// document is the array), in order; `None` when there is no array there. For a
     /// list an API returns: each element is stored exactly as listed.
     pub fn items(&self, pointer: &str) -> Option<Vec<&str>> {
-        let (raw, kind) = self.lookup(pointer)?;
-        if kind != Kind::Array {
-            return None;
-        }
-        let items: Vec<&RawValue> = serde_json::from_str(raw).ok()?;
-        Some(items.into_iter().map(RawValue::get).collect())
+        Some(self.elements(pointer)?.map(RawJson::text).collect())
     }
 
     /// The raw JSON text at a JSON Pointer (`""` is the whole document).
@@ -140,10 +146,7 @@ impl Json {
 
     /// A string field (borrowed unless it contains escapes).
     pub fn str(&self, pointer: &str) -> Option<Cow<'_, str>> {
-        match self.lookup(pointer)? {
-            (raw, Kind::String) => string(raw),
-            _ => None,
-        }
+        as_str(self.lookup(pointer)?)
     }
 
     /// A string field that must be present: absent → `MalformedBody` naming it.
@@ -154,32 +157,17 @@ impl Json {
 
     /// An integer field (a JSON number, or a string of digits as some senders write ids).
     pub fn i64(&self, pointer: &str) -> Option<i64> {
-        self.number_text(pointer)?.parse().ok()
+        number_text(self.lookup(pointer)?)?.parse().ok()
     }
 
     /// A non-negative integer field.
     pub fn u64(&self, pointer: &str) -> Option<u64> {
-        self.number_text(pointer)?.parse().ok()
-    }
-
-    fn number_text(&self, pointer: &str) -> Option<Cow<'_, str>> {
-        match self.lookup(pointer)? {
-            (raw, Kind::Number) => Some(Cow::Borrowed(raw)),
-            (raw, Kind::String) => string(raw),
-            _ => None,
-        }
+        number_text(self.lookup(pointer)?)?.parse().ok()
     }
 
     /// A field as an id string: strings as they are, integers in decimal.
     pub fn id(&self, pointer: &str) -> Option<String> {
-        match self.lookup(pointer)? {
-            (raw, Kind::String) => string(raw).map(Cow::into_owned),
-            (raw, Kind::Number) => {
-                let n: serde_json::Number = serde_json::from_str(raw).ok()?;
-                (n.is_i64() || n.is_u64()).then(|| n.to_string())
-            }
-            _ => None,
-        }
+        as_id(self.lookup(pointer)?)
     }
 
     /// An RFC 3339 timestamp field as unix seconds.
@@ -192,6 +180,174 @@ impl Json {
     pub fn rfc3339_millis(&self, pointer: &str) -> Option<u64> {
         self.str(pointer)
             .and_then(|t| crate::decode::rfc3339_millis(&t))
+    }
+}
+
+/// A value inside a validated document (an element of a batch, say), borrowed from it
+/// and read like [`Json`]: JSON Pointers are relative to this value (`""` is the value
+/// itself), and each lookup reads only as far as the value it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawJson<'a>(&'a str);
+
+impl<'a> RawJson<'a> {
+    /// The value's JSON text, as written.
+    pub fn text(self) -> &'a str {
+        self.0
+    }
+
+    /// Whether the value is a JSON object.
+    pub fn is_object(self) -> bool {
+        kind(self.0) == Kind::Object
+    }
+
+    fn lookup(self, pointer: &str) -> Option<(&'a str, Kind)> {
+        let value = if pointer.is_empty() {
+            self.0
+        } else {
+            walk(self.0, pointer)?
+        };
+        Some((value, kind(value)))
+    }
+
+    /// The raw JSON text at a JSON Pointer within this value.
+    pub fn raw(self, pointer: &str) -> Option<&'a str> {
+        self.lookup(pointer).map(|(raw, _)| raw)
+    }
+
+    /// This object's first member of each name, in one reading of it: `None` for a
+    /// name it lacks (for every name, when this is not an object). For several fields
+    /// of each event in a batch, each event is read once instead of once per field.
+    pub fn members<const N: usize>(self, names: [&str; N]) -> [Option<RawJson<'a>>; N] {
+        let mut found = [None; N];
+        let picker = Picker {
+            names: &names,
+            found: &mut found,
+        };
+        let _ = serde_json::Deserializer::from_str(self.0).deserialize_map(picker);
+        found
+    }
+
+    /// The value at a JSON Pointer within this value, as a view of its own.
+    pub fn at(self, pointer: &str) -> Option<RawJson<'a>> {
+        self.raw(pointer).map(RawJson)
+    }
+
+    /// The elements of the array at a JSON Pointer within this value, as
+    /// [`Json::elements`].
+    pub fn elements(self, pointer: &str) -> Option<Elements<'a>> {
+        elements(self.lookup(pointer)?)
+    }
+
+    /// A string field (borrowed unless it contains escapes).
+    pub fn str(self, pointer: &str) -> Option<Cow<'a, str>> {
+        as_str(self.lookup(pointer)?)
+    }
+
+    /// An integer field (a JSON number, or a string of digits), as [`Json::i64`].
+    pub fn i64(self, pointer: &str) -> Option<i64> {
+        number_text(self.lookup(pointer)?)?.parse().ok()
+    }
+
+    /// A non-negative integer field, as [`Json::u64`].
+    pub fn u64(self, pointer: &str) -> Option<u64> {
+        number_text(self.lookup(pointer)?)?.parse().ok()
+    }
+
+    /// A field as an id string: strings as they are, integers in decimal.
+    pub fn id(self, pointer: &str) -> Option<String> {
+        as_id(self.lookup(pointer)?)
+    }
+}
+
+/// The elements of an array in a validated document, each as written, in order.
+/// Each step reads one element and stops after it.
+#[derive(Debug, Clone)]
+pub struct Elements<'a> {
+    /// The array's text after `[` or after the last element given.
+    rest: &'a str,
+}
+
+impl<'a> Iterator for Elements<'a> {
+    type Item = RawJson<'a>;
+
+    fn next(&mut self) -> Option<RawJson<'a>> {
+        // The array was validated: what follows is `]`, or (after a `,` once an
+        // element was given) the next element.
+        let rest = self.rest.trim_start();
+        let rest = rest.strip_prefix(',').unwrap_or(rest);
+        let mut reader = serde_json::Deserializer::from_str(rest);
+        let element: Option<&RawValue> = de::Deserialize::deserialize(&mut reader).ok();
+        let Some(at) = element.and_then(|element| span(rest, element.get())) else {
+            self.rest = "";
+            return None;
+        };
+        self.rest = &rest[at.end..];
+        Some(RawJson(&rest[at]))
+    }
+}
+
+/// Reads an object for [`RawJson::members`]: the first member of each name is kept,
+/// the others skipped, and the reader stops once every name is found.
+struct Picker<'n, 'f, 'de, const N: usize> {
+    names: &'n [&'n str; N],
+    found: &'f mut [Option<RawJson<'de>>; N],
+}
+
+impl<'de, const N: usize> Visitor<'de> for Picker<'_, '_, 'de, N> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut left = N;
+        while left > 0 {
+            let Some(key) = map.next_key_seed(KeyText)? else {
+                return Ok(());
+            };
+            match self.names.iter().position(|name| *name == key) {
+                Some(at) if self.found[at].is_none() => {
+                    let value: &RawValue = map.next_value()?;
+                    self.found[at] = Some(RawJson(value.get()));
+                    left -= 1;
+                }
+                _ => map.next_value::<IgnoredAny>().map(drop)?,
+            }
+        }
+        stop()
+    }
+}
+
+/// An iterator over the array a lookup found; `None` for any other kind.
+fn elements((raw, found): (&str, Kind)) -> Option<Elements<'_>> {
+    let rest = raw.trim_start().strip_prefix('[')?;
+    (found == Kind::Array).then_some(Elements { rest })
+}
+
+/// A string value's text.
+fn as_str((raw, found): (&str, Kind)) -> Option<Cow<'_, str>> {
+    (found == Kind::String).then(|| string(raw)).flatten()
+}
+
+/// A number's text, or a string's (some senders write integers as strings).
+fn number_text((raw, found): (&str, Kind)) -> Option<Cow<'_, str>> {
+    match found {
+        Kind::Number => Some(Cow::Borrowed(raw)),
+        Kind::String => string(raw),
+        _ => None,
+    }
+}
+
+/// A string as it is, or an integer in decimal.
+fn as_id((raw, found): (&str, Kind)) -> Option<String> {
+    match found {
+        Kind::String => string(raw).map(Cow::into_owned),
+        Kind::Number => {
+            let n: serde_json::Number = serde_json::from_str(raw).ok()?;
+            (n.is_i64() || n.is_u64()).then(|| n.to_string())
+        }
+        _ => None,
     }
 }
 
@@ -478,6 +634,124 @@ mod tests {
     }
 
     #[test]
+    fn elements_are_read_one_at_a_time_as_written() {
+        let list = Json::parse(br#" [ {"id": "a", "n": [1, 2]} ,"b" , 3,[ ] , {"id": 7} ] "#)
+            .expect("valid");
+        let texts: Vec<&str> = list
+            .elements("")
+            .expect("an array")
+            .map(RawJson::text)
+            .collect();
+        assert_eq!(
+            texts,
+            vec![
+                r#"{"id": "a", "n": [1, 2]}"#,
+                r#""b""#,
+                "3",
+                "[ ]",
+                r#"{"id": 7}"#
+            ]
+        );
+        let mut elements = list.elements("").expect("an array");
+        let first = elements.next().expect("first");
+        assert!(first.is_object());
+        assert_eq!(first.str("/id").as_deref(), Some("a"));
+        assert_eq!(first.i64("/n/1"), Some(2));
+        assert_eq!(first.raw("/n"), Some("[1, 2]"));
+        assert_eq!(first.at("/n").and_then(|n| n.i64("/0")), Some(1));
+        assert_eq!(first.at("/missing"), None);
+        let [id, n, missing] = first.members(["id", "n", "missing"]);
+        assert_eq!(id.and_then(|id| id.str("")).as_deref(), Some("a"));
+        assert_eq!(n.map(RawJson::text), Some("[1, 2]"));
+        assert_eq!(missing, None);
+        assert_eq!(first.elements("/n").map(Iterator::count), Some(2));
+        let second = elements.next().expect("second");
+        assert!(!second.is_object());
+        assert_eq!(
+            second.str("").as_deref(),
+            Some("b"),
+            "\"\" is the value itself"
+        );
+        assert_eq!(second.str("/id"), None);
+        assert_eq!(second.members(["id"]), [None], "a string has no members");
+        assert_eq!(elements.next().and_then(|n| n.u64("")), Some(3));
+        assert_eq!(
+            elements
+                .next()
+                .and_then(|e| e.elements(""))
+                .map(Iterator::count),
+            Some(0)
+        );
+        assert_eq!(
+            elements.next().and_then(|e| e.id("/id")).as_deref(),
+            Some("7")
+        );
+        assert_eq!(elements.next(), None);
+        assert_eq!(elements.next(), None, "stays ended");
+        assert!(
+            Json::parse(b"[]")
+                .expect("valid")
+                .elements("")
+                .expect("an array")
+                .next()
+                .is_none()
+        );
+        assert!(list.elements("/0").is_none(), "an object is not an array");
+        assert!(Json::parse(b"{}").expect("valid").elements("").is_none());
+    }
+
+    #[test]
+    fn members_are_the_first_of_each_name_as_a_walk_finds_them() {
+        let object = RawJson(r#"{"a": 1, "b": {"a": 2}, "a": 3, "c\u0064": "x", "e": [] }"#);
+        let [a, b, cd, e, z] = object.members(["a", "b", "cd", "e", "z"]);
+        assert_eq!(a.map(RawJson::text), Some("1"), "the first of two");
+        assert_eq!(b.and_then(|b| b.i64("/a")), Some(2));
+        assert_eq!(
+            cd.and_then(|cd| cd.str("")).as_deref(),
+            Some("x"),
+            "an escaped key"
+        );
+        assert_eq!(e.map(RawJson::text), Some("[]"));
+        assert_eq!(z, None);
+        for name in ["a", "b", "cd", "e", "z"] {
+            let [picked] = object.members([name]);
+            assert_eq!(
+                picked.map(RawJson::text),
+                object.raw(&format!("/{name}")),
+                "{name}"
+            );
+        }
+        // Once every name is found the rest is not read.
+        let [first] = RawJson(r#"{"k": 1, "rest": ?"#).members(["k"]);
+        assert_eq!(first.map(RawJson::text), Some("1"));
+        assert_eq!(RawJson("[1, 2]").members(["0"]), [None]);
+    }
+
+    #[test]
+    fn a_batch_is_read_element_by_element() {
+        // A batch of 100,000 events, read element by element, field by field. (That
+        // this fits a plugin's memory is checked against real guests in the host's
+        // sandbox tests.)
+        let events: Vec<String> = (0..100_000)
+            .map(|i| format!(r#"{{"n":{i},"s":"x{i}"}}"#))
+            .collect();
+        let body = format!("[{}]", events.join(","));
+        let json = Json::parse(body.as_bytes()).expect("valid");
+        let (mut count, mut sum) = (0, 0);
+        for event in json.elements("").expect("an array") {
+            let [n, s] = event.members(["n", "s"]);
+            sum += n.and_then(|n| n.i64("")).expect("n");
+            assert_eq!(event.str("/s"), s.and_then(|s| s.str("")));
+            assert_eq!(
+                event.str("/s").as_deref(),
+                Some(format!("x{count}").as_str())
+            );
+            count += 1;
+        }
+        assert_eq!((count, sum), (100_000, 99_999 * 100_000 / 2));
+    }
+
+    #[test]
     fn deep_nesting_is_read_without_recursion() {
         // Validation and lookups both skip nested values iteratively, so a hostile
         // "[[[[…" cannot exhaust a plugin's small stack.
@@ -485,6 +759,13 @@ mod tests {
         let json = Json::parse(deep.as_bytes()).expect("deep but valid");
         assert_eq!(json.str("/0/0/0"), None);
         assert!(json.raw("/0").is_some_and(|r| r.len() == deep.len() - 2));
+        let mut elements = json.elements("").expect("an array");
+        assert!(
+            elements
+                .next()
+                .is_some_and(|e| e.text().len() == deep.len() - 2)
+        );
+        assert!(elements.next().is_none());
         let unbalanced = "[".repeat(100_000) + &"]".repeat(99_999);
         assert!(matches!(
             Json::parse(unbalanced.as_bytes()),

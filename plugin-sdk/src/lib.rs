@@ -41,7 +41,7 @@ pub mod testing;
 mod types;
 
 pub use adapter::Adapter;
-pub use json::Json;
+pub use json::{Elements, Json, RawJson};
 pub use reconcile::*;
 pub use request::Request;
 pub use types::*;
