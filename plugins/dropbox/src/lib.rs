@@ -22,7 +22,6 @@
 
 use hookhost_plugin_sdk::prelude::*;
 
-use hookhost_plugin_sdk::serde_json::Value;
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, Handshake, HandshakeCheck, KeyFormat, Part, Plan, PluginInfo,
     Provider, Rejection, Request, Response, decode,
@@ -61,22 +60,24 @@ impl Provider for Dropbox {
     }
 
     fn describe_event(req: &Request) -> Result<Event, Rejection> {
-        let body = req.json()?.value();
-        let Value::Object(fields) = &body else {
+        let body = req.json()?;
+        if !body.is_object() {
             return Err(Rejection::MalformedBody("body is not a JSON object".into()));
-        };
+        }
         let event_type = ["list_folder", "delta"]
             .into_iter()
-            .find(|key| fields.contains_key(*key))
+            .find(|key| body.raw(&format!("/{key}")).is_some())
             .unwrap_or("notification");
-        let accounts = body
-            .pointer("/list_folder/accounts")
-            .and_then(Value::as_array)
-            .map_or(&[][..], Vec::as_slice);
+        // One account named, and only one: read no further than a second.
+        let mut accounts = body.elements("/list_folder/accounts").into_iter().flatten();
+        let account = match (accounts.next(), accounts.next()) {
+            (Some(only), None) => only.str(""),
+            _ => None,
+        };
         let event = Event::new(event_type);
-        Ok(match accounts {
-            [Value::String(account)] => event.resource("account", account.as_str()),
-            _ => event,
+        Ok(match account {
+            Some(account) => event.resource("account", account.as_ref()),
+            None => event,
         })
     }
 

@@ -57,10 +57,10 @@
 use hookhost_plugin_sdk::prelude::*;
 
 use core::fmt::Write as _;
-use hookhost_plugin_sdk::serde_json::{Map, Value};
+use hookhost_plugin_sdk::serde_json::Value;
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, ConfigError, EndpointFacts, Event, KeyFormat, Part, Plan, PluginInfo,
-    Provider, Rejection, Request, decode,
+    Provider, RawJson, Rejection, Request, decode,
 };
 use sha2::{Digest as _, Sha256};
 
@@ -149,75 +149,175 @@ impl Provider for HubSpot {
     }
 
     fn describe_event(req: &Request) -> Result<Event, Rejection> {
-        let body = req.json()?.value();
+        let json = req.json()?;
         let fallback_id = || hex_digest("body-sha256:", &req.body);
-        let events: Vec<&Map<String, Value>> = match &body {
-            Value::Array(items) if !items.is_empty() => items
-                .iter()
-                .map(|item| {
-                    item.as_object().ok_or_else(|| {
-                        Rejection::MalformedBody("an event in the batch is not an object".into())
-                    })
-                })
-                .collect::<Result<_, _>>()?,
-            Value::Object(object) => {
-                let event_type = text(object, "subscriptionType").unwrap_or("unknown");
-                return Ok(Event::new(event_type).id(fallback_id()));
-            }
-            _ => {
+        let neither = || {
+            Rejection::MalformedBody(
+                "body is neither a JSON array of events nor a JSON object".into(),
+            )
+        };
+        if json.is_object() {
+            let event_type = json.str("/subscriptionType");
+            let event_type = event_type.as_deref().unwrap_or("unknown");
+            return Ok(Event::new(event_type).id(fallback_id()));
+        }
+        // The batch is read one event at a time, keeping only what describes it whole,
+        // so its length costs time, not memory.
+        let mut batch = Batch::default();
+        for event in json.elements("").ok_or_else(neither)? {
+            if !event.is_object() {
                 return Err(Rejection::MalformedBody(
-                    "body is neither a JSON array of events nor a JSON object".into(),
+                    "an event in the batch is not an object".into(),
                 ));
             }
+            batch.add(event);
+        }
+        let Some(first_type) = batch.first_type else {
+            return Err(neither());
         };
-        let keys: Option<Vec<String>> = events
-            .iter()
-            .map(|e| {
-                Some(format!(
-                    "{}:{}:{}",
-                    id(e, "portalId")?,
-                    id(e, "subscriptionId")?,
-                    id(e, "eventId")?
-                ))
-            })
-            .collect();
-        let event_id = match keys {
-            Some(keys) if keys.len() == 1 => keys.into_iter().next().unwrap_or_default(),
-            Some(keys) => hex_digest("batch-sha256:", keys.join("\n").as_bytes()),
+        let event_id = match batch.keys {
+            Some((first, _)) if batch.count == 1 => first,
+            Some((_, digest)) => hex(String::from("batch-sha256:"), digest),
             None => fallback_id(),
         };
-        let types: Vec<&str> = events
-            .iter()
-            .map(|e| text(e, "subscriptionType").unwrap_or("unknown"))
-            .collect();
-        let event_type = if types.iter().all(|t| *t == types[0]) {
-            types[0]
+        let event_type = if batch.one_type {
+            first_type.into_owned()
         } else {
-            "batch"
+            "batch".to_owned()
         };
-        let occurred = |e: &&Map<String, Value>| e.get("occurredAt").and_then(Value::as_u64);
-        let earliest = events.iter().filter_map(occurred).min();
         let mut event = Event::new(event_type)
             .id(event_id)
-            .occurred_at(earliest.and_then(|ms| i64::try_from(ms / 1000).ok()));
-        let objects: Option<Vec<(String, String)>> = events
-            .iter()
-            .map(|e| Some((object_kind(e)?, id(e, "objectId")?)))
-            .collect();
-        if let Some(objects) = objects.filter(|o| o.iter().all(|x| *x == o[0])) {
-            let latest = events.iter().max_by_key(|e| occurred(e));
-            let deleted = latest
-                .and_then(|e| text(e, "subscriptionType"))
+            .occurred_at(batch.earliest.and_then(|ms| i64::try_from(ms / 1000).ok()));
+        if let Some(Some((kind, object_id))) = batch.object {
+            let deleted = batch
+                .latest_type
+                .as_deref()
                 .and_then(|t| t.split_once('.'))
                 .is_some_and(|(_, action)| action == "deletion" || action == "privacyDeletion");
-            let (kind, object_id) = objects[0].clone();
             event = event
                 .resource(kind, object_id)
-                .version(events.iter().filter_map(occurred).max())
+                .version(batch.latest)
                 .deleted(deleted);
         }
         Ok(event)
     }
+}
+
+/// What describes a batch, folded one event at a time.
+struct Batch<'a> {
+    count: usize,
+    /// The first event's key (`portalId:subscriptionId:eventId`), and the digest of
+    /// all of them joined by `\n`; `None` once an event lacks a part of its key.
+    keys: Option<(String, Sha256)>,
+    /// The first event's `subscriptionType`, and whether every event's is the same.
+    first_type: Option<Cow<'a, str>>,
+    one_type: bool,
+    /// The earliest and latest `occurredAt` (milliseconds).
+    earliest: Option<u64>,
+    latest: Option<u64>,
+    /// The `subscriptionType` of the last event to occur (of several at the latest
+    /// time, the last in the batch).
+    latest_type: Option<Cow<'a, str>>,
+    /// `None` before the first event; then the one object every event names, or
+    /// `Some(None)`.
+    object: Option<Option<(String, String)>>,
+}
+
+impl Default for Batch<'_> {
+    fn default() -> Self {
+        Batch {
+            count: 0,
+            keys: Some((String::new(), Sha256::new())),
+            first_type: None,
+            one_type: true,
+            earliest: None,
+            latest: None,
+            latest_type: None,
+            object: None,
+        }
+    }
+}
+
+impl<'a> Batch<'a> {
+    fn add(&mut self, event: RawJson<'a>) {
+        // Each event is read once, for all its fields.
+        let [
+            portal,
+            subscription_id,
+            event_id,
+            subscription,
+            occurred,
+            object_type,
+            object,
+        ] = event.members([
+            "portalId",
+            "subscriptionId",
+            "eventId",
+            "subscriptionType",
+            "occurredAt",
+            "objectTypeId",
+            "objectId",
+        ]);
+        if let Some((first, digest)) = &mut self.keys {
+            match key([portal, subscription_id, event_id]) {
+                Some(key) => {
+                    if self.count == 0 {
+                        first.clone_from(&key);
+                    } else {
+                        digest.update(b"\n");
+                    }
+                    digest.update(key.as_bytes());
+                }
+                None => self.keys = None,
+            }
+        }
+        let subscription = subscription.and_then(|s| s.str(""));
+        let event_type = subscription.clone().unwrap_or(Cow::Borrowed("unknown"));
+        match &self.first_type {
+            None => self.first_type = Some(event_type),
+            Some(first) => self.one_type &= *first == event_type,
+        }
+        // A JSON integer only, as HubSpot writes it.
+        let occurred = occurred.and_then(|t| t.text().parse::<u64>().ok());
+        if let Some(t) = occurred {
+            self.earliest = Some(self.earliest.map_or(t, |e| e.min(t)));
+        }
+        if self.count == 0 || occurred >= self.latest {
+            self.latest = occurred;
+            self.latest_type.clone_from(&subscription);
+        }
+        // `contact` for `contact.propertyChange`; generic `object.*` types name their
+        // object type in `objectTypeId`.
+        let kind = subscription
+            .as_deref()
+            .and_then(|t| t.split_once('.'))
+            .and_then(|(kind, _)| match kind {
+                "object" => id(object_type),
+                kind => Some(kind.to_owned()),
+            });
+        let object = kind.zip(id(object));
+        self.object = Some(match self.object.take() {
+            None => object,
+            Some(Some(first)) if object.as_ref() == Some(&first) => Some(first),
+            Some(_) => None,
+        });
+        self.count += 1;
+    }
+}
+
+/// An event's key, `portalId:subscriptionId:eventId`, from those three fields.
+fn key([portal, subscription, event]: [Option<RawJson>; 3]) -> Option<String> {
+    Some(format!(
+        "{}:{}:{}",
+        id(portal)?,
+        id(subscription)?,
+        id(event)?
+    ))
+}
+
+/// A field as an id: integers in decimal, non-empty strings as they are.
+fn id(field: Option<RawJson>) -> Option<String> {
+    field?.id("").filter(|id| !id.is_empty())
 }
 
 /// `legacy_signatures` from an endpoint's plugin configuration (false when absent).
@@ -237,33 +337,14 @@ fn legacy_enabled(config: &Value) -> Result<bool, ConfigError> {
     Ok(legacy)
 }
 
-fn text<'a>(event: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
-    event.get(key).and_then(Value::as_str)
-}
-
-/// A field as an id: integers in decimal, strings as they are.
-fn id(event: &Map<String, Value>, key: &str) -> Option<String> {
-    match event.get(key)? {
-        Value::Number(n) if n.is_u64() || n.is_i64() => Some(n.to_string()),
-        Value::String(s) if !s.is_empty() => Some(s.clone()),
-        _ => None,
-    }
-}
-
-/// `contact` for `contact.propertyChange`; generic `object.*` types name their object
-/// type in `objectTypeId`.
-fn object_kind(event: &Map<String, Value>) -> Option<String> {
-    let (kind, _) = text(event, "subscriptionType")?.split_once('.')?;
-    if kind == "object" {
-        return id(event, "objectTypeId");
-    }
-    Some(kind.to_owned())
-}
-
 /// `prefix` and the lower-case hex SHA-256 of `bytes`.
 fn hex_digest(prefix: &str, bytes: &[u8]) -> String {
-    let mut out = String::from(prefix);
-    for byte in Sha256::digest(bytes) {
+    hex(String::from(prefix), Sha256::new_with_prefix(bytes))
+}
+
+/// `prefix` and the lower-case hex of a finished digest.
+fn hex(mut out: String, digest: Sha256) -> String {
+    for byte in digest.finalize() {
         let _ = write!(out, "{byte:02x}");
     }
     out

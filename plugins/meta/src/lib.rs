@@ -38,10 +38,9 @@
 
 use hookhost_plugin_sdk::prelude::*;
 
-use hookhost_plugin_sdk::serde_json::Value;
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, Handshake, HandshakeCheck, KeyFormat, Part, Plan, PluginInfo,
-    Provider, Rejection, Request, Response, decode,
+    Provider, RawJson, Rejection, Request, Response, decode,
 };
 
 const WHATSAPP: &str = "whatsapp_business_account";
@@ -83,39 +82,34 @@ impl Provider for Meta {
     }
 
     fn describe_event(req: &Request) -> Result<Event, Rejection> {
-        let body = req.json()?.value();
-        let object = body
-            .get("object")
-            .and_then(Value::as_str)
-            .ok_or_else(|| Rejection::MalformedBody("missing string field /object".into()))?;
-        let entries = body
-            .get("entry")
-            .and_then(Value::as_array)
-            .filter(|entries| !entries.is_empty())
+        let json = req.json()?;
+        let object = json.required_str("/object")?;
+        // Only the first entry and its first change are read, and whether there are
+        // more: a batch of any length costs no memory.
+        let mut entries = json.elements("/entry").into_iter().flatten();
+        let entry = entries
+            .next()
             .ok_or_else(|| Rejection::MalformedBody("missing non-empty array /entry".into()))?;
-        let entry = &entries[0];
-        let changes = entry.get("changes").and_then(Value::as_array);
-        let field = changes
-            .and_then(|c| c.first())
-            .and_then(|c| c.get("field"))
-            .and_then(Value::as_str);
-        let entry_time = entry
-            .get("time")
-            .and_then(Value::as_i64)
+        let [changes, time, messaging] = entry.members(["changes", "time", "messaging"]);
+        let mut changes = changes.and_then(|c| c.elements(""));
+        let change = changes.as_mut().and_then(Iterator::next);
+        let field = change.and_then(|c| c.str("/field"));
+        // A JSON integer only.
+        let entry_time = time
+            .and_then(|t| t.text().parse::<i64>().ok())
             .map(|t| if t > MILLIS_THRESHOLD { t / 1000 } else { t });
-        let single_change = entries.len() == 1 && changes.is_some_and(|c| c.len() == 1);
+        let single_change = entries.next().is_none()
+            && change.is_some()
+            && changes.and_then(|mut c| c.next()).is_none();
 
-        if object == WHATSAPP && field == Some("messages") {
-            let value = changes
-                .and_then(|c| c.first())
-                .and_then(|c| c.get("value"))
-                .unwrap_or(&Value::Null);
+        if object == WHATSAPP && field.as_deref() == Some("messages") {
+            let value = change.and_then(|c| c.at("/value"));
             return Ok(whatsapp_messages(value, single_change, entry_time));
         }
         let event_type = match field {
             Some(field) => format!("{object}.{field}"),
-            None if entry.get("messaging").is_some() => format!("{object}.messaging"),
-            None => object.to_owned(),
+            None if messaging.is_some() => format!("{object}.messaging"),
+            None => object.into_owned(),
         };
         Ok(Event::new(event_type).occurred_at(entry_time))
     }
@@ -142,44 +136,35 @@ impl Provider for Meta {
 }
 
 /// A WhatsApp `messages` change: inbound `messages` or outbound `statuses`.
-fn whatsapp_messages(value: &Value, single_change: bool, entry_time: Option<i64>) -> Event {
-    let items = |key: &str| {
-        value
-            .get(key)
-            .and_then(Value::as_array)
-            .map_or(&[][..], Vec::as_slice)
-    };
-    let (messages, statuses) = (items("messages"), items("statuses"));
-    let kind = if messages.is_empty() && !statuses.is_empty() {
+fn whatsapp_messages(
+    value: Option<RawJson>,
+    single_change: bool,
+    entry_time: Option<i64>,
+) -> Event {
+    let items = |key: &str| value.and_then(|v| v.elements(key)).into_iter().flatten();
+    let (first_message, first_status) = (items("/messages").next(), items("/statuses").next());
+    let kind = if first_message.is_none() && first_status.is_some() {
         "statuses"
     } else {
         "messages"
     };
-    let first = messages.first().or(statuses.first());
-    let occurred_at = first
-        .and_then(|item| item.get("timestamp"))
-        .and_then(unix_seconds)
-        .or(entry_time);
+    let first = first_message.or(first_status);
+    // WhatsApp writes unix seconds as a string (`"1718217604"`); `i64` reads both.
+    let occurred_at = first.and_then(|item| item.i64("/timestamp")).or(entry_time);
     let mut event = Event::new(format!("{WHATSAPP}.{kind}")).occurred_at(occurred_at);
-    if !single_change || messages.len() + statuses.len() != 1 {
+    let one_item = items("/messages").take(2).count() + items("/statuses").take(2).count() == 1;
+    if !single_change || !one_item {
         return event;
     }
     let Some(item) = first else { return event };
-    let Some(wamid) = item.get("id").and_then(Value::as_str) else {
+    let Some(wamid) = item.str("/id") else {
         return event;
     };
-    event = event.resource("message", wamid);
-    match item.get("status").and_then(Value::as_str) {
+    event = event.resource("message", wamid.as_ref());
+    match item.str("/status") {
         Some(status) if kind == "statuses" => event.id(format!("{wamid}:{status}")),
-        _ => event.id(wamid),
+        _ => event.id(wamid.into_owned()),
     }
-}
-
-/// WhatsApp writes unix seconds as a string (`"1718217604"`).
-fn unix_seconds(value: &Value) -> Option<i64> {
-    value
-        .as_i64()
-        .or_else(|| value.as_str().and_then(|s| s.parse().ok()))
 }
 
 /// The URL's query pairs, percent-decoded.

@@ -43,10 +43,10 @@
 use hookhost_plugin_sdk::prelude::*;
 
 use core::fmt::Write as _;
-use hookhost_plugin_sdk::serde_json::{Map, Value};
+use hookhost_plugin_sdk::serde_json::Value;
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, ConfigError, EndpointFacts, Event, KeyFormat, Part, Plan, PluginInfo,
-    Provider, Rejection, Request, decode,
+    Provider, RawJson, Rejection, Request, decode,
 };
 use sha2::{Digest as _, Sha256};
 
@@ -110,66 +110,123 @@ impl Provider for SendGrid {
     }
 
     fn describe_event(req: &Request) -> Result<Event, Rejection> {
-        let batch = req.json()?.value();
-        let events: Vec<&Map<String, Value>> = match batch.as_array() {
-            Some(items) if !items.is_empty() => items
-                .iter()
-                .map(|item| {
-                    item.as_object().ok_or_else(|| {
-                        Rejection::MalformedBody("an event in the batch is not an object".into())
-                    })
-                })
-                .collect::<Result<_, _>>()?,
-            _ => {
+        let json = req.json()?;
+        let not_a_batch =
+            || Rejection::MalformedBody("body is not a non-empty JSON array of events".into());
+        // The batch is read one event at a time, keeping only what describes it whole,
+        // so its length costs time, not memory.
+        let mut batch = Batch::default();
+        for event in json.elements("").ok_or_else(not_a_batch)? {
+            if !event.is_object() {
                 return Err(Rejection::MalformedBody(
-                    "body is not a non-empty JSON array of events".into(),
+                    "an event in the batch is not an object".into(),
                 ));
             }
+            batch.add(event);
+        }
+        let Some(first_type) = batch.first_type else {
+            return Err(not_a_batch());
         };
-        let text = |event: &Map<String, Value>, key: &str| {
-            event.get(key).and_then(Value::as_str).map(str::to_owned)
-        };
-        let ids: Option<Vec<String>> = events.iter().map(|e| text(e, "sg_event_id")).collect();
-        let id = match ids {
-            Some(ids) if ids.len() == 1 => ids.into_iter().next().unwrap_or_default(),
-            Some(ids) => hex_digest("batch-sha256:", ids.join("\n").as_bytes()),
+        let id = match batch.ids {
+            Some((first, _)) if batch.count == 1 => first,
+            Some((_, digest)) => hex(String::from("batch-sha256:"), digest),
             None => hex_digest("body-sha256:", &req.body),
         };
-        let types: Vec<String> = events
-            .iter()
-            .map(|e| text(e, "event").unwrap_or_else(|| "unknown".into()))
-            .collect();
-        let event_type = if types.iter().all(|t| *t == types[0]) {
-            types[0].clone()
+        let event_type = if batch.one_type {
+            first_type.into_owned()
         } else {
             "batch".to_owned()
         };
-        let times: Vec<i64> = events
-            .iter()
-            .filter_map(|e| e.get("timestamp").and_then(Value::as_i64))
-            .collect();
-        let mut event = Event::new(event_type)
-            .id(id)
-            .occurred_at(times.iter().min().copied());
-        let messages: Option<Vec<String>> =
-            events.iter().map(|e| text(e, "sg_message_id")).collect();
-        if let Some(messages) = messages.filter(|m| m.iter().all(|id| *id == m[0])) {
-            let latest = times.iter().max().and_then(|t| u64::try_from(*t).ok());
-            event = event
-                .resource("message", messages[0].clone())
-                .version(latest);
+        let mut event = Event::new(event_type).id(id).occurred_at(batch.earliest);
+        if let Some(Some(message)) = batch.message {
+            let latest = batch.latest.and_then(|t| u64::try_from(t).ok());
+            event = event.resource("message", message).version(latest);
         }
         Ok(event)
     }
 }
 
+/// What describes a batch, folded one event at a time.
+struct Batch<'a> {
+    count: usize,
+    /// The first `sg_event_id`, and the digest of all of them joined by `\n`; `None`
+    /// once an event has none.
+    ids: Option<(String, Sha256)>,
+    /// The first event's `event`, and whether every event's is the same.
+    first_type: Option<Cow<'a, str>>,
+    one_type: bool,
+    /// The earliest and latest integer `timestamp`.
+    earliest: Option<i64>,
+    latest: Option<i64>,
+    /// `None` before the first event; then the one `sg_message_id` every event names,
+    /// or `Some(None)`.
+    message: Option<Option<Cow<'a, str>>>,
+}
+
+impl Default for Batch<'_> {
+    fn default() -> Self {
+        Batch {
+            count: 0,
+            ids: Some((String::new(), Sha256::new())),
+            first_type: None,
+            one_type: true,
+            earliest: None,
+            latest: None,
+            message: None,
+        }
+    }
+}
+
+impl<'a> Batch<'a> {
+    fn add(&mut self, event: RawJson<'a>) {
+        // Each event is read once, for all four fields.
+        let [id, event_type, timestamp, message] =
+            event.members(["sg_event_id", "event", "timestamp", "sg_message_id"]);
+        let text = |field: Option<RawJson<'a>>| field.and_then(|f| f.str(""));
+        if let Some((first, digest)) = &mut self.ids {
+            match text(id) {
+                Some(id) => {
+                    if self.count == 0 {
+                        *first = id.to_string();
+                    } else {
+                        digest.update(b"\n");
+                    }
+                    digest.update(id.as_bytes());
+                }
+                None => self.ids = None,
+            }
+        }
+        let event_type = text(event_type).unwrap_or(Cow::Borrowed("unknown"));
+        match &self.first_type {
+            None => self.first_type = Some(event_type),
+            Some(first) => self.one_type &= *first == event_type,
+        }
+        // A JSON integer only, as SendGrid writes it.
+        if let Some(t) = timestamp.and_then(|t| t.text().parse::<i64>().ok()) {
+            self.earliest = Some(self.earliest.map_or(t, |e| e.min(t)));
+            self.latest = Some(self.latest.map_or(t, |l| l.max(t)));
+        }
+        let message = text(message);
+        self.message = Some(match self.message.take() {
+            None => message,
+            Some(Some(first)) if message.as_ref() == Some(&first) => Some(first),
+            Some(_) => None,
+        });
+        self.count += 1;
+    }
+}
+
+/// `prefix` and the lower-case hex of a finished digest.
+fn hex(mut out: String, digest: Sha256) -> String {
+    for byte in digest.finalize() {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
+}
+
 /// `prefix` and the lower-case hex SHA-256 of `bytes`.
 fn hex_digest(prefix: &str, bytes: &[u8]) -> String {
-    let mut id = String::from(prefix);
-    for byte in Sha256::digest(bytes) {
-        let _ = write!(id, "{byte:02x}");
-    }
-    id
+    hex(String::from(prefix), Sha256::new_with_prefix(bytes))
 }
 
 hookhost_plugin_sdk::export_provider!(SendGrid);
