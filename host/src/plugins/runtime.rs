@@ -38,7 +38,7 @@ const POOL_INSTANCES: u32 = 128;
 pub struct PluginLimits {
     /// Linear memory, bytes (default 16 MiB).
     pub memory_bytes: usize,
-    /// CPU time of one call (default 50 ms).
+    /// Wall-clock time of one call, counted in 5 ms epoch ticks (default 50 ms).
     pub time: Duration,
     /// Bytes of strings and lists one call may return (default 64 KiB).
     pub output_bytes: usize,
