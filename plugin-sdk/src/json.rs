@@ -222,6 +222,7 @@ impl<'a> RawJson<'a> {
         let picker = Picker {
             names: &names,
             found: &mut found,
+            ends: None,
         };
         let _ = serde_json::Deserializer::from_str(self.0).deserialize_map(picker);
         found
@@ -286,11 +287,51 @@ impl<'a> Iterator for Elements<'a> {
     }
 }
 
+impl<'a> Elements<'a> {
+    /// The next element, with the first member of each name in it (every one `None`
+    /// when the element is not an object), as [`RawJson::members`] gives them but in
+    /// the same reading of the element that finds where it ends: for a batch whose
+    /// events are each read for a few fields, each event is read once.
+    pub fn next_members<const N: usize>(
+        &mut self,
+        names: [&str; N],
+    ) -> Option<(RawJson<'a>, [Option<RawJson<'a>>; N])> {
+        let rest = self.rest.trim_start();
+        let rest = rest.strip_prefix(',').unwrap_or(rest).trim_start();
+        if !rest.starts_with('{') {
+            return self.next().map(|element| (element, [None; N]));
+        }
+        let mut found = [None; N];
+        // Just past the last member's value (past the `{` while there is none).
+        let mut last = Some(1);
+        let picker = Picker {
+            names: &names,
+            found: &mut found,
+            ends: Some((rest, &mut last)),
+        };
+        let read = serde_json::Deserializer::from_str(rest).deserialize_map(picker);
+        // The object was validated: after its last value, only spaces and its `}`.
+        let end = read
+            .ok()
+            .and(last)
+            .and_then(|last| Some(last + rest.get(last..)?.find('}')? + 1));
+        let Some(end) = end else {
+            self.rest = "";
+            return None;
+        };
+        self.rest = &rest[end..];
+        Some((RawJson(&rest[..end]), found))
+    }
+}
+
 /// Reads an object for [`RawJson::members`]: the first member of each name is kept,
-/// the others skipped, and the reader stops once every name is found.
+/// the others skipped, and the reader stops once every name is found. With `ends`
+/// (the text the object starts, and where its last value ended) it reads the whole
+/// object instead, noting where each value ends.
 struct Picker<'n, 'f, 'de, const N: usize> {
     names: &'n [&'n str; N],
     found: &'f mut [Option<RawJson<'de>>; N],
+    ends: Option<(&'de str, &'f mut Option<usize>)>,
 }
 
 impl<'de, const N: usize> Visitor<'de> for Picker<'_, '_, 'de, N> {
@@ -301,6 +342,16 @@ impl<'de, const N: usize> Visitor<'de> for Picker<'_, '_, 'de, N> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        if let Some((text, last)) = self.ends {
+            while let Some(key) = map.next_key_seed(KeyText)? {
+                let value: &RawValue = map.next_value()?;
+                if let Some(at) = self.names.iter().position(|name| *name == key) {
+                    self.found[at].get_or_insert(RawJson(value.get()));
+                }
+                *last = span(text, value.get()).map(|at| at.end);
+            }
+            return Ok(());
+        }
         let mut left = N;
         while left > 0 {
             let Some(key) = map.next_key_seed(KeyText)? else {
@@ -725,6 +776,41 @@ mod tests {
         let [first] = RawJson(r#"{"k": 1, "rest": ?"#).members(["k"]);
         assert_eq!(first.map(RawJson::text), Some("1"));
         assert_eq!(RawJson("[1, 2]").members(["0"]), [None]);
+    }
+
+    #[test]
+    fn next_members_gives_each_element_and_its_members_as_two_readings_would() {
+        let text = r#"[ {"a": 1, "b": {"a": 2}, "a": 3} , { } ,"s", {"b":[1,{"}":"}"}] ,"a":"x"},7,{"a" :  "y"   }]"#;
+        let json = Json::parse(text.as_bytes()).expect("valid");
+        let mut picked = json.elements("").expect("an array");
+        let mut read = json.elements("").expect("an array");
+        let mut count = 0;
+        while let Some((element, [a, b])) = picked.next_members(["a", "b"]) {
+            let plain = read.next().expect("as many");
+            assert_eq!(element, plain, "element {count}");
+            assert_eq!([a, b], plain.members(["a", "b"]), "element {count}");
+            count += 1;
+        }
+        assert_eq!((count, read.next()), (6, None));
+        let mut again = json.elements("").expect("an array");
+        let (_, [a, b]) = again.next_members(["a", "b"]).expect("first");
+        assert_eq!(
+            (a.map(RawJson::text), b.and_then(|b| b.i64("/a"))),
+            (Some("1"), Some(2))
+        );
+        assert_eq!(
+            again.next_members(["a"]).map(|(e, _)| e.text()),
+            Some("{ }")
+        );
+        assert_eq!(again.next_members(["a"]), Some((RawJson(r#""s""#), [None])));
+        assert!(
+            Json::parse(b"[]")
+                .expect("valid")
+                .elements("")
+                .expect("an array")
+                .next_members(["a"])
+                .is_none()
+        );
     }
 
     #[test]

@@ -164,13 +164,14 @@ impl Provider for HubSpot {
         // The batch is read one event at a time, keeping only what describes it whole,
         // so its length costs time, not memory.
         let mut batch = Batch::default();
-        for event in json.elements("").ok_or_else(neither)? {
+        let mut events = json.elements("").ok_or_else(neither)?;
+        while let Some((event, fields)) = events.next_members(Batch::FIELDS) {
             if !event.is_object() {
                 return Err(Rejection::MalformedBody(
                     "an event in the batch is not an object".into(),
                 ));
             }
-            batch.add(event);
+            batch.add(fields);
         }
         let Some(first_type) = batch.first_type else {
             return Err(neither());
@@ -239,8 +240,18 @@ impl Default for Batch<'_> {
 }
 
 impl<'a> Batch<'a> {
-    fn add(&mut self, event: RawJson<'a>) {
-        // Each event is read once, for all its fields.
+    /// The fields of an event that [`Batch::add`] takes, in its order.
+    const FIELDS: [&'static str; 7] = [
+        "portalId",
+        "subscriptionId",
+        "eventId",
+        "subscriptionType",
+        "occurredAt",
+        "objectTypeId",
+        "objectId",
+    ];
+
+    fn add(&mut self, fields: [Option<RawJson<'a>>; 7]) {
         let [
             portal,
             subscription_id,
@@ -249,15 +260,7 @@ impl<'a> Batch<'a> {
             occurred,
             object_type,
             object,
-        ] = event.members([
-            "portalId",
-            "subscriptionId",
-            "eventId",
-            "subscriptionType",
-            "occurredAt",
-            "objectTypeId",
-            "objectId",
-        ]);
+        ] = fields;
         if let Some((first, digest)) = &mut self.keys {
             match key([portal, subscription_id, event_id]) {
                 Some(key) => {
