@@ -266,6 +266,8 @@ impl<'a> RawJson<'a> {
 pub struct Elements<'a> {
     /// The array's text after `[` or after the last element given.
     rest: &'a str,
+    /// How many elements were given.
+    given: usize,
 }
 
 impl<'a> Iterator for Elements<'a> {
@@ -283,16 +285,46 @@ impl<'a> Iterator for Elements<'a> {
             return None;
         };
         self.rest = &rest[at.end..];
+        self.given += 1;
         Some(RawJson(&rest[at]))
     }
 }
 
 impl<'a> Elements<'a> {
+    /// The first member of each name in the next element, as [`RawJson::members`]
+    /// gives them but from the same reading of the element that finds where it ends:
+    /// for a batch whose events are each read for a few fields, each event is read
+    /// once. An element that is not an object is `MalformedBody`, naming its place.
+    ///
+    /// ```
+    /// # use hookhost_plugin_sdk::{Json, Rejection};
+    /// let json = Json::parse(br#"[{"id": "a", "type": "t"}, {"id": "b"}, 3]"#)?;
+    /// let mut events = json.elements("").expect("an array");
+    /// let [id, kind] = events.next_object(["id", "type"]).expect("first")?;
+    /// assert_eq!((id.map(|id| id.text()), kind.is_some()), (Some(r#""a""#), true));
+    /// let [_, kind] = events.next_object(["id", "type"]).expect("second")?;
+    /// assert!(kind.is_none());
+    /// assert!(events.next_object(["id", "type"]).expect("third").is_err());
+    /// # Ok::<(), Rejection>(())
+    /// ```
+    pub fn next_object<const N: usize>(
+        &mut self,
+        names: [&str; N],
+    ) -> Option<Result<[Option<RawJson<'a>>; N], Rejection>> {
+        let at = self.given;
+        let (element, found) = self.next_members(names)?;
+        Some(if element.is_object() {
+            Ok(found)
+        } else {
+            Err(Rejection::MalformedBody(format!(
+                "element {at} of the array is not an object"
+            )))
+        })
+    }
+
     /// The next element, with the first member of each name in it (every one `None`
-    /// when the element is not an object), as [`RawJson::members`] gives them but in
-    /// the same reading of the element that finds where it ends: for a batch whose
-    /// events are each read for a few fields, each event is read once.
-    pub fn next_members<const N: usize>(
+    /// when the element is not an object), as [`Elements::next_object`] reads them.
+    fn next_members<const N: usize>(
         &mut self,
         names: [&str; N],
     ) -> Option<(RawJson<'a>, [Option<RawJson<'a>>; N])> {
@@ -320,6 +352,7 @@ impl<'a> Elements<'a> {
             return None;
         };
         self.rest = &rest[end..];
+        self.given += 1;
         Some((RawJson(&rest[..end]), found))
     }
 }
@@ -373,7 +406,7 @@ impl<'de, const N: usize> Visitor<'de> for Picker<'_, '_, 'de, N> {
 /// An iterator over the array a lookup found; `None` for any other kind.
 fn elements((raw, found): (&str, Kind)) -> Option<Elements<'_>> {
     let rest = raw.trim_start().strip_prefix('[')?;
-    (found == Kind::Array).then_some(Elements { rest })
+    (found == Kind::Array).then_some(Elements { rest, given: 0 })
 }
 
 /// A string value's text.
@@ -811,6 +844,19 @@ mod tests {
                 .next_members(["a"])
                 .is_none()
         );
+        // next_object: objects only, and an element that is not one is named by place.
+        let mut objects = json.elements("").expect("an array");
+        let first = objects.next_object(["a"]).expect("element 0");
+        assert_eq!(first.map(|[a]| a.map(RawJson::text)), Ok(Some("1")));
+        assert_eq!(objects.next_object(["a"]), Some(Ok([None])));
+        assert_eq!(
+            objects.next_object(["a"]),
+            Some(Err(Rejection::MalformedBody(
+                "element 2 of the array is not an object".into()
+            )))
+        );
+        let fourth = objects.next_object(["a"]).expect("element 3");
+        assert_eq!(fourth.map(|[a]| a.map(RawJson::text)), Ok(Some(r#""x""#)));
     }
 
     #[test]

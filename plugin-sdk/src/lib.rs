@@ -30,6 +30,7 @@ extern crate alloc;
 extern crate std;
 
 mod adapter;
+pub mod batch;
 pub mod decode;
 pub mod json;
 pub mod prelude;
@@ -41,6 +42,7 @@ pub mod testing;
 mod types;
 
 pub use adapter::Adapter;
+pub use batch::{BatchId, Shared};
 pub use json::{Elements, Json, RawJson};
 pub use reconcile::*;
 pub use request::Request;

@@ -2,6 +2,7 @@
 
 use crate::prelude::*;
 use crate::{Json, Rejection};
+use sha2::{Digest as _, Sha256};
 
 /// One request: method, the public URL the sender addressed, headers (lower-case
 /// names, raw values), the raw body and the endpoint's plugin configuration.
@@ -71,6 +72,12 @@ impl Request {
     /// The body parsed as JSON; not JSON → `MalformedBody`.
     pub fn json(&self) -> Result<Json, Rejection> {
         Json::parse(&self.body)
+    }
+
+    /// `body-sha256:` and the lower-case hex SHA-256 of the raw body: a stable id for a
+    /// request whose body names none (a retry that repeats the body has the same id).
+    pub fn body_id(&self) -> String {
+        format!("body-sha256:{}", hex::encode(Sha256::digest(&self.body)))
     }
 
     /// The endpoint's plugin configuration (`{}` when none).

@@ -41,7 +41,6 @@ use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, Json, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection,
     Request, Response, decode,
 };
-use sha2::{Digest, Sha256};
 
 /// hookhost's replay window. Discord publishes none; interactions must be answered
 /// within 3 s, so a genuine request is seconds old.
@@ -105,7 +104,7 @@ impl Provider for Discord {
             return Ok(Event::new("ping").answer(pong));
         }
         if body.raw("/event").is_some() {
-            return webhook_event(&body, &req.body);
+            return webhook_event(&body, req);
         }
         interaction(&body, kind)
     }
@@ -130,11 +129,11 @@ fn interaction(body: &Json, kind: i64) -> Result<Event, Rejection> {
     Ok(Event::new(event_type).id(id).occurred_at(occurred_at))
 }
 
-fn webhook_event(body: &Json, raw: &[u8]) -> Result<Event, Rejection> {
+fn webhook_event(body: &Json, req: &Request) -> Result<Event, Rejection> {
     let event_type = body.required_str("/event/type")?;
     let millis = body.str("/event/timestamp").and_then(|t| iso_millis(&t));
     let mut event = Event::new(event_type.as_ref())
-        .id(body_id(raw))
+        .id(req.body_id())
         .occurred_at(millis.and_then(|ms| i64::try_from(ms / 1000).ok()));
     if let Some(object_id) = body.id("/event/data/id") {
         let (kind, deleted) = resource_kind(&event_type);
@@ -166,11 +165,6 @@ fn snowflake_millis(id: &str) -> Option<u64> {
 /// they are UTC.
 fn iso_millis(text: &str) -> Option<u64> {
     decode::rfc3339_millis(text).or_else(|| decode::rfc3339_millis(&format!("{text}Z")))
-}
-
-/// A stable id for a body that names none: its SHA-256.
-fn body_id(body: &[u8]) -> String {
-    format!("body-sha256:{}", hex::encode(Sha256::digest(body)))
 }
 
 hookhost_plugin_sdk::export_provider!(Discord);
@@ -293,7 +287,10 @@ mod tests {
         let body = r#"{"version":1,"application_id":"1","type":1,"event":{"type":"ENTITLEMENT_DELETE","timestamp":"2024-06-12T18:40:04.5","data":{"id":"1250520010841915393"}}}"#;
         let event = describe(body).expect("event");
         assert_eq!(event.event_type, "ENTITLEMENT_DELETE");
-        assert_eq!(event.id, Some(body_id(body.as_bytes())));
+        assert_eq!(
+            event.id,
+            Some(RequestBuilder::post(URL).body(body).build().body_id())
+        );
         assert_eq!(event.occurred_at, Some(1_718_217_604));
         assert_eq!(event.resource_kind.as_deref(), Some("entitlement"));
         assert_eq!(event.resource_id.as_deref(), Some("1250520010841915393"));

@@ -56,13 +56,11 @@
 
 use hookhost_plugin_sdk::prelude::*;
 
-use core::fmt::Write as _;
 use hookhost_plugin_sdk::serde_json::Value;
 use hookhost_plugin_sdk::{
-    Algorithm, Candidate, ConfigError, EndpointFacts, Event, KeyFormat, Part, Plan, PluginInfo,
-    Provider, RawJson, Rejection, Request, decode,
+    Algorithm, BatchId, Candidate, ConfigError, EndpointFacts, Event, KeyFormat, Part, Plan,
+    PluginInfo, Provider, RawJson, Rejection, Request, Shared, decode,
 };
-use sha2::{Digest as _, Sha256};
 
 const V3: &str = "x-hubspot-signature-v3";
 const TIMESTAMP: &str = "x-hubspot-request-timestamp";
@@ -150,7 +148,6 @@ impl Provider for HubSpot {
 
     fn describe_event(req: &Request) -> Result<Event, Rejection> {
         let json = req.json()?;
-        let fallback_id = || hex_digest("body-sha256:", &req.body);
         let neither = || {
             Rejection::MalformedBody(
                 "body is neither a JSON array of events nor a JSON object".into(),
@@ -159,37 +156,23 @@ impl Provider for HubSpot {
         if json.is_object() {
             let event_type = json.str("/subscriptionType");
             let event_type = event_type.as_deref().unwrap_or("unknown");
-            return Ok(Event::new(event_type).id(fallback_id()));
+            return Ok(Event::new(event_type).id(req.body_id()));
         }
         // The batch is read one event at a time, keeping only what describes it whole,
         // so its length costs time, not memory.
         let mut batch = Batch::default();
         let mut events = json.elements("").ok_or_else(neither)?;
-        while let Some((event, fields)) = events.next_members(Batch::FIELDS) {
-            if !event.is_object() {
-                return Err(Rejection::MalformedBody(
-                    "an event in the batch is not an object".into(),
-                ));
-            }
-            batch.add(fields);
+        while let Some(fields) = events.next_object(Batch::FIELDS) {
+            batch.add(fields?);
         }
-        let Some(first_type) = batch.first_type else {
+        if batch.event_type.is_empty() {
             return Err(neither());
-        };
-        let event_id = match batch.keys {
-            Some((first, _)) if batch.count == 1 => first,
-            Some((_, digest)) => hex(String::from("batch-sha256:"), digest),
-            None => fallback_id(),
-        };
-        let event_type = if batch.one_type {
-            first_type.into_owned()
-        } else {
-            "batch".to_owned()
-        };
+        }
+        let event_type = batch.event_type.one().unwrap_or(Cow::Borrowed("batch"));
         let mut event = Event::new(event_type)
-            .id(event_id)
+            .id(batch.id.finish().unwrap_or_else(|| req.body_id()))
             .occurred_at(batch.earliest.and_then(|ms| i64::try_from(ms / 1000).ok()));
-        if let Some(Some((kind, object_id))) = batch.object {
+        if let Some(Some((kind, object_id))) = batch.object.one() {
             let deleted = batch
                 .latest_type
                 .as_deref()
@@ -205,38 +188,20 @@ impl Provider for HubSpot {
 }
 
 /// What describes a batch, folded one event at a time.
+#[derive(Default)]
 struct Batch<'a> {
-    count: usize,
-    /// The first event's key (`portalId:subscriptionId:eventId`), and the digest of
-    /// all of them joined by `\n`; `None` once an event lacks a part of its key.
-    keys: Option<(String, Sha256)>,
-    /// The first event's `subscriptionType`, and whether every event's is the same.
-    first_type: Option<Cow<'a, str>>,
-    one_type: bool,
+    /// From the events' keys, `portalId:subscriptionId:eventId`.
+    id: BatchId,
+    /// The events' `subscriptionType`.
+    event_type: Shared<Cow<'a, str>>,
     /// The earliest and latest `occurredAt` (milliseconds).
     earliest: Option<u64>,
     latest: Option<u64>,
     /// The `subscriptionType` of the last event to occur (of several at the latest
     /// time, the last in the batch).
     latest_type: Option<Cow<'a, str>>,
-    /// `None` before the first event; then the one object every event names, or
-    /// `Some(None)`.
-    object: Option<Option<(String, String)>>,
-}
-
-impl Default for Batch<'_> {
-    fn default() -> Self {
-        Batch {
-            count: 0,
-            keys: Some((String::new(), Sha256::new())),
-            first_type: None,
-            one_type: true,
-            earliest: None,
-            latest: None,
-            latest_type: None,
-            object: None,
-        }
-    }
+    /// The object (kind, id) the events name.
+    object: Shared<Option<(String, String)>>,
 }
 
 impl<'a> Batch<'a> {
@@ -261,31 +226,18 @@ impl<'a> Batch<'a> {
             object_type,
             object,
         ] = fields;
-        if let Some((first, digest)) = &mut self.keys {
-            match key([portal, subscription_id, event_id]) {
-                Some(key) => {
-                    if self.count == 0 {
-                        first.clone_from(&key);
-                    } else {
-                        digest.update(b"\n");
-                    }
-                    digest.update(key.as_bytes());
-                }
-                None => self.keys = None,
-            }
-        }
+        self.id
+            .add(key([portal, subscription_id, event_id]).as_deref());
         let subscription = subscription.and_then(|s| s.str(""));
-        let event_type = subscription.clone().unwrap_or(Cow::Borrowed("unknown"));
-        match &self.first_type {
-            None => self.first_type = Some(event_type),
-            Some(first) => self.one_type &= *first == event_type,
-        }
+        self.event_type
+            .add(subscription.clone().unwrap_or(Cow::Borrowed("unknown")));
         // A JSON integer only, as HubSpot writes it.
         let occurred = occurred.and_then(|t| t.text().parse::<u64>().ok());
         if let Some(t) = occurred {
             self.earliest = Some(self.earliest.map_or(t, |e| e.min(t)));
         }
-        if self.count == 0 || occurred >= self.latest {
+        // `None` orders first, so the first event always counts as the latest so far.
+        if occurred >= self.latest {
             self.latest = occurred;
             self.latest_type.clone_from(&subscription);
         }
@@ -298,13 +250,7 @@ impl<'a> Batch<'a> {
                 "object" => id(object_type),
                 kind => Some(kind.to_owned()),
             });
-        let object = kind.zip(id(object));
-        self.object = Some(match self.object.take() {
-            None => object,
-            Some(Some(first)) if object.as_ref() == Some(&first) => Some(first),
-            Some(_) => None,
-        });
-        self.count += 1;
+        self.object.add(kind.zip(id(object)));
     }
 }
 
@@ -338,19 +284,6 @@ fn legacy_enabled(config: &Value) -> Result<bool, ConfigError> {
             .ok_or_else(|| ConfigError::new(LEGACY_KEY, "must be true or false"))?;
     }
     Ok(legacy)
-}
-
-/// `prefix` and the lower-case hex SHA-256 of `bytes`.
-fn hex_digest(prefix: &str, bytes: &[u8]) -> String {
-    hex(String::from(prefix), Sha256::new_with_prefix(bytes))
-}
-
-/// `prefix` and the lower-case hex of a finished digest.
-fn hex(mut out: String, digest: Sha256) -> String {
-    for byte in digest.finalize() {
-        let _ = write!(out, "{byte:02x}");
-    }
-    out
 }
 
 hookhost_plugin_sdk::export_provider!(HubSpot);
@@ -479,7 +412,11 @@ mod tests {
         let event =
             HubSpot::describe_event(&RequestBuilder::post(URL).body(body).build()).expect("event");
         assert_eq!(event.event_type, "batch");
-        assert_eq!(event.id, Some(hex_digest("batch-sha256:", b"1:9:7\n1:9:8")));
+        // printf '1:9:7\n1:9:8' | sha256sum
+        assert_eq!(
+            event.id.as_deref(),
+            Some("batch-sha256:e924fafbb70e1498de9aa389227e4eea4dded5429e7f6c4123f05b6e2740df1e")
+        );
         assert_eq!(event.occurred_at, Some(2));
         assert_eq!(event.resource_kind.as_deref(), Some("deal"));
         assert_eq!(event.resource_version, Some(3000));
@@ -501,13 +438,10 @@ mod tests {
     #[test]
     fn objects_fall_back_to_the_body_digest_and_bad_bodies_are_rejections() {
         let object = r#"{"example_field":"example_value"}"#;
-        let event = HubSpot::describe_event(&RequestBuilder::post(URL).body(object).build())
-            .expect("event");
+        let req = RequestBuilder::post(URL).body(object).build();
+        let event = HubSpot::describe_event(&req).expect("event");
         assert_eq!(event.event_type, "unknown");
-        assert_eq!(
-            event.id,
-            Some(hex_digest("body-sha256:", object.as_bytes()))
-        );
+        assert_eq!(event.id, Some(req.body_id()));
         for bad in ["[]", "[1]", "7", "nope"] {
             assert!(
                 matches!(

@@ -42,13 +42,11 @@
 
 use hookhost_plugin_sdk::prelude::*;
 
-use core::fmt::Write as _;
 use hookhost_plugin_sdk::serde_json::Value;
 use hookhost_plugin_sdk::{
-    Algorithm, Candidate, ConfigError, EndpointFacts, Event, KeyFormat, Part, Plan, PluginInfo,
-    Provider, RawJson, Rejection, Request, decode,
+    Algorithm, BatchId, Candidate, ConfigError, EndpointFacts, Event, KeyFormat, Part, Plan,
+    PluginInfo, Provider, RawJson, Rejection, Request, Shared, decode,
 };
-use sha2::{Digest as _, Sha256};
 
 const SIGNATURE: &str = "x-twilio-email-event-webhook-signature";
 const TIMESTAMP: &str = "x-twilio-email-event-webhook-timestamp";
@@ -117,29 +115,16 @@ impl Provider for SendGrid {
         // so its length costs time, not memory.
         let mut batch = Batch::default();
         let mut events = json.elements("").ok_or_else(not_a_batch)?;
-        while let Some((event, fields)) = events.next_members(Batch::FIELDS) {
-            if !event.is_object() {
-                return Err(Rejection::MalformedBody(
-                    "an event in the batch is not an object".into(),
-                ));
-            }
-            batch.add(fields);
+        while let Some(fields) = events.next_object(Batch::FIELDS) {
+            batch.add(fields?);
         }
-        let Some(first_type) = batch.first_type else {
+        if batch.event_type.is_empty() {
             return Err(not_a_batch());
-        };
-        let id = match batch.ids {
-            Some((first, _)) if batch.count == 1 => first,
-            Some((_, digest)) => hex(String::from("batch-sha256:"), digest),
-            None => hex_digest("body-sha256:", &req.body),
-        };
-        let event_type = if batch.one_type {
-            first_type.into_owned()
-        } else {
-            "batch".to_owned()
-        };
+        }
+        let event_type = batch.event_type.one().unwrap_or(Cow::Borrowed("batch"));
+        let id = batch.id.finish().unwrap_or_else(|| req.body_id());
         let mut event = Event::new(event_type).id(id).occurred_at(batch.earliest);
-        if let Some(Some(message)) = batch.message {
+        if let Some(Some(message)) = batch.message.one() {
             let latest = batch.latest.and_then(|t| u64::try_from(t).ok());
             event = event.resource("message", message).version(latest);
         }
@@ -148,34 +133,17 @@ impl Provider for SendGrid {
 }
 
 /// What describes a batch, folded one event at a time.
+#[derive(Default)]
 struct Batch<'a> {
-    count: usize,
-    /// The first `sg_event_id`, and the digest of all of them joined by `\n`; `None`
-    /// once an event has none.
-    ids: Option<(String, Sha256)>,
-    /// The first event's `event`, and whether every event's is the same.
-    first_type: Option<Cow<'a, str>>,
-    one_type: bool,
+    /// From the events' `sg_event_id`s.
+    id: BatchId,
+    /// The events' `event`.
+    event_type: Shared<Cow<'a, str>>,
     /// The earliest and latest integer `timestamp`.
     earliest: Option<i64>,
     latest: Option<i64>,
-    /// `None` before the first event; then the one `sg_message_id` every event names,
-    /// or `Some(None)`.
-    message: Option<Option<Cow<'a, str>>>,
-}
-
-impl Default for Batch<'_> {
-    fn default() -> Self {
-        Batch {
-            count: 0,
-            ids: Some((String::new(), Sha256::new())),
-            first_type: None,
-            one_type: true,
-            earliest: None,
-            latest: None,
-            message: None,
-        }
-    }
+    /// The events' `sg_message_id`.
+    message: Shared<Option<Cow<'a, str>>>,
 }
 
 impl<'a> Batch<'a> {
@@ -184,50 +152,16 @@ impl<'a> Batch<'a> {
 
     fn add(&mut self, [id, event_type, timestamp, message]: [Option<RawJson<'a>>; 4]) {
         let text = |field: Option<RawJson<'a>>| field.and_then(|f| f.str(""));
-        if let Some((first, digest)) = &mut self.ids {
-            match text(id) {
-                Some(id) => {
-                    if self.count == 0 {
-                        *first = id.to_string();
-                    } else {
-                        digest.update(b"\n");
-                    }
-                    digest.update(id.as_bytes());
-                }
-                None => self.ids = None,
-            }
-        }
-        let event_type = text(event_type).unwrap_or(Cow::Borrowed("unknown"));
-        match &self.first_type {
-            None => self.first_type = Some(event_type),
-            Some(first) => self.one_type &= *first == event_type,
-        }
+        self.id.add(text(id).as_deref());
+        self.event_type
+            .add(text(event_type).unwrap_or(Cow::Borrowed("unknown")));
         // A JSON integer only, as SendGrid writes it.
         if let Some(t) = timestamp.and_then(|t| t.text().parse::<i64>().ok()) {
             self.earliest = Some(self.earliest.map_or(t, |e| e.min(t)));
             self.latest = Some(self.latest.map_or(t, |l| l.max(t)));
         }
-        let message = text(message);
-        self.message = Some(match self.message.take() {
-            None => message,
-            Some(Some(first)) if message.as_ref() == Some(&first) => Some(first),
-            Some(_) => None,
-        });
-        self.count += 1;
+        self.message.add(text(message));
     }
-}
-
-/// `prefix` and the lower-case hex of a finished digest.
-fn hex(mut out: String, digest: Sha256) -> String {
-    for byte in digest.finalize() {
-        let _ = write!(out, "{byte:02x}");
-    }
-    out
-}
-
-/// `prefix` and the lower-case hex SHA-256 of `bytes`.
-fn hex_digest(prefix: &str, bytes: &[u8]) -> String {
-    hex(String::from(prefix), Sha256::new_with_prefix(bytes))
 }
 
 hookhost_plugin_sdk::export_provider!(SendGrid);
@@ -318,7 +252,11 @@ mod tests {
                        {"event":"open","sg_event_id":"b","sg_message_id":"m","timestamp":30}]"#;
         let event = SendGrid::describe_event(&request(same)).expect("event");
         assert_eq!(event.event_type, "batch");
-        assert_eq!(event.id, Some(hex_digest("batch-sha256:", b"a\nb")));
+        // printf 'a\nb' | sha256sum
+        assert_eq!(
+            event.id.as_deref(),
+            Some("batch-sha256:7e18f737311b2dc3b2f269dd78396b0351f14fb66efa879f768cb23181883c78")
+        );
         assert_eq!(event.occurred_at, Some(20));
         assert_eq!(event.resource_id.as_deref(), Some("m"));
         assert_eq!(event.resource_version, Some(30));
@@ -327,10 +265,7 @@ mod tests {
                          {"event":"delivered","sg_message_id":"m2","timestamp":10}]"#;
         let event = SendGrid::describe_event(&request(spread)).expect("event");
         assert_eq!(event.event_type, "delivered");
-        assert_eq!(
-            event.id,
-            Some(hex_digest("body-sha256:", spread.as_bytes()))
-        );
+        assert_eq!(event.id, Some(request(spread).body_id()));
         assert_eq!(event.occurred_at, Some(10));
         assert_eq!(event.resource_id, None);
     }

@@ -35,7 +35,6 @@ use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     Response, ResponsePart, decode, serde_json,
 };
-use sha2::{Digest, Sha256};
 
 /// hookhost's replay window; Zoom publishes none.
 pub const TOLERANCE_SECONDS: u32 = 300;
@@ -94,7 +93,7 @@ impl Provider for Zoom {
                 .answer(url_validation_answer(&plain_token)));
         }
         let mut event = Event::new(event_type.as_ref())
-            .id(body_id(&req.body))
+            .id(req.body_id())
             .occurred_at(occurred_at);
         let object_id = body
             .id("/payload/object/id")
@@ -122,11 +121,6 @@ fn url_validation_answer(plain_token: &str) -> Response {
             ResponsePart::Text(r#""}"#.into()),
         ],
     )
-}
-
-/// A stable id for a body that names none: its SHA-256.
-fn body_id(body: &[u8]) -> String {
-    format!("body-sha256:{}", hex::encode(Sha256::digest(body)))
 }
 
 hookhost_plugin_sdk::export_provider!(Zoom);
@@ -245,7 +239,10 @@ mod tests {
         let body = r#"{"event":"meeting.deleted","event_ts":1718217604123,"payload":{"account_id":"A1","object":{"id":85746065432,"uuid":"4444AAAiAAAAAiAiAiiAii==","topic":"x"}}}"#;
         let event = describe(body).expect("event");
         assert_eq!(event.event_type, "meeting.deleted");
-        assert_eq!(event.id, Some(body_id(body.as_bytes())));
+        assert_eq!(
+            event.id,
+            Some(RequestBuilder::post(URL).body(body).build().body_id())
+        );
         assert!(
             event
                 .id
