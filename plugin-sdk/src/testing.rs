@@ -58,3 +58,90 @@ impl RequestBuilder {
         self.request
     }
 }
+
+/// JSON bodies of about `size` bytes (each within 512 bytes under it) in the widest
+/// shapes JSON has, named: what a plugin should read within its memory and time
+/// limits at the receiver's body cap. Each is an event object (with the fields the
+/// built-ins look for) whose `items` holds many small values, or a batch: an array
+/// of many events, as SendGrid and HubSpot post.
+pub fn wide_bodies(size: usize) -> Vec<(&'static str, String)> {
+    // `head`, then items while they fit, then `tail`.
+    let wide = |head: &str, item: &dyn Fn(usize) -> String, tail: &str| {
+        let mut body = head.to_owned();
+        for i in 0.. {
+            let next = item(i);
+            if body.len() + 1 + next.len() + tail.len() > size {
+                break;
+            }
+            if i > 0 {
+                body.push(',');
+            }
+            body.push_str(&next);
+        }
+        body.push_str(tail);
+        body
+    };
+    let object = r#"{"id":"evt_1","type":"customer.updated","event":"push","created":1,"data":{"object":{"object":"customer","id":"cus_1"}},"items":"#;
+    vec![
+        (
+            "small objects",
+            wide(
+                &format!("{object}["),
+                &|_| r#"{"a":1,"b":"x"}"#.to_owned(),
+                "]}",
+            ),
+        ),
+        (
+            "escaped strings",
+            wide(&format!("{object}["), &|_| r#""a\"b""#.to_owned(), "]}"),
+        ),
+        (
+            "numbers",
+            wide(&format!("{object}["), &|i| (i % 10).to_string(), "]}"),
+        ),
+        (
+            "members",
+            wide(&format!("{object}{{"), &|i| format!(r#""k{i}":0"#), "}}"),
+        ),
+        (
+            "a batch of small events",
+            wide(
+                "[",
+                &|i| format!(r#"{{"event":"open","n":{}}}"#, i % 10),
+                "]",
+            ),
+        ),
+        (
+            "a batch of events",
+            wide(
+                "[",
+                &|i| {
+                    format!(
+                        r#"{{"event":"open","sg_event_id":"e{i}","sg_message_id":"m","timestamp":{i},"portalId":1,"subscriptionId":2,"eventId":{i},"subscriptionType":"contact.creation","objectId":3,"occurredAt":{i}}}"#
+                    )
+                },
+                "]",
+            ),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wide_bodies_are_json_just_under_the_size() {
+        let size = 64 * 1024;
+        let bodies = wide_bodies(size);
+        assert_eq!(bodies.len(), 6);
+        for (shape, body) in bodies {
+            assert!(
+                body.len() <= size && size - body.len() < 512,
+                "{shape}: {}",
+                body.len()
+            );
+            assert!(crate::Json::parse(body.as_bytes()).is_ok(), "{shape}");
+        }
+    }
+}

@@ -381,70 +381,11 @@ fn every_built_in_plugin_reads_a_body_at_the_size_cap_within_its_memory() {
         "the default this holds to"
     );
     let catalog = built_ins();
-    // `head`, then items until the cap, then `tail`.
-    let wide = |head: &str, item: &dyn Fn(usize) -> String, tail: &str| {
-        let mut body = head.to_string();
-        for i in 0.. {
-            let next = item(i);
-            if body.len() + 1 + next.len() + tail.len() > CAP {
-                break;
-            }
-            if i > 0 {
-                body.push(',');
-            }
-            body.push_str(&next);
-        }
-        body.push_str(tail);
-        assert!(
-            body.len() <= CAP && CAP - body.len() < 512,
-            "{}",
-            body.len()
-        );
-        body
-    };
-    let object = r#"{"id":"evt_1","type":"customer.updated","event":"push","created":1,"data":{"object":{"object":"customer","id":"cus_1"}},"items":"#;
-    let shapes = [
-        (
-            "small objects",
-            wide(
-                &format!("{object}["),
-                &|_| r#"{"a":1,"b":"x"}"#.to_string(),
-                "]}",
-            ),
-        ),
-        (
-            "escaped strings",
-            wide(&format!("{object}["), &|_| r#""a\"b""#.to_string(), "]}"),
-        ),
-        (
-            "numbers",
-            wide(&format!("{object}["), &|i| (i % 10).to_string(), "]}"),
-        ),
-        (
-            "members",
-            wide(&format!("{object}{{"), &|i| format!(r#""k{i}":0"#), "}}"),
-        ),
-        (
-            "a batch of small events",
-            wide(
-                "[",
-                &|i| format!(r#"{{"event":"open","n":{}}}"#, i % 10),
-                "]",
-            ),
-        ),
-        (
-            "a batch of events",
-            wide(
-                "[",
-                &|i| {
-                    format!(
-                        r#"{{"event":"open","sg_event_id":"e{i}","sg_message_id":"m","timestamp":{i},"portalId":1,"subscriptionId":2,"eventId":{i},"subscriptionType":"contact.creation","objectId":3,"occurredAt":{i}}}"#
-                    )
-                },
-                "]",
-            ),
-        ),
-    ];
+    let shapes = hookhost_plugin_sdk::testing::wide_bodies(CAP);
+    assert_eq!(shapes.len(), 6, "every shape is read");
+    for (shape, body) in &shapes {
+        assert!(CAP - body.len() < 512, "{shape}: {} bytes", body.len());
+    }
     let headers = json_head();
     let mut failed = Vec::new();
     let mut checked = 0;
