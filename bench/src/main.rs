@@ -5,7 +5,9 @@
 //!    `Plugin::session` does per request) plus `plan_verification` and `describe_event`
 //!    on the built-in `stripe` plugin; beside it the same parsing done natively by the
 //!    `stripe` crate. The difference of the medians is the cost of isolation. Also the
-//!    host's whole verification (`verify::judge`: plugin calls and HMAC).
+//!    host's whole verification (`verify::judge`: plugin calls and HMAC). Then every
+//!    built-in plugin on 1 MiB bodies (the default cap) in the widest shapes JSON has
+//!    (`at_cap`): the slowest call on each, against the default `plugin_time_ms`.
 //! 2. The disk's single-commit rate (`store::single_commit_rate`), in the directory the
 //!    servers' databases live in.
 //! 3. Start-up and memory at rest: `hookhost serve` with one endpoint for every built-in
@@ -32,6 +34,7 @@
 //! Pass/fail marks compare against the project's targets; the exit code is 0 whatever
 //! they say, and non-zero only when the benchmark itself could not run.
 
+mod at_cap;
 mod downstream;
 mod event;
 mod load;
@@ -275,9 +278,12 @@ fn run(args: &Args) -> anyhow::Result<()> {
     eprintln!("measuring plugin overhead…");
     let sample = event::StripeEvent::new(JUDGED_BODY, created)?.body(0);
     let micro = micro_benchmarks(args.requests, &event::text(sample)?, created)?;
+    eprintln!("measuring every built-in plugin on bodies at the body cap…");
+    let at_cap = at_cap::measure()?;
     if args.plugin_only {
         let mut table = Table::default();
         micro.rows(&mut table);
+        at_cap.rows(&mut table);
         table.print();
         return Ok(());
     }
@@ -317,6 +323,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
 
     let mut table = Table::default();
     micro.rows(&mut table);
+    at_cap.rows(&mut table);
     table.row(
         "disk single-commit rate (SQLite WAL, FULL)",
         format!("{commit_rate:.0} commits/s ({commits} commits)"),

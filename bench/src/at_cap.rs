@@ -1,0 +1,122 @@
+//! Every built-in plugin on bodies at the default body cap, in the widest shapes JSON
+//! has (the SDK's `testing::wide_bodies`), as a request gets them: one fresh instance,
+//! plan then describe. Each call's wall-clock time, the median of a few, is held to the
+//! default `plugin_time_ms`: a call past it is stopped and the request answered 500,
+//! so a real provider's largest request must finish well within it.
+
+use crate::Table;
+use anyhow::{Context as _, anyhow};
+use hookhost::config::DEFAULT_MAX_BODY_BYTES;
+use hookhost::plugins::{Catalog, PluginLimits};
+use hookhost::verify::MessageSource;
+use hookhost_plugin_sdk::testing::wide_bodies;
+use std::time::{Duration, Instant};
+
+/// Each plugin reads each body this many times; the median of each call is kept.
+const RUNS: usize = 3;
+
+/// The slowest call of any built-in on one shape of body.
+struct Slowest {
+    shape: &'static str,
+    plugin: String,
+    call: &'static str,
+    took: Duration,
+}
+
+pub struct AtCap {
+    limit: Duration,
+    slowest: Vec<Slowest>,
+}
+
+pub fn measure() -> anyhow::Result<AtCap> {
+    let limit = PluginLimits::default().time;
+    // A generous limit while measuring, so that a slow call is timed, not cut off.
+    let catalog = Catalog::load(
+        None,
+        PluginLimits {
+            time: Duration::from_secs(10),
+            ..PluginLimits::default()
+        },
+    )
+    .context("loading the built-in plugins")?;
+    // JSON, with the event header GitHub's plugin needs.
+    let headers: Vec<(String, Vec<u8>)> = vec![
+        ("content-type".into(), b"application/json".to_vec()),
+        ("x-github-event".into(), b"push".to_vec()),
+    ];
+    let mut slowest = Vec::new();
+    for (shape, body) in wide_bodies(DEFAULT_MAX_BODY_BYTES) {
+        let source = MessageSource {
+            method: "POST",
+            url: "http://127.0.0.1/webhooks/at-cap",
+            headers: &headers,
+            body: body.as_bytes(),
+        };
+        let mut worst: Option<Slowest> = None;
+        for plugin in catalog.iter() {
+            let failed = |call: &str, failure: &dyn std::fmt::Display| {
+                anyhow!("{} on {shape}, {call}: {failure}", plugin.name())
+            };
+            let (mut plans, mut describes) = (Vec::new(), Vec::new());
+            for _ in 0..RUNS {
+                let mut session = plugin
+                    .session("{}", &source)
+                    .map_err(|e| failed("instance", &e))?;
+                // A plugin may reject such a body: the time is what counts.
+                let started = Instant::now();
+                let _ = session
+                    .plan_verification()
+                    .map_err(|e| failed("plan-verification", &e))?;
+                let planned = Instant::now();
+                let _ = session
+                    .describe_event()
+                    .map_err(|e| failed("describe-event", &e))?;
+                describes.push(planned.elapsed());
+                plans.push(planned - started);
+            }
+            for (call, mut took) in [("plan-verification", plans), ("describe-event", describes)] {
+                took.sort_unstable();
+                let median = took[took.len() / 2];
+                if worst.as_ref().is_none_or(|w| median > w.took) {
+                    worst = Some(Slowest {
+                        shape,
+                        plugin: plugin.name().to_owned(),
+                        call,
+                        took: median,
+                    });
+                }
+            }
+        }
+        slowest.extend(worst);
+    }
+    Ok(AtCap { limit, slowest })
+}
+
+impl AtCap {
+    pub fn rows(&self, table: &mut Table) {
+        let limit_ms = self.limit.as_secs_f64() * 1e3;
+        for (i, slowest) in self.slowest.iter().enumerate() {
+            let took_ms = slowest.took.as_secs_f64() * 1e3;
+            let name = if i == 0 {
+                format!(
+                    "slowest built-in call, {} body: {}",
+                    crate::event::size_label(DEFAULT_MAX_BODY_BYTES),
+                    slowest.shape
+                )
+            } else {
+                format!("  {}", slowest.shape)
+            };
+            table.row(
+                &name,
+                format!(
+                    "{} {}: {took_ms:.1} ms ({:.1}× under the limit)",
+                    slowest.plugin,
+                    slowest.call,
+                    limit_ms / took_ms
+                ),
+                format!("≤ {limit_ms:.0} ms (plugin_time_ms)"),
+                Some(took_ms <= limit_ms),
+            );
+        }
+    }
+}
