@@ -2,7 +2,7 @@
 
 use super::StoreError;
 use super::sqlite::SqliteStore;
-use sqlx::{Row, Sqlite, Transaction};
+use rusqlite::{Transaction, params};
 use std::time::Duration;
 
 /// Longest error text kept per attempt.
@@ -152,11 +152,8 @@ impl SqliteStore {
     }
 }
 
-pub(super) async fn lease_in(
-    tx: &mut Transaction<'_, Sqlite>,
-    r: &LeaseRequest,
-) -> Result<Vec<Leased>, StoreError> {
-    let rows = sqlx::query(
+pub(super) fn lease_in(tx: &Transaction<'_>, r: &LeaseRequest) -> Result<Vec<Leased>, StoreError> {
+    let mut lease = tx.prepare_cached(
         "UPDATE receipts SET lease_owner = ?1, lease_expires_at_ms = ?2
          WHERE rowid IN (
             -- The partial index holds only pending rows: the cost follows the
@@ -182,37 +179,41 @@ pub(super) async fn lease_in(
             LIMIT ?5)
          RETURNING endpoint, event_id, body, headers, event_type, plugin,
                    resource_kind, resource_id, resource_version, attempts, signed_at",
-    )
-    .bind(&r.owner)
-    .bind(r.until_ms)
-    .bind(r.now_ms)
-    .bind(&r.endpoints)
-    .bind(i64::from(r.limit))
-    .fetch_all(&mut **tx)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| Leased {
-            endpoint: row.get(0),
-            event_id: row.get(1),
-            body: row.get(2),
-            headers: serde_json::from_str(row.get::<&str, _>(3)).unwrap_or_default(),
-            event_type: row.get(4),
-            plugin: row.get(5),
-            resource_kind: row.get(6),
-            resource_id: row.get(7),
-            resource_version: row.get(8),
-            attempts: u32::try_from(row.get::<i64, _>(9)).unwrap_or(0),
-            signed_at: row.get(10),
-        })
-        .collect())
+    )?;
+    let leased = lease
+        .query_map(
+            params![
+                r.owner,
+                r.until_ms,
+                r.now_ms,
+                r.endpoints,
+                i64::from(r.limit)
+            ],
+            |row| {
+                Ok(Leased {
+                    endpoint: row.get(0)?,
+                    event_id: row.get(1)?,
+                    body: row.get(2)?,
+                    headers: serde_json::from_str(row.get_ref(3)?.as_str()?).unwrap_or_default(),
+                    event_type: row.get(4)?,
+                    plugin: row.get(5)?,
+                    resource_kind: row.get(6)?,
+                    resource_id: row.get(7)?,
+                    resource_version: row.get(8)?,
+                    attempts: u32::try_from(row.get::<_, i64>(9)?).unwrap_or(0),
+                    signed_at: row.get(10)?,
+                })
+            },
+        )?
+        .collect::<Result<_, _>>()?;
+    Ok(leased)
 }
 
 /// Record every attempt of a write batch in two statements, whatever their number:
-/// each statement is a round trip to SQLite's thread, and attempts are independent of
-/// each other (each is under its own lease) and of the batch's other work.
-pub(super) async fn finish_all(
-    tx: &mut Transaction<'_, Sqlite>,
+/// attempts are independent of each other (each is under its own lease) and of the
+/// batch's other work.
+pub(super) fn finish_all(
+    tx: &Transaction<'_>,
     requests: &[&FinishRequest],
 ) -> Result<(), StoreError> {
     if requests.is_empty() {
@@ -245,17 +246,15 @@ pub(super) async fn finish_all(
         .collect();
     let rows = serde_json::Value::Array(rows).to_string();
     // Every attempt is recorded, even one whose lease has expired meanwhile.
-    sqlx::query(
+    tx.prepare_cached(
         "INSERT INTO attempts (endpoint, event_id, attempt, started_at_ms, ended_at_ms, status, error)
          SELECT value->>'endpoint', value->>'event_id', value->>'attempt', value->>'started',
                 value->>'ended', value->>'status', value->>'error'
          FROM json_each(?1)",
-    )
-    .bind(&rows)
-    .execute(&mut **tx)
-    .await?;
+    )?
+    .execute([&rows])?;
     // The receipt moves on only while the attempt's worker still holds its lease.
-    sqlx::query(
+    tx.prepare_cached(
         "UPDATE receipts SET attempts = f.attempt, state = f.state, next_attempt_at_ms = f.next_at,
             last_error = f.error, delivered_at_ms = f.delivered_at,
             lease_owner = NULL, lease_expires_at_ms = NULL
@@ -266,10 +265,8 @@ pub(super) async fn finish_all(
                FROM json_each(?1)) AS f
          WHERE receipts.endpoint = f.endpoint AND receipts.event_id = f.event_id
            AND receipts.lease_owner = f.owner",
-    )
-    .bind(&rows)
-    .execute(&mut **tx)
-    .await?;
+    )?
+    .execute([&rows])?;
     Ok(())
 }
 

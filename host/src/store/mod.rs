@@ -387,6 +387,12 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Unavailable(e.to_string())
+    }
+}
+
 impl From<sqlx::migrate::MigrateError> for StoreError {
     fn from(e: sqlx::migrate::MigrateError) -> Self {
         StoreError::Unavailable(format!("migration failed: {e}"))

@@ -57,6 +57,7 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(BUSY_TIMEOUT)
             .disable_statement_logging();
+        let accepted = Arc::new(Notify::new());
         let mut conn = options.connect().await?;
         let migrator = sqlx::migrate!("./migrations/sqlite");
         let applied: Option<i64> = sqlx::query_scalar(
@@ -75,6 +76,10 @@ impl SqliteStore {
         };
         super::refuse_newer_schema(applied, &migrator)?;
         migrator.run(&mut conn).await?;
+        conn.close().await?;
+        // The receipt writer's own connection, opened on its thread's behalf here so
+        // that an error is the caller's (see `writer`).
+        let writer = writer::spawn(writer::open(path, BUSY_TIMEOUT)?, accepted.clone())?;
         let worker = SqlitePoolOptions::new()
             .max_connections(1)
             .connect_with(options.clone())
@@ -83,9 +88,8 @@ impl SqliteStore {
             .max_connections(READERS)
             .connect_with(options.read_only(true))
             .await?;
-        let accepted = Arc::new(Notify::new());
         Ok(SqliteStore {
-            writer: writer::spawn(conn, accepted.clone()),
+            writer,
             readers,
             worker,
             accepted,

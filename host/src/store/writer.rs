@@ -1,15 +1,21 @@
-//! The receipt writer: one task, one connection, group commit.
+//! The receipt writer: one thread, one connection, group commit.
 //!
-//! Requests (and the worker pool's leases and results) queue here; the task takes
+//! Requests (and the worker pool's leases and results) queue here; the thread takes
 //! everything queued (up to [`MAX_BATCH`]), runs
 //! each receipt's dedupe and version gate inside one transaction, commits once, and
 //! then answers every request of the batch. While a commit is on its way to disk, the
 //! next batch gathers, so concurrency turns into larger batches, not more fsyncs.
+//!
+//! The thread owns its SQLite connection (rusqlite, the same bundled SQLite as sqlx's)
+//! and runs each batch start to finish without waiting on another thread: the batch is
+//! the serial part of every request, and a hop per statement to a connection thread
+//! (as sqlx runs SQLite) made each batch wait for a core about a dozen times.
 
 use super::delivery::{FinishRequest, LeaseRequest, finish_all, lease_in};
 use super::judge::{Held, Judged, headers_json, judge, version_i64};
 use super::{Leased, NewReceipt, Outcome, StoreError};
-use sqlx::{Connection, QueryBuilder, Sqlite, SqliteConnection, Transaction};
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -68,10 +74,34 @@ pub struct Writer {
     queue: mpsc::Sender<Job>,
 }
 
-pub fn spawn(conn: SqliteConnection, accepted: Arc<Notify>) -> Writer {
+/// Open the writer's connection to a migrated store, with the store's pragmas: WAL,
+/// and `synchronous=FULL` (a commit is on disk, not merely handed to the OS).
+pub fn open(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(busy_timeout)?;
+    let mode: String =
+        conn.pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Unavailable(format!(
+            "the store's journal mode stayed {mode}, not WAL"
+        )));
+    }
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(conn)
+}
+
+/// Start the writer's thread on `conn` (see [`open`]).
+pub fn spawn(conn: Connection, accepted: Arc<Notify>) -> Result<Writer, StoreError> {
     let (queue, jobs) = mpsc::channel(QUEUE);
-    tokio::spawn(run(conn, jobs, accepted));
-    Writer { queue }
+    std::thread::Builder::new()
+        .name("hookhost-writer".into())
+        .spawn(move || run(conn, jobs, &accepted))
+        .map_err(|e| StoreError::Unavailable(format!("starting the receipt writer: {e}")))?;
+    Ok(Writer { queue })
 }
 
 impl Writer {
@@ -113,9 +143,9 @@ impl Writer {
     }
 }
 
-async fn run(mut conn: SqliteConnection, mut jobs: mpsc::Receiver<Job>, accepted: Arc<Notify>) {
+fn run(mut conn: Connection, mut jobs: mpsc::Receiver<Job>, accepted: &Notify) {
     let mut batch: Vec<Work> = Vec::new();
-    while let Some(job) = jobs.recv().await {
+    while let Some(job) = jobs.blocking_recv() {
         let mut closing = None;
         match job {
             Job::Work(work) => batch.push(work),
@@ -129,7 +159,7 @@ async fn run(mut conn: SqliteConnection, mut jobs: mpsc::Receiver<Job>, accepted
             }
         }
         if !batch.is_empty() {
-            match commit(&mut conn, &batch).await {
+            match commit(&mut conn, &batch) {
                 Ok(done) => {
                     if done
                         .iter()
@@ -150,7 +180,7 @@ async fn run(mut conn: SqliteConnection, mut jobs: mpsc::Receiver<Job>, accepted
             }
         }
         if let Some(done) = closing {
-            let _ = conn.close().await;
+            drop(conn);
             let _ = done.send(());
             return;
         }
@@ -178,11 +208,11 @@ fn fail(work: Work, error: StoreError) {
     }
 }
 
-async fn commit(conn: &mut SqliteConnection, batch: &[Work]) -> Result<Vec<Done>, StoreError> {
+fn commit(conn: &mut Connection, batch: &[Work]) -> Result<Vec<Done>, StoreError> {
     // IMMEDIATE: take the write lock up front. A deferred transaction that reads first
     // and writes later fails at once (no busy wait) if another connection (an
     // operator's) committed in between.
-    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     // Attempts first, all at once: a resource whose delivery just finished can have its
     // next event leased in this same transaction.
     let finished: Vec<&FinishRequest> = batch
@@ -192,7 +222,7 @@ async fn commit(conn: &mut SqliteConnection, batch: &[Work]) -> Result<Vec<Done>
             _ => None,
         })
         .collect();
-    finish_all(&mut tx, &finished).await?;
+    finish_all(&tx, &finished)?;
     // Then every receipt of the batch, in arrival order, in a fixed number of
     // statements; leases come last and so can take what this batch accepted.
     let receipts: Vec<&NewReceipt> = batch
@@ -202,18 +232,18 @@ async fn commit(conn: &mut SqliteConnection, batch: &[Work]) -> Result<Vec<Done>
             _ => None,
         })
         .collect();
-    let mut outcomes = record_all(&mut tx, &receipts).await?.into_iter();
+    let mut outcomes = record_all(&tx, &receipts)?.into_iter();
     let mut done = Vec::with_capacity(batch.len());
     for work in batch {
         done.push(match work {
             Work::Record(..) => Done::Record(outcomes.next().ok_or_else(|| {
                 StoreError::Unavailable("a receipt of the batch was not recorded".into())
             })?),
-            Work::Lease(request, _) => Done::Lease(lease_in(&mut tx, request).await?),
+            Work::Lease(request, _) => Done::Lease(lease_in(&tx, request)?),
             Work::Finish(..) => Done::Finish,
         });
     }
-    tx.commit().await?;
+    tx.commit()?;
     for (work, done) in batch.iter().zip(&done) {
         if let (Work::Record(receipt, _), Done::Record(Outcome::Conflict)) = (work, done) {
             tracing::warn!(
@@ -231,13 +261,9 @@ async fn commit(conn: &mut SqliteConnection, batch: &[Work]) -> Result<Vec<Done>
 type HeldRow = (i64, Option<Vec<u8>>, Option<i64>, Option<bool>);
 
 /// Dedupe, version gate and insert for every receipt of a batch, inside the batch's
-/// transaction, in four statements whatever the batch's size: one read of what the
-/// store holds for the batch's event ids and resources, then one insert per table.
-/// (Each statement is a round trip to SQLite's thread, and the writer is one task.)
-async fn record_all(
-    tx: &mut Transaction<'_, Sqlite>,
-    receipts: &[&NewReceipt],
-) -> Result<Vec<Outcome>, StoreError> {
+/// transaction: one read of what the store holds for the batch's event ids and
+/// resources, judging in memory in arrival order, then one prepared insert per row.
+fn record_all(tx: &Transaction<'_>, receipts: &[&NewReceipt]) -> Result<Vec<Outcome>, StoreError> {
     if receipts.is_empty() {
         return Ok(Vec::new());
     }
@@ -255,16 +281,18 @@ async fn record_all(
             })
             .collect::<Vec<_>>(),
     );
-    let rows: Vec<HeldRow> = sqlx::query_as(
-        "SELECT k.key, r.body_sha256, v.version, v.deleted FROM json_each(?1) AS k
-         LEFT JOIN receipts AS r ON r.endpoint = k.value->>0 AND r.event_id = k.value->>1
-         LEFT JOIN resource_versions AS v
-            ON v.endpoint = k.value->>0 AND v.resource_kind = k.value->>2
-           AND v.resource_id = k.value->>3",
-    )
-    .bind(keys.to_string())
-    .fetch_all(&mut **tx)
-    .await?;
+    let rows: Vec<HeldRow> = tx
+        .prepare_cached(
+            "SELECT k.key, r.body_sha256, v.version, v.deleted FROM json_each(?1) AS k
+             LEFT JOIN receipts AS r ON r.endpoint = k.value->>0 AND r.event_id = k.value->>1
+             LEFT JOIN resource_versions AS v
+                ON v.endpoint = k.value->>0 AND v.resource_kind = k.value->>2
+               AND v.resource_id = k.value->>3",
+        )?
+        .query_map([keys.to_string()], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        })?
+        .collect::<Result<_, _>>()?;
     let mut held = Held::default();
     for (index, digest, version, deleted) in &rows {
         let Some(r) = usize::try_from(*index).ok().and_then(|i| receipts.get(i)) else {
@@ -285,78 +313,65 @@ async fn record_all(
         moved,
     } = judge(receipts, held);
 
-    if !stored.is_empty() {
-        let mut insert = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO receipts (endpoint, event_id, body_sha256, body, headers, secret_index,
-                plugin, plugin_version, plugin_digest, message_id, event_type,
-                resource_kind, resource_id, resource_version, deleted,
-                occurred_at, signed_at, received_at_ms, state, state_reason, source) ",
-        );
-        insert.push_values(&stored, |mut row, (r, verdict)| {
-            let (state, reason) = verdict.state();
-            let resource = r.resource.as_ref();
-            row.push_bind(&r.endpoint)
-                .push_bind(&r.event_id)
-                .push_bind(r.body_sha256.as_slice())
-                // A slice binds borrowed; `&Vec` would be cloned for the statement.
-                .push_bind(r.body.as_slice())
-                .push_bind(headers_json(r))
-                .push_bind(r.secret_index as i64)
-                .push_bind(&r.plugin)
-                .push_bind(&r.plugin_version)
-                .push_bind(&r.plugin_digest)
-                .push_bind(&r.message_id)
-                .push_bind(&r.event_type)
-                .push_bind(resource.map(|x| &x.kind))
-                .push_bind(resource.map(|x| &x.id))
-                .push_bind(resource.and_then(|x| x.version).map(version_i64))
-                .push_bind(resource.is_some_and(|x| x.deleted))
-                .push_bind(r.occurred_at)
-                .push_bind(r.signed_at)
-                .push_bind(r.received_at_ms)
-                .push_bind(state)
-                .push_bind(reason.map(str::to_owned))
-                .push_bind(r.source);
-        });
-        insert.build().execute(&mut **tx).await?;
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO receipts (endpoint, event_id, body_sha256, body, headers, secret_index,
+            plugin, plugin_version, plugin_digest, message_id, event_type,
+            resource_kind, resource_id, resource_version, deleted,
+            occurred_at, signed_at, received_at_ms, state, state_reason, source)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+                 ?18, ?19, ?20, ?21)",
+    )?;
+    for (r, verdict) in &stored {
+        let (state, reason) = verdict.state();
+        let resource = r.resource.as_ref();
+        insert.execute(params![
+            r.endpoint,
+            r.event_id,
+            r.body_sha256.as_slice(),
+            r.body,
+            headers_json(r),
+            r.secret_index as i64,
+            r.plugin,
+            r.plugin_version,
+            r.plugin_digest,
+            r.message_id,
+            r.event_type,
+            resource.map(|x| &x.kind),
+            resource.map(|x| &x.id),
+            resource.and_then(|x| x.version).map(version_i64),
+            resource.is_some_and(|x| x.deleted),
+            r.occurred_at,
+            r.signed_at,
+            r.received_at_ms,
+            state,
+            reason,
+            r.source,
+        ])?;
     }
-    if !moved.is_empty() {
-        let mut upsert = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO resource_versions (endpoint, resource_kind, resource_id, version, event_id, deleted) ",
-        );
-        upsert.push_values(
-            &moved,
-            |mut row, &((endpoint, kind, id), version, event_id, deleted)| {
-                row.push_bind(endpoint)
-                    .push_bind(kind)
-                    .push_bind(id)
-                    .push_bind(version)
-                    .push_bind(event_id)
-                    .push_bind(deleted);
-            },
-        );
-        upsert.push(
-            " ON CONFLICT (endpoint, resource_kind, resource_id)
-             DO UPDATE SET version = excluded.version, event_id = excluded.event_id,
-                           deleted = excluded.deleted",
-        );
-        upsert.build().execute(&mut **tx).await?;
+    let mut upsert = tx.prepare_cached(
+        "INSERT INTO resource_versions (endpoint, resource_kind, resource_id, version, event_id, deleted)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (endpoint, resource_kind, resource_id)
+         DO UPDATE SET version = excluded.version, event_id = excluded.event_id,
+                       deleted = excluded.deleted",
+    )?;
+    for &((endpoint, kind, id), version, event_id, deleted) in &moved {
+        upsert.execute(params![endpoint, kind, id, version, event_id, deleted])?;
     }
-    if !conflicts.is_empty() {
-        let mut insert = QueryBuilder::<Sqlite>::new(
-            "INSERT INTO conflicts (endpoint, event_id, body_sha256, body, headers, secret_index, received_at_ms) ",
-        );
-        insert.push_values(&conflicts, |mut row, r| {
-            row.push_bind(&r.endpoint)
-                .push_bind(&r.event_id)
-                .push_bind(r.body_sha256.as_slice())
-                // A slice binds borrowed; `&Vec` would be cloned for the statement.
-                .push_bind(r.body.as_slice())
-                .push_bind(headers_json(r))
-                .push_bind(r.secret_index as i64)
-                .push_bind(r.received_at_ms);
-        });
-        insert.build().execute(&mut **tx).await?;
+    let mut quarantine = tx.prepare_cached(
+        "INSERT INTO conflicts (endpoint, event_id, body_sha256, body, headers, secret_index, received_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?;
+    for r in &conflicts {
+        quarantine.execute(params![
+            r.endpoint,
+            r.event_id,
+            r.body_sha256.as_slice(),
+            r.body,
+            headers_json(r),
+            r.secret_index as i64,
+            r.received_at_ms,
+        ])?;
     }
     Ok(outcomes)
 }
@@ -372,8 +387,9 @@ mod tests {
     #[tokio::test]
     async fn one_batch_judges_its_receipts_in_arrival_order() {
         let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("batch.db");
         let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(dir.path().join("batch.db"))
+            .filename(&path)
             .create_if_missing(true)
             .connect()
             .await
@@ -382,11 +398,12 @@ mod tests {
             .run(&mut conn)
             .await
             .expect("migrate");
+        let mut writer = open(&path, Duration::from_secs(5)).expect("writer's connection");
         let before: Vec<Work> = fixture::before().into_iter().map(work).collect();
-        commit(&mut conn, &before).await.expect("first commit");
+        commit(&mut writer, &before).expect("first commit");
 
         let batch: Vec<Work> = fixture::batch().into_iter().map(work).collect();
-        let done = commit(&mut conn, &batch).await.expect("batch commit");
+        let done = commit(&mut writer, &batch).expect("batch commit");
         let outcomes: Vec<Outcome> = done
             .into_iter()
             .map(|d| match d {
