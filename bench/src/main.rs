@@ -50,7 +50,7 @@ use downstream::Downstream;
 use event::{MAX_BODY_BYTES, size_label};
 use hookhost::config::EndpointConfig;
 use hookhost::endpoints::Endpoint;
-use hookhost::plugins::{BUILTIN_NAMES, Catalog, PluginLimits};
+use hookhost::plugins::{BUILTIN_NAMES, Catalog};
 use hookhost::verify::{MessageSource, Secret};
 use hookhost_plugin_sdk::Provider as _;
 use hookhost_plugin_sdk::testing::RequestBuilder;
@@ -277,9 +277,11 @@ fn run(args: &Args) -> anyhow::Result<()> {
     // 1. In process, before any server exists, so nothing competes for the CPU.
     eprintln!("measuring plugin overhead…");
     let sample = event::StripeEvent::new(JUDGED_BODY, created)?.body(0);
-    let micro = micro_benchmarks(args.requests, &event::text(sample)?, created)?;
+    let catalog = Catalog::load(None, at_cap::limits()).context("loading the built-in plugins")?;
+    let micro = micro_benchmarks(&catalog, args.requests, &event::text(sample)?, created)?;
     eprintln!("measuring every built-in plugin on bodies at the body cap…");
-    let at_cap = at_cap::measure()?;
+    let at_cap = at_cap::measure(&catalog)?;
+    drop(catalog);
     if args.plugin_only {
         let mut table = Table::default();
         micro.rows(&mut table);
@@ -1076,10 +1078,13 @@ impl Micro {
     }
 }
 
-fn micro_benchmarks(iterations: u32, body: &str, created: i64) -> anyhow::Result<Micro> {
+fn micro_benchmarks(
+    catalog: &Catalog,
+    iterations: u32,
+    body: &str,
+    created: i64,
+) -> anyhow::Result<Micro> {
     let warmup = (iterations / 10).max(100);
-    let catalog =
-        Catalog::load(None, PluginLimits::default()).context("loading the built-in plugins")?;
     let plugin = catalog
         .get("stripe")
         .context("no built-in `stripe` plugin in this build")?;
@@ -1166,7 +1171,7 @@ fn micro_benchmarks(iterations: u32, body: &str, created: i64) -> anyhow::Result
             plugin_config: json!({}),
             ..Default::default()
         },
-        &catalog,
+        catalog,
     )
     .map_err(|reason| anyhow!("{reason}"))?;
     let judge = time_each(warmup, iterations, || {

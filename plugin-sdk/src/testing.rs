@@ -59,6 +59,14 @@ impl RequestBuilder {
     }
 }
 
+/// A head that lets every built-in read a JSON body, as with [`wide_bodies`]: the
+/// content type, and the event name GitHub's scheme reads from a header (every other
+/// built-in finds what it needs in the body).
+pub const WIDE_BODY_HEADERS: [(&str, &str); 2] = [
+    ("content-type", "application/json"),
+    ("x-github-event", "push"),
+];
+
 /// JSON bodies of about `size` bytes (each within 512 bytes under it) in the widest
 /// shapes JSON has, named: what a plugin should read within its memory and time
 /// limits at the receiver's body cap. Each is an event object (with the fields the
