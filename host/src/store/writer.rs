@@ -14,7 +14,9 @@
 use super::delivery::{FinishRequest, LeaseRequest, finish_all, lease_in};
 use super::judge::{Held, Judged, headers_json, judge, version_i64};
 use super::{Leased, NewReceipt, Outcome, StoreError};
-use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension as _, Transaction, TransactionBehavior, params,
+};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -256,54 +258,47 @@ fn commit(conn: &mut Connection, batch: &[Work]) -> Result<Vec<Done>, StoreError
     Ok(done)
 }
 
-/// For each receipt of a batch (by its index): the body digest stored under its event
-/// id, and its resource's accepted version and tombstone.
-type HeldRow = (i64, Option<Vec<u8>>, Option<i64>, Option<bool>);
+/// For one receipt of a batch: the body digest stored under its event id, and its
+/// resource's accepted version and tombstone.
+type HeldRow = (Option<Vec<u8>>, Option<(i64, bool)>);
 
 /// Dedupe, version gate and insert for every receipt of a batch, inside the batch's
-/// transaction: one read of what the store holds for the batch's event ids and
-/// resources, judging in memory in arrival order, then one prepared insert per row.
+/// transaction: what the store holds for each receipt's event id and resource (two
+/// lookups by primary key), judging in memory in arrival order, then one insert per
+/// row. Every statement is prepared once and kept.
 fn record_all(tx: &Transaction<'_>, receipts: &[&NewReceipt]) -> Result<Vec<Outcome>, StoreError> {
     if receipts.is_empty() {
         return Ok(Vec::new());
     }
-    let keys = serde_json::Value::from(
-        receipts
-            .iter()
-            .map(|r| {
-                let resource = r.resource.as_ref();
-                serde_json::json!([
-                    r.endpoint,
-                    r.event_id,
-                    resource.map(|x| &x.kind),
-                    resource.map(|x| &x.id)
-                ])
-            })
-            .collect::<Vec<_>>(),
-    );
-    let rows: Vec<HeldRow> = tx
-        .prepare_cached(
-            "SELECT k.key, r.body_sha256, v.version, v.deleted FROM json_each(?1) AS k
-             LEFT JOIN receipts AS r ON r.endpoint = k.value->>0 AND r.event_id = k.value->>1
-             LEFT JOIN resource_versions AS v
-                ON v.endpoint = k.value->>0 AND v.resource_kind = k.value->>2
-               AND v.resource_id = k.value->>3",
-        )?
-        .query_map([keys.to_string()], |row| {
-            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
-        })?
-        .collect::<Result<_, _>>()?;
-    let mut held = Held::default();
-    for (index, digest, version, deleted) in &rows {
-        let Some(r) = usize::try_from(*index).ok().and_then(|i| receipts.get(i)) else {
-            continue;
+    let mut digest_of = tx
+        .prepare_cached("SELECT body_sha256 FROM receipts WHERE endpoint = ?1 AND event_id = ?2")?;
+    let mut version_of = tx.prepare_cached(
+        "SELECT version, deleted FROM resource_versions
+         WHERE endpoint = ?1 AND resource_kind = ?2 AND resource_id = ?3",
+    )?;
+    let mut rows: Vec<HeldRow> = Vec::with_capacity(receipts.len());
+    for r in receipts {
+        let digest = digest_of
+            .query_row(params![r.endpoint, r.event_id], |row| row.get(0))
+            .optional()?;
+        let version = match &r.resource {
+            Some(x) => version_of
+                .query_row(params![r.endpoint, x.kind, x.id], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
+                .optional()?,
+            None => None,
         };
+        rows.push((digest, version));
+    }
+    let mut held = Held::default();
+    for (r, (digest, version)) in receipts.iter().zip(&rows) {
         if let Some(digest) = digest {
             held.digests.insert((&r.endpoint, &r.event_id), digest);
         }
-        if let (Some(x), Some(version), Some(deleted)) = (&r.resource, version, deleted) {
+        if let (Some(x), Some(version)) = (&r.resource, version) {
             held.versions
-                .insert((&r.endpoint, &x.kind, &x.id), (*version, *deleted));
+                .insert((&r.endpoint, &x.kind, &x.id), *version);
         }
     }
     let Judged {
