@@ -245,8 +245,7 @@ pub async fn single_commit_rate(path: &Path, commits: u32) -> Result<f64, StoreE
 
 fn commit_loop(path: &Path, commits: u32) -> Result<f64, StoreError> {
     let mut conn = rusqlite::Connection::open(path)?;
-    conn.pragma_update_and_check(None, "journal_mode", "wal", |row| row.get::<_, String>(0))?;
-    conn.pragma_update(None, "synchronous", "FULL")?;
+    writer::configure(&conn, BUSY_TIMEOUT)?;
     conn.execute(
         "CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
         [],

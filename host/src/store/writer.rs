@@ -76,13 +76,20 @@ pub struct Writer {
     queue: mpsc::Sender<Job>,
 }
 
-/// Open the writer's connection to a migrated store, with the store's pragmas: WAL,
-/// and `synchronous=FULL` (a commit is on disk, not merely handed to the OS).
+/// Open the writer's connection to a migrated store (see [`configure`]).
 pub fn open(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
+    configure(&conn, busy_timeout)?;
+    Ok(conn)
+}
+
+/// The store's pragmas on a rusqlite connection: WAL, and `synchronous=FULL` (a
+/// commit is on disk, not merely handed to the OS). The disk's commit probe takes
+/// them from here too, so the yardstick commits as the writer does.
+pub(super) fn configure(conn: &Connection, busy_timeout: Duration) -> Result<(), StoreError> {
     conn.busy_timeout(busy_timeout)?;
     let mode: String =
         conn.pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0))?;
@@ -93,7 +100,7 @@ pub fn open(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreErro
     }
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
-    Ok(conn)
+    Ok(())
 }
 
 /// Start the writer's thread on `conn` (see [`open`]).
