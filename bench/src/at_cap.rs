@@ -8,7 +8,7 @@ use crate::Table;
 use anyhow::anyhow;
 use hookhost::config::DEFAULT_MAX_BODY_BYTES;
 use hookhost::plugins::{Catalog, PluginLimits};
-use hookhost::verify::MessageSource;
+use hookhost::verify::{MessageSource, owned_headers};
 use hookhost_plugin_sdk::testing::{WIDE_BODY_HEADERS, wide_bodies};
 use std::time::{Duration, Instant};
 
@@ -40,10 +40,7 @@ pub fn limits() -> PluginLimits {
 
 pub fn measure(catalog: &Catalog) -> anyhow::Result<AtCap> {
     let limit = PluginLimits::default().time;
-    let headers: Vec<(String, Vec<u8>)> = WIDE_BODY_HEADERS
-        .iter()
-        .map(|(name, value)| (name.to_string(), value.as_bytes().to_vec()))
-        .collect();
+    let headers = owned_headers(WIDE_BODY_HEADERS);
     let mut slowest = Vec::new();
     for (shape, body) in wide_bodies(DEFAULT_MAX_BODY_BYTES) {
         let source = MessageSource {

@@ -554,10 +554,7 @@ mod tests {
     use super::*;
 
     fn codes(headers: &[(&str, &str)], body: &[u8]) -> Vec<String> {
-        let headers: Vec<(String, Vec<u8>)> = headers
-            .iter()
-            .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
-            .collect();
+        let headers = crate::verify::owned_headers(headers.iter().copied());
         hints(&headers, body).into_iter().map(|h| h.code).collect()
     }
 

@@ -592,18 +592,14 @@ impl Api {
         // The plugin reads the answer: nothing of the credential goes with it, should
         // the API echo it back (as sent, or bare).
         let credential = self.settings.credential.expose().as_bytes();
-        let headers = response
-            .headers()
-            .iter()
-            .filter(|(name, value)| {
+        let headers =
+            crate::verify::owned_headers(response.headers().iter().filter(|(name, value)| {
                 !matches!(
                     name.as_str(),
                     "authorization" | "proxy-authorization" | "set-cookie"
                 ) && !contains(value.as_bytes(), credential)
                     && !contains(value.as_bytes(), auth_value.as_bytes())
-            })
-            .map(|(name, value)| (name.as_str().to_string(), value.as_bytes().to_vec()))
-            .collect();
+            }));
         let retry_after = crate::worker::retry_after(response.headers());
         let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
             .collect()

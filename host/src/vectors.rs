@@ -269,12 +269,13 @@ fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
             return judged;
         }
     };
-    let headers: Vec<(String, Vec<u8>)> = vector
-        .request
-        .headers
-        .iter()
-        .map(|(n, v)| (n.to_ascii_lowercase(), v.as_bytes().to_vec()))
-        .collect();
+    let headers = verify::owned_headers(
+        vector
+            .request
+            .headers
+            .iter()
+            .map(|(n, v)| (n.to_ascii_lowercase(), v)),
+    );
     let method = vector.request.method.to_ascii_uppercase();
     let source = MessageSource {
         method: &method,

@@ -299,10 +299,7 @@ fn built_ins() -> hookhost::plugins::Catalog {
 /// The head the tests of every built-in send: JSON, with the event header GitHub's
 /// plugin needs.
 fn json_head() -> Vec<(String, Vec<u8>)> {
-    hookhost_plugin_sdk::testing::WIDE_BODY_HEADERS
-        .iter()
-        .map(|(name, value)| (name.to_string(), value.as_bytes().to_vec()))
-        .collect()
+    hookhost::verify::owned_headers(hookhost_plugin_sdk::testing::WIDE_BODY_HEADERS)
 }
 
 /// A fresh instance of a built-in for a POST of `body`, as a request gets one.

@@ -104,7 +104,8 @@ async fn handle(
         .run(move || {
             let _in_request = span.enter();
             let started = Instant::now();
-            let headers = raw_headers(&headers);
+            // As the plugin sees them: lower-case names (the `http` crate's), raw bytes.
+            let headers = verify::owned_headers(&headers);
             let judged = judge(
                 &on_thread,
                 method.as_str(),
@@ -246,14 +247,6 @@ async fn read_capped<'a>(
         room.shrink_to(bytes.len());
     }
     Ok((bytes, room))
-}
-
-/// Headers as the plugin sees them: lower-case names (the `http` crate's), raw bytes.
-fn raw_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
-    headers
-        .iter()
-        .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
-        .collect()
 }
 
 fn receipt(

@@ -23,6 +23,19 @@ pub struct MessageSource<'a> {
     pub body: &'a [u8],
 }
 
+/// Headers in the form [`MessageSource`] holds them: owned names, raw values, in the
+/// order given. Names are taken as they are; the HTTP layer's are already lower-case.
+pub fn owned_headers<N, V>(pairs: impl IntoIterator<Item = (N, V)>) -> Vec<(String, Vec<u8>)>
+where
+    N: AsRef<str>,
+    V: AsRef<[u8]>,
+{
+    pairs
+        .into_iter()
+        .map(|(name, value)| (name.as_ref().to_owned(), value.as_ref().to_vec()))
+        .collect()
+}
+
 impl<'a> MessageSource<'a> {
     fn header(&self, name: &str) -> Option<&'a [u8]> {
         self.headers
@@ -177,6 +190,28 @@ mod tests {
             timestamp: None,
             message_id: None,
         }
+    }
+
+    /// What the HTTP layer received is what the plugin and the MAC see: every header,
+    /// repeats included, in order, with values that are not UTF-8 kept byte for byte.
+    #[test]
+    fn owned_headers_keep_order_repeats_and_raw_bytes() {
+        use axum::http::{HeaderMap, HeaderValue};
+        let mut map = HeaderMap::new();
+        map.append("x-sig", HeaderValue::from_static("v1=a"));
+        map.append("x-sig", HeaderValue::from_static("v1=b"));
+        map.append(
+            "x-raw",
+            HeaderValue::from_bytes(b"caf\xe9").expect("obs-text"),
+        );
+        let expected = vec![
+            ("x-sig".to_owned(), b"v1=a".to_vec()),
+            ("x-sig".to_owned(), b"v1=b".to_vec()),
+            ("x-raw".to_owned(), b"caf\xe9".to_vec()),
+        ];
+        assert_eq!(owned_headers(&map), expected);
+        let pairs = [("x-sig", "v1=a"), ("x-sig", "v1=b")];
+        assert_eq!(owned_headers(pairs), expected[..2]);
     }
 
     #[test]

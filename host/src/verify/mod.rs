@@ -9,7 +9,7 @@ mod keys;
 mod mac;
 
 pub use keys::{Key, KeyError, Secret, decode_key};
-pub use mac::{MessageSource, matching_key, message_digest};
+pub use mac::{MessageSource, matching_key, message_digest, owned_headers};
 
 use crate::endpoints::Endpoint;
 use crate::http::IngestError;
@@ -243,10 +243,7 @@ fn on_stored<T>(
     body: &[u8],
     call: impl FnOnce(&mut crate::plugins::Session<'_>) -> Result<T, IngestError>,
 ) -> Result<T, IngestError> {
-    let headers: Vec<(String, Vec<u8>)> = headers
-        .iter()
-        .map(|(name, value)| (name.clone(), value.as_bytes().to_vec()))
-        .collect();
+    let headers = owned_headers(headers.iter().map(|(name, value)| (name, value)));
     let url = format!("{public_url}/webhooks/{}", endpoint.id);
     let source = MessageSource {
         method: "POST",
