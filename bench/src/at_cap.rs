@@ -24,6 +24,8 @@ struct Slowest {
 }
 
 pub struct AtCap {
+    /// The bodies' size.
+    size: usize,
     limit: Duration,
     slowest: Vec<Slowest>,
 }
@@ -38,11 +40,21 @@ pub fn limits() -> PluginLimits {
     }
 }
 
+/// Every built-in on bodies at the default cap, against the default time limit.
 pub fn measure(catalog: &Catalog) -> anyhow::Result<AtCap> {
-    let limit = PluginLimits::default().time;
+    measure_at(
+        catalog,
+        DEFAULT_MAX_BODY_BYTES,
+        PluginLimits::default().time,
+    )
+}
+
+/// Every plugin of `catalog` on the wide bodies of about `size` bytes: the slowest
+/// call on each shape, to be held to `limit`.
+fn measure_at(catalog: &Catalog, size: usize, limit: Duration) -> anyhow::Result<AtCap> {
     let headers = owned_headers(WIDE_BODY_HEADERS);
     let mut slowest = Vec::new();
-    for (shape, body) in wide_bodies(DEFAULT_MAX_BODY_BYTES) {
+    for (shape, body) in wide_bodies(size) {
         let source = MessageSource {
             method: "POST",
             url: "http://127.0.0.1/webhooks/at-cap",
@@ -86,7 +98,11 @@ pub fn measure(catalog: &Catalog) -> anyhow::Result<AtCap> {
         }
         slowest.extend(worst);
     }
-    Ok(AtCap { limit, slowest })
+    Ok(AtCap {
+        size,
+        limit,
+        slowest,
+    })
 }
 
 impl AtCap {
@@ -97,7 +113,7 @@ impl AtCap {
             let name = if i == 0 {
                 format!(
                     "slowest built-in call, {} body: {}",
-                    crate::event::size_label(DEFAULT_MAX_BODY_BYTES),
+                    crate::event::size_label(self.size),
                     slowest.shape
                 )
             } else {
@@ -115,5 +131,51 @@ impl AtCap {
                 Some(took_ms <= limit_ms),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hookhost::plugins::BUILTIN_NAMES;
+
+    /// Each shape gets one row: the slowest call of a real built-in on it, marked
+    /// against the limit, PASS under it and FAIL over it.
+    #[test]
+    fn each_shape_gets_the_slowest_built_in_call_marked_against_the_limit() -> anyhow::Result<()> {
+        const SIZE: usize = 16 * 1024;
+        let catalog = Catalog::load(None, limits())?;
+        let at_cap = measure_at(&catalog, SIZE, Duration::from_secs(10))?;
+        let shapes: Vec<&str> = wide_bodies(SIZE).iter().map(|(shape, _)| *shape).collect();
+        let measured: Vec<&str> = at_cap.slowest.iter().map(|s| s.shape).collect();
+        assert_eq!(measured, shapes);
+        for slowest in &at_cap.slowest {
+            assert!(
+                BUILTIN_NAMES.contains(&slowest.plugin.as_str()),
+                "{}",
+                slowest.plugin
+            );
+            assert!(["plan-verification", "describe-event"].contains(&slowest.call));
+            assert!(slowest.took > Duration::ZERO);
+        }
+        let marks = |at_cap: &AtCap| {
+            let mut table = Table::default();
+            at_cap.rows(&mut table);
+            assert!(table.rows[0][0].starts_with("slowest built-in call, 16 KiB body"));
+            table
+                .rows
+                .iter()
+                .map(|row| row[3].clone())
+                .collect::<Vec<_>>()
+        };
+        assert!(marks(&at_cap).iter().all(|mark| mark == "PASS"));
+        let below_every_call = AtCap {
+            limit: Duration::from_nanos(1),
+            ..at_cap
+        };
+        let failed = marks(&below_every_call);
+        assert_eq!(failed.len(), shapes.len());
+        assert!(failed.iter().all(|mark| mark == "FAIL"));
+        Ok(())
     }
 }
