@@ -4,10 +4,10 @@
 //! not run on an async worker. `block_in_place` would hand the worker's core to a new
 //! thread on every request, and under load that churn of context switches costs more
 //! than the calls themselves. Instead, one thread per core waits on a bounded queue:
-//! a request sends its call as a job and awaits the answer. When every thread is busy
-//! and the queue is full, sending waits (without blocking a worker), so requests
-//! beyond the pool's size wait before their plugin starts and a call never waits for
-//! a core while its wall-clock time limit runs.
+//! a request sends its call as a job and awaits the answer. Requests beyond the
+//! threads wait in the queue, and past it in `send_async` (without blocking a
+//! worker), before their plugin starts, so a call never waits for a core while its
+//! wall-clock time limit runs. A queued job whose request has gone is skipped.
 //!
 //! The threads are plain threads with no Tokio context on purpose: the sandbox's sync
 //! WASI shims (`wasmtime_wasi::runtime::in_tokio`, reached when a plugin writes to
@@ -25,7 +25,12 @@ use tokio::sync::oneshot;
 
 /// Jobs that wait in the queue, per thread: a thread that finishes a call finds the
 /// next one ready; requests beyond that wait in `send_async`, on their own tasks.
-const QUEUED_PER_THREAD: usize = 1;
+/// Deep enough that a busy server's requests queue their calls at once: a request
+/// that waits in `send_async` is woken once to hand its job over and again for the
+/// answer, and that second wake per request was measurable (docs/performance.md,
+/// section 16). Memory is not what this bounds: the body budget holds every body
+/// a job can carry.
+const QUEUED_PER_THREAD: usize = 64;
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -159,6 +164,59 @@ mod tests {
         for (i, call) in calls.into_iter().enumerate() {
             assert_eq!(call.await.expect("task"), Ok(i * 2));
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_queued_job_whose_caller_left_never_runs() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let pool = Arc::new(PluginThreads::start(1).expect("threads start"));
+        // Hold the one thread until the queued calls' callers have gone.
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let (started, running) = oneshot::channel();
+        let busy = tokio::spawn({
+            let pool = pool.clone();
+            async move {
+                pool.run(move || {
+                    let _ = started.send(());
+                    held.recv().expect("released");
+                })
+                .await
+            }
+        });
+        running.await.expect("the first call runs");
+        let ran = Arc::new(AtomicUsize::new(0));
+        let callers: Vec<_> = (0..8)
+            .map(|_| {
+                let (pool, ran) = (pool.clone(), ran.clone());
+                tokio::spawn(
+                    async move { pool.run(move || ran.fetch_add(1, Ordering::SeqCst)).await },
+                )
+            })
+            .collect();
+        // Every caller's job is in the queue; then the callers go.
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while pool.jobs.len() < callers.len() {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("the callers queue their jobs");
+        for caller in &callers {
+            caller.abort();
+        }
+        for caller in callers {
+            assert!(caller.await.is_err_and(|e| e.is_cancelled()));
+        }
+        release.send(()).expect("the first call waits");
+        assert_eq!(busy.await.expect("task"), Ok(()));
+        // A call queued after them runs, and only it.
+        let after = ran.clone();
+        assert_eq!(
+            pool.run(move || after.fetch_add(1, Ordering::SeqCst)).await,
+            Ok(0)
+        );
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
