@@ -34,16 +34,16 @@ pub async fn ingest(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    // 1. Resolve the endpoint; only its plugin and secrets are used from here on.
+    let known = app.endpoints.get(&endpoint);
     // Every line of the request carries these, each from when it is known.
     let span = tracing::info_span!(
         "ingest",
         endpoint = %endpoint,
-        plugin = tracing::field::Empty,
+        plugin = known.as_deref().map(|e| e.plugin.name()),
         event_id = tracing::field::Empty,
         event_type = tracing::field::Empty,
     );
-    // 1. Resolve the endpoint; only its plugin and secrets are used from here on.
-    let known = app.endpoints.get(&endpoint);
     let answered = handle(&app, known.clone(), method, uri, headers, body)
         .instrument(span)
         .await;
@@ -74,7 +74,6 @@ async fn handle(
     body: Body,
 ) -> Result<(Response, RequestOutcome), IngestError> {
     let endpoint = endpoint.ok_or(IngestError::UnknownEndpoint)?;
-    tracing::Span::current().record("plugin", endpoint.plugin.name());
     if method != Method::POST && method != Method::GET {
         return Err(IngestError::MethodNotAllowed);
     }
@@ -120,6 +119,12 @@ async fn handle(
         .inspect_err(|failure| tracing::error!(%failure, "plugin call did not answer"))?;
     let receipt = match judged {
         (Ok(Judged::Store(receipt)), took) => {
+            // Recorded here, on the thread that made the span, not on the plugin
+            // thread: the span's stored fields grow where they are recorded, and
+            // growing them there cost more (docs/performance.md, section 17).
+            let span = tracing::Span::current();
+            span.record("event_id", receipt.event_id.as_str());
+            span.record("event_type", receipt.event_type.as_str());
             let skew = receipt.signed_at.map(|t| received_at_ms / 1000 - t);
             app.metrics.verified(
                 &endpoint.id,
@@ -197,10 +202,11 @@ pub(crate) fn judge(
             }));
         }
     };
-    let span = tracing::Span::current();
-    span.record("event_id", verified.event_id.as_str());
-    span.record("event_type", verified.event.event_type.as_str());
-    tracing::debug!("verified");
+    tracing::debug!(
+        event_id = verified.event_id,
+        event_type = verified.event.event_type,
+        "verified"
+    );
     let receipt = receipt(endpoint, verified, headers, body, received_at_ms);
     Ok(Judged::Store(Box::new(receipt)))
 }
