@@ -106,21 +106,17 @@ impl Store {
     /// once: no store read, no wait for another request's commit.
     pub async fn record(&self, receipt: NewReceipt) -> Result<Outcome, StoreError> {
         let seen = &self.seen;
-        if seen.contains(&receipt.endpoint, &receipt.event_id, &receipt.body_sha256) {
+        let key = seen::Key::new(&receipt.endpoint, &receipt.event_id, &receipt.body_sha256);
+        if seen.contains(&key) {
             return Ok(Outcome::Duplicate);
         }
-        let key = (
-            receipt.endpoint.clone(),
-            receipt.event_id.clone(),
-            receipt.body_sha256,
-        );
         let outcome = match &self.backend {
             Backend::Sqlite(store) => store.record(receipt).await,
             Backend::Postgres(store) => store.record(receipt).await,
         }?;
         // Every outcome but a conflict means this exact receipt is now durable.
         if outcome != Outcome::Conflict {
-            seen.insert(&key.0, &key.1, &key.2);
+            seen.insert(key);
         }
         Ok(outcome)
     }
