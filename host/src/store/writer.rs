@@ -382,6 +382,7 @@ fn record_all(tx: &Transaction<'_>, receipts: &[&NewReceipt]) -> Result<Vec<Outc
 #[cfg(test)]
 mod tests {
     use super::super::judge::fixture;
+    use super::super::operator::STATES;
     use super::*;
     use sqlx::ConnectOptions as _;
 
@@ -513,16 +514,6 @@ mod tests {
             ["receipts_delivered", "receipts_due", "receipts_resource"]
         );
     }
-
-    const STATES: [&str; 7] = [
-        "pending",
-        "ignored",
-        "stale",
-        "delivered",
-        "dead",
-        "quarantined",
-        "discarded",
-    ];
 
     fn insert_in_state(conn: &Connection, state: &str) -> rusqlite::Result<usize> {
         conn.execute(
