@@ -398,10 +398,7 @@ mod tests {
             .connect()
             .await
             .expect("open");
-        sqlx::migrate!("./migrations/sqlite")
-            .run(&mut conn)
-            .await
-            .expect("migrate");
+        MIGRATOR.run(&mut conn).await.expect("migrate");
         let mut writer = open(&path, Duration::from_secs(5)).expect("writer's connection");
         let before: Vec<Work> = fixture::before().into_iter().map(work).collect();
         commit(&mut writer, &before).expect("first commit");
@@ -443,7 +440,7 @@ mod tests {
     #[test]
     fn storing_a_receipt_builds_no_temporary_table() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let conn = migrated_by_hand(&dir.path().join("plan.db"), u32::MAX);
+        let conn = migrated_by_hand(&dir.path().join("plan.db"), i64::MAX);
         let mut explain = conn
             .prepare(&format!("EXPLAIN {INSERT_RECEIPT}"))
             .expect("explain");
@@ -495,11 +492,11 @@ mod tests {
                 .expect("values")
         };
         let before = rows(&conn);
-        let rebuild = migrations()
-            .into_iter()
-            .find(|(version, _)| *version == 9)
+        let rebuild = MIGRATOR
+            .iter()
+            .find(|m| m.version == 9)
             .expect("migration 0009");
-        conn.execute_batch(&rebuild.1).expect("migration 0009");
+        conn.execute_batch(&rebuild.sql).expect("migration 0009");
         assert_eq!(rows(&conn), before);
         assert_eq!(before.len(), STATES.len());
         let indexes: Vec<String> = conn
@@ -524,39 +521,17 @@ mod tests {
         )
     }
 
-    /// The SQLite migrations by version, read from the source tree.
-    fn migrations() -> Vec<(u32, String)> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/sqlite");
-        let mut all: Vec<(u32, String)> = std::fs::read_dir(&dir)
-            .expect("migrations")
-            .map(|entry| {
-                let path = entry.expect("entry").path();
-                let name = path
-                    .file_name()
-                    .expect("name")
-                    .to_string_lossy()
-                    .into_owned();
-                let version = name
-                    .split('_')
-                    .next()
-                    .expect("version")
-                    .parse()
-                    .expect("number");
-                (version, std::fs::read_to_string(&path).expect("sql"))
-            })
-            .collect();
-        all.sort();
-        all
-    }
-
-    /// A store file with the migrations up to `last` applied as plain SQL.
-    fn migrated_by_hand(path: &Path, last: u32) -> Connection {
+    /// A store file with the store's migrations up to `last` applied as plain SQL.
+    fn migrated_by_hand(path: &Path, last: i64) -> Connection {
         let conn = Connection::open(path).expect("open");
-        for (_, sql) in migrations().iter().filter(|(version, _)| *version <= last) {
-            conn.execute_batch(sql).expect("migration");
+        for migration in MIGRATOR.iter().filter(|m| m.version <= last) {
+            conn.execute_batch(&migration.sql).expect("migration");
         }
         conn
     }
+
+    /// The migrations the store applies at open.
+    static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
     fn work(receipt: NewReceipt) -> Work {
         // The answer goes nowhere: `commit` is judged by what it returns and stores.
