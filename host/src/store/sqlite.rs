@@ -17,6 +17,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const PURGE_BATCH: i64 = 1_000;
 /// Readers answer the duplicate fast path and queries; they never block the writer (WAL).
 const READERS: u32 = 4;
+/// The store's schema: applied at open, and what its tests migrate with.
+pub(super) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
 /// A receipt as stored (for inspection and tests).
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -59,7 +61,6 @@ impl SqliteStore {
             .disable_statement_logging();
         let accepted = Arc::new(Notify::new());
         let mut conn = options.connect().await?;
-        let migrator = sqlx::migrate!("./migrations/sqlite");
         let applied: Option<i64> = sqlx::query_scalar(
             "SELECT CASE WHEN EXISTS (SELECT 1 FROM sqlite_master WHERE name = '_sqlx_migrations')
                     THEN 1 END",
@@ -74,8 +75,8 @@ impl SqliteStore {
             }
             None => None,
         };
-        super::refuse_newer_schema(applied, &migrator)?;
-        migrator.run(&mut conn).await?;
+        super::refuse_newer_schema(applied, &MIGRATOR)?;
+        MIGRATOR.run(&mut conn).await?;
         conn.close().await?;
         // The receipt writer's own connection, opened on its thread's behalf here so
         // that an error is the caller's (see `writer`).

@@ -383,6 +383,7 @@ fn record_all(tx: &Transaction<'_>, receipts: &[&NewReceipt]) -> Result<Vec<Outc
 mod tests {
     use super::super::judge::fixture;
     use super::super::operator::STATES;
+    use super::super::sqlite::MIGRATOR;
     use super::*;
     use sqlx::ConnectOptions as _;
 
@@ -529,9 +530,6 @@ mod tests {
         }
         conn
     }
-
-    /// The migrations the store applies at open.
-    static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
     fn work(receipt: NewReceipt) -> Work {
         // The answer goes nowhere: `commit` is judged by what it returns and stores.
