@@ -34,6 +34,8 @@ use tokio::sync::Notify;
 const LEASE_LOCK: i64 = 0x686f_6f6b_6c65_6173; // "hooklease"
 /// Most receipts one purge statement deletes: keeps each transaction short.
 const PURGE_BATCH: i64 = 1_000;
+/// The store's schema: applied at open, and what its tests migrate with.
+pub(super) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// The PostgreSQL store; cheap to clone.
 #[derive(Debug, Clone)]
@@ -58,7 +60,6 @@ impl PgStore {
         let mut conn = tokio::time::timeout(config.connect_timeout, base.connect())
             .await
             .map_err(|_| StoreError::Unavailable("connecting timed out".into()))??;
-        let migrator = sqlx::migrate!("./migrations/postgres");
         let applied: Option<i64> = if sqlx::query_scalar::<_, Option<String>>(
             "SELECT to_regclass('_sqlx_migrations')::text",
         )
@@ -72,10 +73,10 @@ impl PgStore {
         } else {
             None
         };
-        super::refuse_newer_schema(applied, &migrator)?;
+        super::refuse_newer_schema(applied, &MIGRATOR)?;
         // The migrator takes an advisory lock: processes starting together apply each
         // migration once.
-        migrator.run(&mut conn).await?;
+        MIGRATOR.run(&mut conn).await?;
         let _ = sqlx::Connection::close(conn).await;
 
         let statement_timeout = config.statement_timeout.as_millis().to_string();

@@ -333,6 +333,7 @@ fn column<'r, R, T>(rows: &'r [R], field: impl Fn(&'r R) -> T) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::super::super::judge::fixture;
+    use super::super::MIGRATOR;
     use super::*;
     use sqlx::{Connection as _, Executor as _, PgConnection};
 
@@ -353,10 +354,7 @@ mod tests {
         let pool = PgPool::connect(&format!("{SERVER}/{name}"))
             .await
             .expect("connect");
-        sqlx::migrate!("./migrations/postgres")
-            .run(&pool)
-            .await
-            .expect("migrate");
+        MIGRATOR.run(&pool).await.expect("migrate");
         let closing = pool.clone();
         (pool, async move || {
             closing.close().await;
