@@ -39,10 +39,13 @@ fn main() {
         plugins.retain(|(name, _)| only.contains(&name.as_str()));
     }
     let guests = crates_in(&root.join("tests/guests"));
+    // The stores' migrations are embedded by `sqlx::migrate!`, which does not tell
+    // cargo about a migration added to its directory: this does.
     for dir in [
         root.join("plugins"),
         root.join("tests/guests"),
         root.join("wit"),
+        manifest.join("migrations"),
     ] {
         println!("cargo:rerun-if-changed={}", dir.display());
     }
