@@ -26,6 +26,12 @@ pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 /// takes the next, so no two requests anywhere carry the same event id.
 static NEXT: AtomicU64 = AtomicU64::new(1);
 
+/// Number the events from `first` on instead of 1: for `--send-to`, whose receiver may
+/// already hold the events of an earlier run.
+pub fn number_from(first: u64) {
+    NEXT.store(first, Ordering::Relaxed);
+}
+
 /// The next unused event number.
 pub fn next_number() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)

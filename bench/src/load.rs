@@ -15,6 +15,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::{Mutex, mpsc};
@@ -395,10 +396,71 @@ pub async fn drive_spread(
         ));
     }
     let started = Instant::now();
-    let deadline = started + duration;
+    closed_loop(
+        senders,
+        Until::Deadline(started + duration),
+        payload,
+        expect,
+    )
+    .await
+}
+
+/// Exactly `count` requests of `payload` over `concurrency` connections to `target`,
+/// closed loop: for a server under a profiler, where a fixed amount of work is what
+/// gets divided (`--send-to`).
+pub async fn send_count(
+    target: &Target,
+    concurrency: usize,
+    count: u64,
+    payload: &Payload,
+    expect: &'static str,
+) -> anyhow::Result<PhaseResult> {
+    let senders = connect_all(target.addr, concurrency)
+        .await?
+        .into_iter()
+        .map(|sender| (target.clone(), sender))
+        .collect();
+    let left = Arc::new(AtomicU64::new(count));
+    closed_loop(senders, Until::Sent(left), payload, expect).await
+}
+
+/// When a closed-loop worker stops: at a deadline, or once a count shared by every
+/// worker has run out.
+#[derive(Clone)]
+enum Until {
+    Deadline(Instant),
+    Sent(Arc<AtomicU64>),
+}
+
+impl Until {
+    /// Whether to send one more request (and, for a count, take it).
+    fn one_more(&self) -> bool {
+        match self {
+            Until::Deadline(deadline) => Instant::now() < *deadline,
+            Until::Sent(left) => left
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok(),
+        }
+    }
+}
+
+/// Every connection sends again as soon as it is answered, until `until`.
+async fn closed_loop(
+    senders: Vec<(Target, SendRequest<Full<Bytes>>)>,
+    until: Until,
+    payload: &Payload,
+    expect: &'static str,
+) -> anyhow::Result<PhaseResult> {
+    let started = Instant::now();
     let mut workers = JoinSet::new();
     for (target, sender) in senders {
-        workers.spawn(worker(target, sender, deadline, payload.clone(), expect));
+        workers.spawn(worker(
+            target,
+            sender,
+            until.clone(),
+            payload.clone(),
+            expect,
+        ));
     }
     let mut result = PhaseResult::default();
     while let Some(tally) = workers.join_next().await {
@@ -412,13 +474,13 @@ pub async fn drive_spread(
 async fn worker(
     target: Target,
     sender: SendRequest<Full<Bytes>>,
-    deadline: Instant,
+    until: Until,
     payload: Payload,
     expect: &'static str,
 ) -> PhaseResult {
     let mut tally = PhaseResult::default();
     let mut sender = Some(sender);
-    while Instant::now() < deadline {
+    while until.one_more() {
         let connection = match sender.as_mut() {
             Some(connection) => connection,
             None => match connect(target.addr).await {
@@ -612,4 +674,50 @@ fn classify(status: StatusCode, body: &[u8], expect: &str) -> Result<(), String>
         _ => String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned(),
     };
     Err(format!("{} {shown}", status.as_u16()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Router;
+    use axum::routing::post;
+    use std::sync::atomic::AtomicU64;
+
+    /// A receiver that counts what reaches it and refuses every seventh request.
+    async fn counting_receiver() -> anyhow::Result<(SocketAddr, Arc<AtomicU64>)> {
+        let seen = Arc::new(AtomicU64::new(0));
+        let counter = seen.clone();
+        let app = Router::new().route(
+            "/webhooks/stripe",
+            post(move || {
+                let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                async move {
+                    if n.is_multiple_of(7) {
+                        (StatusCode::SERVICE_UNAVAILABLE, r#"{"error":"busy"}"#)
+                    } else {
+                        (StatusCode::OK, r#"{"status":"accepted"}"#)
+                    }
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Ok((addr, seen))
+    }
+
+    #[tokio::test]
+    async fn send_count_sends_exactly_the_count_over_every_connection() -> anyhow::Result<()> {
+        let (addr, seen) = counting_receiver().await?;
+        let events = Payload::new_events(1024, crate::unix_now())?;
+        let sent = send_count(&Target::new(addr, "stripe"), 8, 100, &events, "accepted").await?;
+        // Eight connections race for the last requests; none may send one too many.
+        assert_eq!(seen.load(Ordering::SeqCst), 100);
+        assert_eq!(sent.ok, 86, "100 less every seventh: {:?}", sent.errors);
+        assert_eq!(
+            sent.errors.get(r#"503 {"error":"busy"}"#).copied(),
+            Some(14)
+        );
+        Ok(())
+    }
 }

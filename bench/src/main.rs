@@ -177,6 +177,20 @@ struct Args {
     /// every accepted event.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=300))]
     delivery_wait_secs: u64,
+    /// Send exactly `--send-count` new 1 KiB events to a receiver already listening at
+    /// ADDR (`POST /webhooks/stripe`, signed with the bench's secret), print how they were
+    /// answered and stop; nothing else is measured. For a receiver under a profiler:
+    /// `bench/instructions.sh` divides its instruction count by these requests.
+    #[arg(long, value_name = "ADDR", requires = "send_count")]
+    send_to: Option<std::net::SocketAddr>,
+    /// With `--send-to`: how many events.
+    #[arg(long, requires = "send_to", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    send_count: Option<u64>,
+    /// With `--send-to`: over how many keep-alive connections, each with one request in
+    /// flight.
+    #[arg(long, default_value_t = 16, requires = "send_to",
+          value_parser = clap::value_parser!(u16).range(1..=512))]
+    send_connections: u16,
     /// Internal: serve the bare axum ceiling receiver on ADDR (the bench starts itself so).
     #[arg(long, hide = true, value_name = "ADDR",
           conflicts_with_all = ["serve_reference", "serve_reference_pg"])]
@@ -213,7 +227,10 @@ fn main() -> ExitCode {
         (Some(addr), ..) => receivers::serve_ceiling(addr),
         (None, Some(addr), Some(db), ..) => receivers::serve_reference(addr, db),
         (None, None, _, Some(addr), Some(url)) => receivers::serve_reference_pg(addr, url),
-        _ => run(&args),
+        _ => match (args.send_to, args.send_count) {
+            (Some(addr), Some(count)) => send_to(addr, count, args.send_connections),
+            _ => run(&args),
+        },
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -222,6 +239,41 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--send-to`: exactly `count` new events, every one of which must be accepted.
+fn send_to(addr: std::net::SocketAddr, count: u64, connections: u16) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    // From the clock in microseconds: a later `--send-to` starts past every number an
+    // earlier one used, since none sends a million events a second.
+    let micros = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .context("the clock is before 1970")?
+        .as_micros();
+    event::number_from(u64::try_from(micros).context("the clock is past the year 586,000")?);
+    let events = Payload::new_events(JUDGED_BODY, unix_now())?;
+    let target = load::Target::new(addr, ENDPOINT);
+    let sent = runtime.block_on(load::send_count(
+        &target,
+        connections.into(),
+        count,
+        &events,
+        "accepted",
+    ))?;
+    println!(
+        "{} of {count} accepted in {:.1} s over {connections} connections",
+        sent.ok,
+        sent.elapsed.as_secs_f64()
+    );
+    anyhow::ensure!(
+        sent.ok == count,
+        "{addr} did not accept every event: {:?}",
+        sent.errors
+    );
+    Ok(())
 }
 
 fn run(args: &Args) -> anyhow::Result<()> {

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Instructions per request, counted by callgrind: hookhost, the reference receiver and
+# bare axum, each run under valgrind and sent the same new 1 KiB Stripe events by
+# `hookhost-bench --send-to`. A count does not move with the machine's speed, so two
+# builds can be compared where timings swing by half (docs/performance.md, section 22).
+#
+#   cargo build --release -p hookhost -p hookhost-bench
+#   bench/instructions.sh [hookhost|reference|ceiling ...]
+#
+# REQUESTS (default 4000) events are counted twice, after 1000 uncounted ones, over
+# CONNECTIONS (default 16) connections; both counts are printed. The callgrind files
+# stay in the directory printed at the end, for `callgrind_annotate --inclusive=yes`.
+#
+# Under valgrind, hookhost allocates plugin instances on demand (valgrind refuses the
+# pool's address space), SHA-256 runs without the CPU's SHA instructions, and the
+# kernel's work is not counted: section 22 says what that changes.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+requests=${REQUESTS:-4000}
+connections=${CONNECTIONS:-16}
+bin=target/release
+for tool in valgrind callgrind_control; do
+    command -v "$tool" >/dev/null || { echo "instructions.sh: $tool not found" >&2; exit 1; }
+done
+for b in hookhost hookhost-bench; do
+    [ -x "$bin/$b" ] || { echo "instructions.sh: $bin/$b missing; cargo build --release -p hookhost -p hookhost-bench" >&2; exit 1; }
+done
+dir=$(mktemp -d "${TMPDIR:-/tmp}/hookhost-instructions-XXXXXX")
+# The bench's own secret (bench/src/main.rs, SECRET): its events are signed with it.
+printf '%s' 'whsec_hookhost_bench_0123456789abcdef' > "$dir/stripe.secret"
+
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+free_port() {
+    local port
+    for port in $(seq 18700 18799); do
+        listening "$port" || { echo "$port"; return; }
+    done
+    echo "instructions.sh: no free port in 18700-18799" >&2
+    exit 1
+}
+
+send() {
+    "$bin/hookhost-bench" --send-to "127.0.0.1:$1" --send-count "$2" \
+        --send-connections "$connections" >>"$dir/$3.send.log"
+}
+
+measure() {
+    local receiver=$1 port command pid
+    port=$(free_port)
+    case $receiver in
+        hookhost)
+            printf 'listen = "127.0.0.1:%s"\nstore = "%s/hookhost.db"\n\n[[endpoint]]\nid = "stripe"\nplugin = "stripe"\nsecrets = ["file:stripe.secret"]\n' \
+                "$port" "$dir" >"$dir/hookhost.toml"
+            command=("$bin/hookhost" serve --config "$dir/hookhost.toml") ;;
+        reference) command=("$bin/hookhost-bench" --serve-reference "127.0.0.1:$port" --db "$dir/reference.db") ;;
+        ceiling) command=("$bin/hookhost-bench" --serve-ceiling "127.0.0.1:$port") ;;
+        *) echo "instructions.sh: $receiver: hookhost, reference or ceiling" >&2; exit 2 ;;
+    esac
+    # Not instrumented until the warm-up is over: start-up runs at valgrind's plain speed.
+    valgrind --tool=callgrind --instr-atstart=no \
+        --callgrind-out-file="$dir/$receiver.callgrind.%p" \
+        "${command[@]}" >"$dir/$receiver.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do
+        listening "$port" && break
+        kill -0 "$pid" 2>/dev/null || { echo "instructions.sh: $receiver exited; see $dir/$receiver.log" >&2; exit 1; }
+        sleep 1
+    done
+    listening "$port" || { echo "instructions.sh: $receiver did not listen in 600 s" >&2; kill "$pid"; exit 1; }
+    send "$port" 1000 "$receiver"
+    callgrind_control --instr=on "$pid" >/dev/null 2>&1
+    callgrind_control --zero "$pid" >/dev/null 2>&1
+    local counts=()
+    for dump in 1 2; do
+        send "$port" "$requests" "$receiver"
+        callgrind_control --dump "$pid" >/dev/null 2>&1
+        local file="$dir/$receiver.callgrind.$pid.$dump"
+        for _ in $(seq 30); do grep -q '^totals:' "$file" 2>/dev/null && break; sleep 1; done
+        counts+=("$(awk -v n="$requests" '/^totals:/ { printf "%.0f", $2 / n }' "$file")")
+    done
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    printf '%-10s %8s requests × 2 over %s connections: %s and %s instructions per request\n' \
+        "$receiver" "$requests" "$connections" "${counts[0]}" "${counts[1]}"
+}
+
+for receiver in "${@:-hookhost reference ceiling}"; do
+    # shellcheck disable=SC2086 # the default is three words
+    for r in $receiver; do measure "$r"; done
+done
+echo "callgrind files, logs and stores: $dir"
