@@ -8,8 +8,9 @@
 #   bench/instructions.sh [hookhost|reference|ceiling ...]
 #
 # REQUESTS (default 4000) events are counted twice, after 1000 uncounted ones, over
-# CONNECTIONS (default 16) connections; both counts are printed. The callgrind files
-# stay in the directory printed at the end, for `callgrind_annotate --inclusive=yes`.
+# CONNECTIONS (default 16) connections; both counts are printed, and for hookhost the
+# first count by thread. The callgrind files stay in the directory printed at the end,
+# for `callgrind_annotate --inclusive=yes`.
 #
 # Under valgrind, hookhost allocates plugin instances on demand (valgrind refuses the
 # pool's address space), SHA-256 runs without the CPU's SHA instructions, and the
@@ -44,6 +45,20 @@ free_port() {
 send() {
     "$bin/hookhost-bench" --send-to "127.0.0.1:$1" --send-count "$2" \
         --send-connections "$connections" >>"$dir/$3.send.log"
+}
+
+# hookhost's count by thread, from a callgrind file: where a change between two builds
+# landed.
+parts() {
+    callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null | awk -v n="$requests" '
+        function cost(line) { sub(/^ */, "", line); sub(/ .*/, "", line); gsub(",", "", line); return line / n }
+        /threads\.rs:hookhost::plugins::threads::work$|boxed\.rs:hookhost::plugins::threads::work$/ && !("p" in c) { c["p"] = cost($0) }
+        /sha256\.rs:sha2::sha256::compress256 \[/ && !("s" in c) { c["s"] = cost($0) }
+        /worker\.rs:tokio::runtime::scheduler::multi_thread::worker::Context::run \[/ && !("t" in c) { c["t"] = cost($0) }
+        /writer\.rs:hookhost::store::writer::run$/ && !("w" in c) { c["w"] = cost($0) }
+        END {
+            printf "  plugin threads %.0f (SHA-256, portable code under valgrind: %.0f), tokio workers %.0f, writer %.0f\n", c["p"], c["s"], c["t"], c["w"]
+        }'
 }
 
 measure() {
@@ -84,6 +99,7 @@ measure() {
     wait "$pid" 2>/dev/null || true
     printf '%-10s %8s requests × 2 over %s connections: %s and %s instructions per request\n' \
         "$receiver" "$requests" "$connections" "${counts[0]}" "${counts[1]}"
+    if [ "$receiver" = hookhost ]; then parts "$dir/$receiver.callgrind.$pid.1"; fi
 }
 
 for receiver in "${@:-hookhost reference ceiling}"; do
