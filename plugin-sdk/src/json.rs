@@ -13,7 +13,7 @@ use alloc::borrow::{Cow, ToOwned as _};
 use alloc::format;
 use alloc::string::{String, ToString as _};
 use alloc::vec::Vec;
-use core::cell::Cell;
+use core::cell::{Cell, RefCell};
 use core::ops::Range;
 use serde::Deserializer as _;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -37,8 +37,12 @@ enum Kind {
 pub struct Json {
     text: String,
     /// For an object: each top-level member, in document order, as its key and the
-    /// span of its value in `text`. `None` for any other document.
-    members: Option<Vec<(Key, Range<usize>)>>,
+    /// span of its value in `text` (`None` for a member the validating pass entered
+    /// to find a pointer, see [`Json::parse_finding`]). `None` for any other document.
+    members: Option<Vec<(Key, Option<Range<usize>>)>>,
+    /// The pointers [`Json::parse_finding`] found in the validating pass, with the span
+    /// of each one's value.
+    found: Vec<(&'static str, Range<usize>)>,
 }
 
 /// A top-level member's key: the span of its text in the document, or the key
@@ -52,13 +56,31 @@ enum Key {
 impl Json {
     /// Validate bytes as one JSON value; anything else is `MalformedBody`.
     pub fn parse(bytes: &[u8]) -> Result<Self, Rejection> {
+        Json::parse_finding(bytes, &[])
+    }
+
+    /// As [`Json::parse`], and find `pointers` in the same pass that validates the
+    /// document, instead of reading the document again for each when it is looked up.
+    /// Every lookup answers as after [`Json::parse`]; for a pointer to a member near
+    /// the end of a large object, this saves a second reading of the object. Pointers
+    /// into an object document only, each token non-empty; others are looked up as
+    /// usual.
+    pub fn parse_finding(bytes: &[u8], pointers: &[&'static str]) -> Result<Self, Rejection> {
         let text = core::str::from_utf8(bytes)
             .map_err(|_| Rejection::MalformedBody("body is not UTF-8 JSON".into()))?
             .to_owned();
         // One pass: serde_json validates the whole document (skipping nested values
         // iteratively, so a hostile "[[[[…" cannot exhaust the plugin's small stack)
-        // and hands back each top-level member's key and raw value.
-        let members = top_level(&text)
+        // and hands back each top-level member's key and raw value, and the value at
+        // each pointer found.
+        let wanted: Vec<Path<'_>> = pointers
+            .iter()
+            .enumerate()
+            .filter(|(_, pointer)| findable(pointer))
+            .filter_map(|(at, pointer)| Path::new(at, pointer))
+            .collect();
+        let found_raw = RefCell::new(alloc::vec![None; pointers.len()]);
+        let members = top_level(&text, wanted, &found_raw)
             .map_err(|e| Rejection::MalformedBody(format!("body is not JSON: {e}")))?;
         // Every key and value serde_json borrowed lies in `text`; were one not to, the
         // document is read by scanning it whole, as for any non-object.
@@ -70,17 +92,34 @@ impl Json {
                         Cow::Borrowed(key) => Key::Span(span(&text, key)?),
                         Cow::Owned(key) => Key::Unescaped(key),
                     };
-                    Some((key, span(&text, value.get())?))
+                    let value = match value {
+                        Some(value) => Some(span(&text, value.get())?),
+                        None => None,
+                    };
+                    Some((key, value))
                 })
                 .collect()
         });
-        Ok(Json { text, members })
+        let found = pointers
+            .iter()
+            .zip(found_raw.into_inner())
+            .filter_map(|(pointer, raw)| Some((*pointer, span(&text, raw?)?)))
+            .collect();
+        Ok(Json {
+            text,
+            members,
+            found,
+        })
     }
 
     /// Find a JSON Pointer: the raw text of the value there, and its kind.
     fn lookup(&self, pointer: &str) -> Option<(&str, Kind)> {
         if pointer.is_empty() {
             return Some((&self.text, kind(&self.text)));
+        }
+        if let Some((_, at)) = self.found.iter().find(|(found, _)| *found == pointer) {
+            let value = &self.text[at.clone()];
+            return Some((value, kind(value)));
         }
         let Some(members) = &self.members else {
             return self.scan(&self.text, pointer);
@@ -97,6 +136,11 @@ impl Json {
             };
             key == first
         })?;
+        // A member the validating pass entered without keeping its span: read the
+        // document from the start, which meets the same first member.
+        let Some(at) = at else {
+            return self.scan(&self.text, pointer);
+        };
         let value = &self.text[at.clone()];
         if rest.is_empty() {
             Some((value, kind(value)))
@@ -436,22 +480,30 @@ fn as_id((raw, found): (&str, Kind)) -> Option<String> {
 }
 
 /// Validate `text` as one JSON value; for an object, its members' keys (borrowed
-/// unless escaped) and raw values, in document order.
+/// unless escaped) and raw values, in document order (no value for a member entered
+/// to find one of `wanted`), and each of `wanted` found into `found`.
 #[allow(clippy::type_complexity)]
-fn top_level(text: &str) -> serde_json::Result<Option<Vec<(Cow<'_, str>, &RawValue)>>> {
+fn top_level<'de>(
+    text: &'de str,
+    wanted: Vec<Path<'_>>,
+    found: &RefCell<Vec<Option<&'de str>>>,
+) -> serde_json::Result<Option<Vec<(Cow<'de, str>, Option<&'de RawValue>)>>> {
     let mut reader = serde_json::Deserializer::from_str(text);
-    let members = reader.deserialize_any(TopLevel)?;
+    let members = reader.deserialize_any(TopLevel { wanted, found })?;
     reader.end()?;
     Ok(members)
 }
 
-/// Visits the document's outermost value: an object's members are kept; anything
-/// else is only validated.
-struct TopLevel;
+/// Visits the document's outermost value: an object's members are kept, and the
+/// wanted pointers are looked for in them; anything else is only validated.
+struct TopLevel<'p, 'f, 'de> {
+    wanted: Vec<Path<'p>>,
+    found: &'f RefCell<Vec<Option<&'de str>>>,
+}
 
-impl<'de> Visitor<'de> for TopLevel {
+impl<'de> Visitor<'de> for TopLevel<'_, '_, 'de> {
     #[allow(clippy::type_complexity)]
-    type Value = Option<Vec<(Cow<'de, str>, &'de RawValue)>>;
+    type Value = Option<Vec<(Cow<'de, str>, Option<&'de RawValue>)>>;
 
     fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
         f.write_str("a JSON value")
@@ -459,8 +511,13 @@ impl<'de> Visitor<'de> for TopLevel {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut members = Vec::new();
+        let mut finder = Finder {
+            paths: self.wanted,
+            found: self.found,
+        };
         while let Some(key) = map.next_key_seed(KeyText)? {
-            members.push((key, map.next_value::<&RawValue>()?));
+            let value = finder.member(&key, &mut map)?;
+            members.push((key, value));
         }
         Ok(Some(members))
     }
@@ -519,6 +576,185 @@ impl<'de> Visitor<'de> for KeyText {
 
     fn visit_str<E>(self, key: &str) -> Result<Self::Value, E> {
         Ok(Cow::Owned(key.to_owned()))
+    }
+}
+
+/// A pointer being looked for in the validating pass: which of the wanted it is, its
+/// step into the value being read (a member's name, unescaped, and as an index), and
+/// what is left of it below that step (`""` at the last).
+struct Path<'p> {
+    at: usize,
+    step: Cow<'p, str>,
+    index: Option<usize>,
+    rest: &'p str,
+}
+
+impl<'p> Path<'p> {
+    /// Wanted pointer `at`, or what is left of it (starting with `/`).
+    fn new(at: usize, pointer: &'p str) -> Option<Path<'p>> {
+        let (step, rest) = first_token(pointer)?;
+        let index = index(&step);
+        Some(Path {
+            at,
+            step,
+            index,
+            rest,
+        })
+    }
+}
+
+/// Whether [`Json::parse_finding`] looks for `pointer` in its pass: a pointer with
+/// every token non-empty, so that each step is a member name or an index.
+fn findable(pointer: &str) -> bool {
+    pointer.len() > 1 && pointer.starts_with('/') && !pointer[1..].split('/').any(str::is_empty)
+}
+
+/// Reads a value for [`Json::parse_finding`], and finds in it the value at each of
+/// `paths` as [`walk`] would: at each step the first member of the name, or the
+/// element at the index, is entered, and the rest is skipped (which validates it).
+/// Unlike `walk`, it never stops early: the pass validates the whole value.
+struct Finder<'p, 'f, 'de> {
+    paths: Vec<Path<'p>>,
+    found: &'f RefCell<Vec<Option<&'de str>>>,
+}
+
+impl<'p, 'de> Finder<'p, '_, 'de> {
+    /// The paths whose next step `matches` (a member's key or an element's index);
+    /// they leave `self`, so a later member of the same name is not entered for them.
+    fn take(&mut self, matches: impl Fn(&Path<'p>) -> bool) -> Vec<Path<'p>> {
+        let mut taken = Vec::new();
+        let mut i = 0;
+        while i < self.paths.len() {
+            if matches(&self.paths[i]) {
+                taken.push(self.paths.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        taken
+    }
+
+    /// Read the value of the member `key` of the object being read: its raw value,
+    /// unless it was entered to find a pointer below it.
+    fn member<A: MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<Option<&'de RawValue>, A::Error> {
+        let paths = self.take(|path| path.step == key);
+        if paths.is_empty() || paths.iter().all(|path| path.rest.is_empty()) {
+            let value: &RawValue = map.next_value()?;
+            self.keep(&paths, value);
+            return Ok(Some(value));
+        }
+        if paths.iter().any(|path| path.rest.is_empty()) {
+            // Wanted both here and below (`/a` and `/a/b`): keep the value, and read
+            // it again for the others. Rare; the pass still validates it once.
+            let value: &RawValue = map.next_value()?;
+            self.keep(&paths, value);
+            return Ok(Some(value));
+        }
+        map.next_value_seed(self.below(paths))?;
+        Ok(None)
+    }
+
+    /// Each of `paths` ends at `value` or, below it, where a walk of it finds it.
+    fn keep(&self, paths: &[Path<'_>], value: &'de RawValue) {
+        if paths.is_empty() {
+            return;
+        }
+        let mut found = self.found.borrow_mut();
+        for path in paths {
+            found[path.at] = if path.rest.is_empty() {
+                Some(value.get())
+            } else {
+                walk(value.get(), path.rest)
+            };
+        }
+    }
+
+    /// A finder for the value these paths step into, each at its next step.
+    fn below(&self, paths: Vec<Path<'p>>) -> Finder<'p, '_, 'de> {
+        Finder {
+            paths: paths
+                .into_iter()
+                .filter_map(|path| Path::new(path.at, path.rest))
+                .collect(),
+            found: self.found,
+        }
+    }
+}
+
+impl<'de> de::DeserializeSeed<'de> for Finder<'_, '_, 'de> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Finder<'_, '_, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key_seed(KeyText)? {
+            if self.paths.iter().any(|path| path.step == key) {
+                self.member(&key, &mut map)?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        let mut at = 0usize;
+        loop {
+            let paths = self.take(|path| path.index == Some(at));
+            at += 1;
+            let more = if paths.is_empty() {
+                seq.next_element::<IgnoredAny>()?.is_some()
+            } else if paths.iter().any(|path| path.rest.is_empty()) {
+                let value: Option<&RawValue> = seq.next_element()?;
+                if let Some(value) = value {
+                    self.keep(&paths, value);
+                }
+                value.is_some()
+            } else {
+                seq.next_element_seed(self.below(paths))?.is_some()
+            };
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
     }
 }
 
@@ -939,6 +1175,101 @@ mod tests {
         }
     }
 
+    /// Documents and pointers where a one-pass find could part from a walk: first
+    /// members of a name, indexes, escapes in keys and in pointers, a value wanted both
+    /// whole and below, values that are not containers, and documents that are not
+    /// objects.
+    const FINDING: [(&str, &[&str]); 9] = [
+        (
+            DOC,
+            &[
+                "/id",
+                "/data/object/id",
+                "/data/object/list/1/x",
+                "/a~1b",
+                "/data/object/list/9",
+            ],
+        ),
+        (
+            r#"{"data": {"object": {"x": 1}}, "data": {"object": {"id": "second"}}}"#,
+            &["/data/object/id", "/data/object/x"],
+        ),
+        (
+            r#"{"data": {"object": {"id": "a", "id": "b"}, "object": {"id": "c"}}}"#,
+            &["/data/object/id"],
+        ),
+        (
+            r#"{"data": {"object": {"id": 1, "kind": "k"}}}"#,
+            &["/data/object", "/data/object/id", "/data/object/kind"],
+        ),
+        (
+            r#"{"list": [{"x": 1}, {"x": 2}, 3], "list2": []}"#,
+            &[
+                "/list/1/x",
+                "/list/2/x",
+                "/list/01/x",
+                "/list/-",
+                "/list2/0",
+            ],
+        ),
+        (
+            r#"{"a/b": {"c~d": 1}, "d\u0061ta": {"id": "escaped"}}"#,
+            &["/a~1b/c~0d", "/data/id"],
+        ),
+        (r#"{"data": 5, "s": "text"}"#, &["/data/id", "/s/0"]),
+        (r#"[{"id": 1}, {"id": 2}]"#, &["/1/id"]),
+        (r#"{"data": {"": {"id": 1}}}"#, &["/data//id", "/", "/data"]),
+    ];
+
+    #[test]
+    fn pointers_found_in_the_validating_pass_answer_as_lookups_do() {
+        for (doc, pointers) in FINDING {
+            let plain = Json::parse(doc.as_bytes()).expect("valid");
+            let finding = Json::parse_finding(doc.as_bytes(), pointers).expect("valid");
+            // Every wanted pointer, and the members and prefixes on the way to them,
+            // which the pass may have entered without keeping.
+            let extra = ["/data", "/data/object", "/list", "/list/1", "/a~1b", "/id"];
+            for pointer in pointers.iter().chain(&extra) {
+                assert_eq!(finding.raw(pointer), plain.raw(pointer), "{doc} {pointer}");
+            }
+            assert_eq!(finding.value(), plain.value(), "{doc}");
+        }
+    }
+
+    #[test]
+    fn the_validating_pass_finds_what_it_was_asked_for() {
+        // Found in the pass, not by a walk afterwards: the spans are kept.
+        let json = Json::parse_finding(
+            DOC.as_bytes(),
+            &["/data/object/id", "/data/object/list/1/x", "/missing"],
+        )
+        .expect("valid");
+        let found: Vec<&str> = json.found.iter().map(|(pointer, _)| *pointer).collect();
+        assert_eq!(found, ["/data/object/id", "/data/object/list/1/x"]);
+        // The member entered to find them keeps no span; a lookup through it reads
+        // the document again and still finds the first member of the name.
+        let members = json.members.as_ref().expect("an object");
+        assert!(members.iter().any(|(_, at)| at.is_none()));
+        assert_eq!(json.str("/data/object/list/0/x"), None);
+        assert_eq!(json.i64("/data/object/list/0/x"), Some(1));
+    }
+
+    #[test]
+    fn the_validating_pass_still_validates_what_it_enters() {
+        for bad in [
+            r#"{"data": {"object": {"id": "a",}}}"#,
+            r#"{"data": {"object": {"id": "a"}, "x": [1,]}}"#,
+            r#"{"data": {"object": {"id": "a"}}} ?"#,
+            r#"{"list": [{"x": 1}, {"x": 2,}]}"#,
+        ] {
+            assert!(
+                Json::parse_finding(bad.as_bytes(), &["/data/object/id", "/list/1/x"]).is_err(),
+                "{bad}"
+            );
+            assert!(Json::parse(bad.as_bytes()).is_err(), "{bad}");
+        }
+    }
+
     #[test]
     fn a_walk_reads_only_up_to_the_value_it_names() {
         // Past the value there is text no reader could accept: a walk that read on
@@ -986,6 +1317,10 @@ mod tests {
         let json = Json::parse(deep.as_bytes()).expect("deep but valid");
         assert_eq!(json.str("/type").as_deref(), Some("t"));
         assert_eq!(json.str("/deep/0/0"), None);
+        // Entering a member to find a pointer recurses only as deep as the pointer.
+        let finding = Json::parse_finding(deep.as_bytes(), &["/deep/0/0", "/type"]).expect("valid");
+        assert_eq!(finding.raw("/deep/0/0"), json.raw("/deep/0/0"));
+        assert_eq!(finding.str("/type").as_deref(), Some("t"));
         let unbalanced = format!(r#"{{"deep": {}{}}}"#, "[".repeat(1000), "]".repeat(999));
         assert!(matches!(
             Json::parse(unbalanced.as_bytes()),

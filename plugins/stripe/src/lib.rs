@@ -63,7 +63,7 @@ impl Provider for Stripe {
     }
 
     fn describe_event(req: &Request) -> Result<Event, Rejection> {
-        describe(&req.json()?)
+        describe(&req.json_finding(&OBJECT)?)
     }
 
     /// Stripe's API lists the events of the last 30 days, newest first, each exactly
@@ -106,7 +106,8 @@ impl Provider for Stripe {
         let items = list.items("/data").ok_or("events list: no data array")?;
         let mut events = Vec::with_capacity(items.len());
         for (i, raw) in items.into_iter().enumerate() {
-            let item = Json::parse(raw.as_bytes()).map_err(|e| format!("data/{i}: {e:?}"))?;
+            let item = Json::parse_finding(raw.as_bytes(), &OBJECT)
+                .map_err(|e| format!("data/{i}: {e:?}"))?;
             let event = describe(&item).map_err(|e| format!("data/{i}: {e:?}"))?;
             events.push(RemoteEvent {
                 event,
@@ -124,6 +125,10 @@ impl Provider for Stripe {
         })
     }
 }
+
+/// What `describe` reads below the top level: found while the event is validated, so
+/// that an object whose `id` comes last is not read a second time.
+const OBJECT: [&str; 2] = ["/data/object/object", "/data/object/id"];
 
 /// The event a Stripe event object describes (pushed, or listed by the API).
 fn describe(body: &Json) -> Result<Event, Rejection> {
