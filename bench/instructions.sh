@@ -7,6 +7,9 @@
 #   cargo build --release -p hookhost -p hookhost-bench
 #   bench/instructions.sh [hookhost|reference|ceiling ...]
 #
+# HOOKHOST names another `hookhost` binary to count (a copy of an earlier build, say),
+# so that two builds can be compared.
+#
 # REQUESTS (default 4000) events are counted twice, after 1000 uncounted ones, over
 # CONNECTIONS (default 16) connections; both counts are printed, and for hookhost the
 # first count by thread. The callgrind files stay in the directory printed at the end,
@@ -21,11 +24,12 @@ cd "$(dirname "$0")/.."
 requests=${REQUESTS:-4000}
 connections=${CONNECTIONS:-16}
 bin=target/release
+hookhost=${HOOKHOST:-$bin/hookhost}
 for tool in valgrind callgrind_control; do
     command -v "$tool" >/dev/null || { echo "instructions.sh: $tool not found" >&2; exit 1; }
 done
-for b in hookhost hookhost-bench; do
-    [ -x "$bin/$b" ] || { echo "instructions.sh: $bin/$b missing; cargo build --release -p hookhost -p hookhost-bench" >&2; exit 1; }
+for b in "$hookhost" "$bin/hookhost-bench"; do
+    [ -x "$b" ] || { echo "instructions.sh: $b missing; cargo build --release -p hookhost -p hookhost-bench" >&2; exit 1; }
 done
 dir=$(mktemp -d "${TMPDIR:-/tmp}/hookhost-instructions-XXXXXX")
 # The bench's own secret (bench/src/main.rs, SECRET): its events are signed with it.
@@ -68,7 +72,7 @@ measure() {
         hookhost)
             printf 'listen = "127.0.0.1:%s"\nstore = "%s/hookhost.db"\n\n[[endpoint]]\nid = "stripe"\nplugin = "stripe"\nsecrets = ["file:stripe.secret"]\n' \
                 "$port" "$dir" >"$dir/hookhost.toml"
-            command=("$bin/hookhost" serve --config "$dir/hookhost.toml") ;;
+            command=("$hookhost" serve --config "$dir/hookhost.toml") ;;
         reference) command=("$bin/hookhost-bench" --serve-reference "127.0.0.1:$port" --db "$dir/reference.db") ;;
         ceiling) command=("$bin/hookhost-bench" --serve-ceiling "127.0.0.1:$port") ;;
         *) echo "instructions.sh: $receiver: hookhost, reference or ceiling" >&2; exit 2 ;;
