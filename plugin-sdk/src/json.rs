@@ -56,7 +56,7 @@ enum Key {
 impl Json {
     /// Validate bytes as one JSON value; anything else is `MalformedBody`.
     pub fn parse(bytes: &[u8]) -> Result<Self, Rejection> {
-        Json::parse_finding(bytes, &[])
+        Json::read::<false>(bytes, &[])
     }
 
     /// As [`Json::parse`], and find `pointers` in the same pass that validates the
@@ -66,6 +66,12 @@ impl Json {
     /// into an object document only, each token non-empty; others are looked up as
     /// usual.
     pub fn parse_finding(bytes: &[u8], pointers: &[&'static str]) -> Result<Self, Rejection> {
+        Json::read::<true>(bytes, pointers)
+    }
+
+    /// `parse` and `parse_finding`: two builds of one function, so that a plugin that
+    /// never looks for pointers in the pass does not carry the code that would.
+    fn read<const FIND: bool>(bytes: &[u8], pointers: &[&'static str]) -> Result<Self, Rejection> {
         let text = core::str::from_utf8(bytes)
             .map_err(|_| Rejection::MalformedBody("body is not UTF-8 JSON".into()))?
             .to_owned();
@@ -80,7 +86,7 @@ impl Json {
             .filter_map(|(at, pointer)| Path::new(at, pointer))
             .collect();
         let found_raw = RefCell::new(alloc::vec![None; pointers.len()]);
-        let members = top_level(&text, wanted, &found_raw)
+        let members = top_level::<FIND>(&text, wanted, &found_raw)
             .map_err(|e| Rejection::MalformedBody(format!("body is not JSON: {e}")))?;
         // Every key and value serde_json borrowed lies in `text`; were one not to, the
         // document is read by scanning it whole, as for any non-object.
@@ -483,25 +489,26 @@ fn as_id((raw, found): (&str, Kind)) -> Option<String> {
 /// unless escaped) and raw values, in document order (no value for a member entered
 /// to find one of `wanted`), and each of `wanted` found into `found`.
 #[allow(clippy::type_complexity)]
-fn top_level<'de>(
+fn top_level<'de, const FIND: bool>(
     text: &'de str,
     wanted: Vec<Path<'_>>,
     found: &RefCell<Vec<Option<&'de str>>>,
 ) -> serde_json::Result<Option<Vec<(Cow<'de, str>, Option<&'de RawValue>)>>> {
     let mut reader = serde_json::Deserializer::from_str(text);
-    let members = reader.deserialize_any(TopLevel { wanted, found })?;
+    let members = reader.deserialize_any(TopLevel::<FIND> { wanted, found })?;
     reader.end()?;
     Ok(members)
 }
 
-/// Visits the document's outermost value: an object's members are kept, and the
-/// wanted pointers are looked for in them; anything else is only validated.
-struct TopLevel<'p, 'f, 'de> {
+/// Visits the document's outermost value: an object's members are kept, and (with
+/// `FIND`) the wanted pointers are looked for in them; anything else is only
+/// validated.
+struct TopLevel<'p, 'f, 'de, const FIND: bool> {
     wanted: Vec<Path<'p>>,
     found: &'f RefCell<Vec<Option<&'de str>>>,
 }
 
-impl<'de> Visitor<'de> for TopLevel<'_, '_, 'de> {
+impl<'de, const FIND: bool> Visitor<'de> for TopLevel<'_, '_, 'de, FIND> {
     #[allow(clippy::type_complexity)]
     type Value = Option<Vec<(Cow<'de, str>, Option<&'de RawValue>)>>;
 
@@ -511,6 +518,12 @@ impl<'de> Visitor<'de> for TopLevel<'_, '_, 'de> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut members = Vec::new();
+        if !FIND {
+            while let Some(key) = map.next_key_seed(KeyText)? {
+                members.push((key, Some(map.next_value::<&RawValue>()?)));
+            }
+            return Ok(Some(members));
+        }
         let mut finder = Finder {
             paths: self.wanted,
             found: self.found,
