@@ -655,14 +655,10 @@ impl<'p, 'de> Finder<'p, '_, 'de> {
         map: &mut A,
     ) -> Result<Option<&'de RawValue>, A::Error> {
         let paths = self.take(|path| path.step == key);
-        if paths.is_empty() || paths.iter().all(|path| path.rest.is_empty()) {
-            let value: &RawValue = map.next_value()?;
-            self.keep(&paths, value);
-            return Ok(Some(value));
-        }
-        if paths.iter().any(|path| path.rest.is_empty()) {
-            // Wanted both here and below (`/a` and `/a/b`): keep the value, and read
-            // it again for the others. Rare; the pass still validates it once.
+        // Entered only when every path here continues below it. A value wanted here
+        // is kept whole; any path that also continues below (`/a` and `/a/b`) reads
+        // it again. Rare; the pass still validates it once.
+        if paths.is_empty() || paths.iter().any(|path| path.rest.is_empty()) {
             let value: &RawValue = map.next_value()?;
             self.keep(&paths, value);
             return Ok(Some(value));
