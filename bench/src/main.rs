@@ -241,12 +241,18 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--send-to`: exactly `count` new events, every one of which must be accepted.
-fn send_to(addr: std::net::SocketAddr, count: u64, connections: u16) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// The load generator's runtime: one thread, so that on a small machine it does not
+/// take the servers' cores.
+fn load_generator_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .context("cannot start the tokio runtime")?;
+        .context("cannot start the tokio runtime")
+}
+
+/// `--send-to`: exactly `count` new events, every one of which must be accepted.
+fn send_to(addr: std::net::SocketAddr, count: u64, connections: u16) -> anyhow::Result<()> {
+    let runtime = load_generator_runtime()?;
     // From the clock in microseconds: a later `--send-to` starts past every number an
     // earlier one used, since none sends a million events a second.
     let micros = SystemTime::now()
@@ -294,12 +300,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
         .disable_cleanup(args.keep_tmp)
         .tempdir_in(&base)
         .with_context(|| format!("cannot create a temporary directory in {}", base.display()))?;
-    // The load generator gets one thread: on a small machine it should not take the
-    // servers' cores.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the tokio runtime")?;
+    let runtime = load_generator_runtime()?;
 
     let cpus = std::thread::available_parallelism().map_or(0, usize::from);
     println!(
