@@ -88,6 +88,17 @@ enum Command {
         #[arg(long)]
         endpoint: String,
     },
+    /// Compile a component (a built-in, or the one on stdin) to stdout: what every
+    /// other command runs to compile a plugin outside its own process.
+    #[command(name = crate::plugins::compiler::COMMAND, hide = true)]
+    CompilePlugin {
+        /// The engine's compatibility key the compiled code must load in.
+        #[arg(long)]
+        engine: String,
+        /// A built-in plugin's SHA-256 (hex), compiled from this executable's own copy.
+        #[arg(long)]
+        builtin: Option<String>,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -256,7 +267,11 @@ enum PluginCommand {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log_json);
+    crate::plugins::compiler::compile_in_child_processes();
     let result = match cli.command {
+        Command::CompilePlugin { engine, builtin } => {
+            return crate::plugins::compiler::child_main(&engine, builtin.as_deref());
+        }
         Command::Serve { config } => serve(config),
         Command::Migrate { config } => migrate(config),
         Command::Plugin {

@@ -315,6 +315,81 @@ fn compiled_plugins_are_cached_between_runs_unless_turned_off() {
     assert_eq!(files(&off), 0);
 }
 
+#[test]
+fn the_binary_compiles_plugins_in_child_processes() {
+    const COMPILED: &str = "plugin compiled in a child process";
+    let dir = tempfile::tempdir().expect("dir");
+    let run = |args: &[&str], cache: &std::path::Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_hookhost"))
+            .args(args)
+            .env("HOOKHOST_CACHE_DIR", cache)
+            .env("RUST_LOG", "warn,hookhost::plugins::compiler=debug")
+            .output()
+            .expect("run hookhost");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            !stderr.contains("compiling them in this one"),
+            "a child could not run: {stderr}"
+        );
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr,
+        )
+    };
+    let children = |stderr: &str| stderr.lines().filter(|l| l.contains(COMPILED)).count();
+
+    // On an empty cache, each built-in is compiled by a child of its own.
+    let cache = dir.path().join("cache");
+    let (ok, stdout, stderr) = run(&["plugin", "inspect", "stripe"], &cache);
+    assert!(
+        ok && stdout.contains("name:              stripe"),
+        "{stderr}"
+    );
+    assert_eq!(
+        children(&stderr),
+        hookhost::plugins::BUILTIN_NAMES.len(),
+        "{stderr}"
+    );
+    // Loaded from the cache the next time: no child.
+    let (ok, _, stderr) = run(&["plugin", "inspect", "stripe"], &cache);
+    assert!(ok, "{stderr}");
+    assert_eq!(children(&stderr), 0, "{stderr}");
+
+    // A drop-in goes to its child's stdin, with the cache or without one.
+    let hostile = crate::support::guest("hostile").display().to_string();
+    for cache in [dir.path().join("drop-in"), "off".into()] {
+        let (ok, stdout, stderr) = run(&["plugin", "inspect", &hostile], &cache);
+        assert!(ok, "{stderr}");
+        assert!(stdout.contains(&format!("origin:            {hostile}")));
+        assert_eq!(children(&stderr), 1, "{stderr}");
+    }
+
+    // What does not compile is refused in the child's words, naming the file.
+    let junk = dir.path().join("junk.wasm");
+    std::fs::write(&junk, b"definitely not wasm").expect("write");
+    let (ok, _, stderr) = run(&["plugin", "inspect", &junk.display().to_string()], &cache);
+    assert!(!ok);
+    assert!(
+        stderr.contains(&format!(
+            "{}: not a valid component: failed to parse WebAssembly module",
+            junk.display()
+        )),
+        "{stderr}"
+    );
+
+    // A child compiles only for the engine it is asked for: its code must load there.
+    let (ok, _, stderr) = run(
+        &["__compile-plugin", "--engine", "0000000000000000"],
+        &cache,
+    );
+    assert!(!ok);
+    assert!(
+        stderr.contains("is not the one asked for (0000000000000000)"),
+        "{stderr}"
+    );
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
     if let Ok(entries) = std::fs::read_dir(dir) {

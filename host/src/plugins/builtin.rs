@@ -33,6 +33,15 @@ pub fn component(name: &str) -> Option<&'static [u8]> {
     BUILTIN.iter().find(|b| b.name == name).map(|b| b.bytes)
 }
 
+/// The embedded component whose SHA-256 is `digest`, if it is a built-in's (found by
+/// the build's digests, without reading any component's bytes).
+pub(super) fn with_digest(digest: &[u8; 32]) -> Option<&'static [u8]> {
+    BUILTIN
+        .iter()
+        .find(|b| b.sha256 == *digest)
+        .map(|b| b.bytes)
+}
+
 /// Load every built-in, on one thread per core. Compiling (a first start) keeps every
 /// core busy either way; more threads than cores would only hold more compilations'
 /// memory at once and leave a glibc malloc arena per thread behind, resident for the

@@ -10,6 +10,7 @@
 
 mod bindings;
 mod builtin;
+pub mod compiler;
 mod resident;
 mod runtime;
 mod stderr;

@@ -268,10 +268,10 @@ impl CodeCache {
             tracing::warn!(%error, dir = %dir.display(), "no compiled-plugin cache; compiling at every start");
             return None;
         }
-        let mut hasher = std::hash::DefaultHasher::new();
-        std::hash::Hash::hash(&engine().precompile_compatibility_hash(), &mut hasher);
-        let engine_key = format!("{:016x}", std::hash::Hasher::finish(&hasher));
-        Some(CodeCache { dir, engine_key })
+        Some(CodeCache {
+            dir,
+            engine_key: engine_key().to_string(),
+        })
     }
 
     /// The compiled component for `bytes` (whose SHA-256 is `digest`): mapped from the
@@ -285,7 +285,7 @@ impl CodeCache {
             return Ok(component);
         }
         let path = self.path(digest);
-        let compiled = engine().precompile_component(bytes()?.as_ref())?;
+        let compiled = precompile(digest, bytes)?;
         match self.store(&path, &compiled) {
             Ok(()) => {
                 self.evict();
@@ -381,11 +381,14 @@ fn map_compiled(path: &Path) -> wasmtime::Result<Component> {
     unsafe { Component::deserialize_file(engine(), path) }
 }
 
-/// Load a component this process just compiled (when the cache cannot take it).
+/// Load a component just compiled (when the cache cannot take it).
 #[allow(unsafe_code)] // wasmtime cannot check machine code; see the SAFETY note
 fn load_compiled(compiled: &[u8]) -> wasmtime::Result<Component> {
-    // SAFETY: the bytes are `Engine::precompile_component` output of this very engine,
-    // produced a moment ago and never out of this process's hands.
+    // SAFETY: the bytes are `Engine::precompile_component` output produced a moment
+    // ago, by this process or by its child running the same executable (on Linux the
+    // running image, `/proc/self/exe`) for this engine's key, handed over through a
+    // pipe only the two hold. wasmtime refuses output of another version or engine
+    // configuration before using it.
     unsafe { Component::deserialize(engine(), compiled) }
 }
 
@@ -492,8 +495,47 @@ pub(super) fn compile_uncached<B: AsRef<[u8]>>(
 ) -> wasmtime::Result<Component> {
     match code_cache() {
         Some(code) => code.component(digest, bytes),
-        None => Component::new(engine(), bytes()?.as_ref()),
+        None => load_compiled(&precompile(digest, bytes)?),
     }
+}
+
+/// Compile a component: in a child process where the binary turned that on (see
+/// [`super::compiler`]), else here. A built-in's child finds the bytes in its own
+/// image, so this process does not read (and keep resident) the embedded copy.
+fn precompile<B: AsRef<[u8]>>(
+    digest: &[u8; 32],
+    bytes: impl FnOnce() -> wasmtime::Result<B>,
+) -> wasmtime::Result<Vec<u8>> {
+    use super::compiler::{Compiled, Source, in_child};
+    let fetched;
+    let source = match super::builtin::with_digest(digest) {
+        Some(embedded) => Source::Builtin { digest, embedded },
+        None => {
+            fetched = bytes()?;
+            Source::Bytes(fetched.as_ref())
+        }
+    };
+    match in_child(&source) {
+        Compiled::Code(compiled) => Ok(compiled),
+        Compiled::Refused(why) => Err(wasmtime::Error::msg(why)),
+        Compiled::Unavailable => precompile_here(source.bytes()),
+    }
+}
+
+/// The engine's `precompile_compatibility_hash`, hex: code compiled by an engine
+/// with the same key loads in this one.
+pub(super) fn engine_key() -> &'static str {
+    static KEY: OnceLock<String> = OnceLock::new();
+    KEY.get_or_init(|| {
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&engine().precompile_compatibility_hash(), &mut hasher);
+        format!("{:016x}", std::hash::Hasher::finish(&hasher))
+    })
+}
+
+/// Compile a component in this process.
+pub(super) fn precompile_here(bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
+    engine().precompile_component(bytes)
 }
 
 /// Check a compiled component's contract and pre-instantiate it.
