@@ -110,6 +110,9 @@ fn run_child(program: &PathBuf, source: &Source<'_>) -> std::io::Result<Compiled
         .arg(COMMAND)
         .arg(ENGINE_FLAG)
         .arg(super::runtime::engine_key())
+        // What the child would log at start (the instance pool refused, say) this
+        // process has logged already; its failures come back as its answer.
+        .env("RUST_LOG", "error")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     match source {
