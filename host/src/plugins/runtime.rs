@@ -212,8 +212,9 @@ impl wasmtime_wasi::HostMonotonicClock for ZeroClock {
     }
 }
 
-/// Compiled plugins kept on disk beyond this many are evicted, oldest first, when a new
-/// one is written: 36 built-ins for a few hookhost versions plus drop-ins, at ~1 MiB each.
+/// Compiled plugins kept on disk beyond this many are evicted, least recently used
+/// first, when a new one is written: 36 built-ins for a few hookhost versions plus
+/// drop-ins and uploads, at ~1 MiB each.
 const CACHE_ENTRIES: usize = 256;
 /// A temporary file this old is left over from a crash, not a write in progress.
 const CACHE_STALE_TEMP: Duration = Duration::from_secs(3600);
@@ -311,11 +312,17 @@ impl CodeCache {
         if !path.is_file() {
             return None;
         }
-        map_compiled(&path)
+        let component = map_compiled(&path)
             .inspect_err(|error| {
                 tracing::warn!(error = %format!("{error:#}"), path = %path.display(), "compiled plugin unusable; compiling again");
             })
-            .ok()
+            .ok()?;
+        // Its modification time is when it was last used, so that eviction keeps what
+        // starts and requests use (the built-ins first of all) over what they no longer
+        // do, such as the code of a hookhost that is no longer run.
+        let _ = std::fs::File::open(&path)
+            .and_then(|file| file.set_modified(std::time::SystemTime::now()));
+        Some(component)
     }
 
     /// Write an entry whole or not at all: a temporary file, synced, then renamed, so a
@@ -336,10 +343,15 @@ impl CodeCache {
         renamed
     }
 
-    /// Keep at most [`CACHE_ENTRIES`] entries (the oldest written go first) and drop
+    /// Keep at most [`CACHE_ENTRIES`] entries.
+    fn evict(&self) {
+        self.evict_to(CACHE_ENTRIES);
+    }
+
+    /// Keep at most `keep` entries (the least recently used go first) and drop
     /// temporary files a crashed writer left. Removing a file another process has
     /// mapped is harmless: the mapping keeps it alive.
-    fn evict(&self) {
+    fn evict_to(&self, keep: usize) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };
@@ -360,9 +372,9 @@ impl CodeCache {
                 _ => {}
             }
         }
-        if compiled.len() > CACHE_ENTRIES {
+        if compiled.len() > keep {
             compiled.sort();
-            for (_, path) in &compiled[..compiled.len() - CACHE_ENTRIES] {
+            for (_, path) in &compiled[..compiled.len() - keep] {
                 let _ = std::fs::remove_file(path);
             }
         }
@@ -1236,6 +1248,34 @@ fn check_contract(component: &Component) -> Result<&'static str, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_compiled_plugin_cache_evicts_the_least_recently_used_entry() {
+        let dir = tempfile::tempdir().expect("dir");
+        let cache = CodeCache {
+            dir: dir.path().to_path_buf(),
+            engine_key: engine_key().to_string(),
+        };
+        let guests = ["contract_v0_1", "contract_v0_2", "hostile"].map(|name| {
+            let path = Path::new(env!("HOOKHOST_GUESTS_DIR")).join(format!("{name}.wasm"));
+            let bytes = std::fs::read(&path).expect("guest");
+            let digest: [u8; 32] = Sha256::digest(&bytes).into();
+            cache.component(&digest, || Ok(&bytes)).expect("compiles");
+            digest
+        });
+        // Written in this order, long ago.
+        let now = std::time::SystemTime::now();
+        for (age, digest) in [300, 200, 100].into_iter().zip(&guests) {
+            let file = std::fs::File::open(cache.path(digest)).expect("entry");
+            file.set_modified(now - Duration::from_secs(age))
+                .expect("set mtime");
+        }
+        // The oldest written is used again; the next oldest is the one to go.
+        assert!(cache.mapped(&guests[0]).is_some());
+        cache.evict_to(2);
+        let kept = guests.map(|digest| cache.path(&digest).is_file());
+        assert_eq!(kept, [true, false, true]);
+    }
 
     /// The test guest built with `std`.
     fn hostile() -> Plugin {
