@@ -28,8 +28,11 @@ pub const COMMAND: &str = "__compile-plugin";
 const ENGINE_FLAG: &str = "--engine";
 /// The child's argument naming a built-in by its SHA-256.
 const BUILTIN_FLAG: &str = "--builtin";
-/// The child's exit status when the component does not compile (stdout: why).
-const REFUSED: u8 = 2;
+/// The child's exit status when the component does not compile (stdout: why). Not 1
+/// (the child's own failures) nor 2 (a command line it does not take).
+const REFUSED: u8 = 3;
+/// The exit status of a Rust program that panicked.
+const PANICKED: i32 = 101;
 
 static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
 /// Set when a child could not run: every later compilation happens in this process.
@@ -134,21 +137,32 @@ fn run_child(program: &PathBuf, source: &Source<'_>) -> std::io::Result<Compiled
         }
     }
     let output = child.wait_with_output()?;
-    match output.status.code() {
-        Some(0) => Ok(Compiled::Code(output.stdout)),
+    answer(output.status, output.stdout)
+}
+
+/// What a child's exit says: its code, its refusal, or that it crashed on this very
+/// component (a panic, or killed by a signal). A crash refuses the component, since
+/// compiling it in this process would crash the server as well. Any other status
+/// says the child could not do the job at all (the program would not run as this
+/// command, or not for this engine), and this process compiles instead.
+fn answer(status: std::process::ExitStatus, stdout: Vec<u8>) -> std::io::Result<Compiled> {
+    match status.code() {
+        Some(0) => Ok(Compiled::Code(stdout)),
         Some(code) if code == i32::from(REFUSED) => Ok(Compiled::Refused(
-            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&stdout).into_owned(),
         )),
-        _ => Err(std::io::Error::other(format!(
-            "the child process ended with {}",
-            output.status
+        Some(PANICKED) | None => Ok(Compiled::Refused(format!(
+            "the compiler failed on it: the compiling process ended with {status}"
+        ))),
+        Some(_) => Err(std::io::Error::other(format!(
+            "the child process ended with {status}"
         ))),
     }
 }
 
 /// The child: compile the built-in whose SHA-256 is `builtin`, or else the component
 /// on stdin, and write the compiled code to stdout, or why it does not compile (exit
-/// status 2). It refuses to compile unless its engine's key is `engine`, the parent's.
+/// status 3). It refuses to compile unless its engine's key is `engine`, the parent's.
 pub fn child_main(engine: &str, builtin: Option<&str>) -> ExitCode {
     // Its engine can differ from the parent's where the instance pool is refused in
     // one process and not the other: its code would not load there.
@@ -197,6 +211,40 @@ pub fn child_main(engine: &str, builtin: Option<&str>) -> ExitCode {
         Err(error) => {
             eprintln!("hookhost {COMMAND}: cannot write to stdout: {error}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt as _;
+
+    /// How an exit status reads on Unix: the code in the second byte, or the signal.
+    fn exited(code: i32) -> std::process::ExitStatus {
+        std::process::ExitStatus::from_raw(code << 8)
+    }
+
+    #[test]
+    fn a_child_that_crashes_refuses_its_component_and_one_that_cannot_run_does_not() {
+        let code = answer(exited(0), b"code".to_vec()).expect("answer");
+        assert!(matches!(code, Compiled::Code(c) if c == b"code"));
+        let refused = answer(exited(3), b"not a component".to_vec()).expect("answer");
+        assert!(matches!(refused, Compiled::Refused(why) if why == "not a component"));
+        // The child's own failures (1) and a command line it does not take (2): this
+        // process compiles instead.
+        for code in [1, 2] {
+            assert!(answer(exited(code), Vec::new()).is_err(), "{code}");
+        }
+        // A panic (101) or a signal: the compiler crashed on this component.
+        for status in [exited(101), std::process::ExitStatus::from_raw(9)] {
+            match answer(status, Vec::new()).expect("answer") {
+                Compiled::Refused(why) => assert!(
+                    why.starts_with("the compiler failed on it: the compiling process ended with"),
+                    "{why}"
+                ),
+                _ => panic!("{status}: not refused"),
+            }
         }
     }
 }
