@@ -233,8 +233,6 @@ const CACHE_STALE_TEMP: Duration = Duration::from_secs(3600);
 /// every byte of every plugin was decompressed into the heap and copied at each start).
 struct CodeCache {
     dir: PathBuf,
-    /// The engine's `precompile_compatibility_hash`, hex.
-    engine_key: String,
 }
 
 /// The directory compiled plugins are cached in (`*.cwasm`, named by the component's
@@ -269,10 +267,7 @@ impl CodeCache {
             tracing::warn!(%error, dir = %dir.display(), "no compiled-plugin cache; compiling at every start");
             return None;
         }
-        Some(CodeCache {
-            dir,
-            engine_key: engine_key().to_string(),
-        })
+        Some(CodeCache { dir })
     }
 
     /// The compiled component for `bytes` (whose SHA-256 is `digest`): mapped from the
@@ -301,7 +296,7 @@ impl CodeCache {
 
     fn path(&self, digest: &[u8; 32]) -> PathBuf {
         self.dir
-            .join(format!("{}-{}.cwasm", hex::encode(digest), self.engine_key))
+            .join(format!("{}-{}.cwasm", hex::encode(digest), engine_key()))
     }
 
     /// The cached compiled component of `digest`, if there is a usable one (an
@@ -1254,7 +1249,6 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let cache = CodeCache {
             dir: dir.path().to_path_buf(),
-            engine_key: engine_key().to_string(),
         };
         let guests = ["contract_v0_1", "contract_v0_2", "hostile"].map(|name| {
             let path = Path::new(env!("HOOKHOST_GUESTS_DIR")).join(format!("{name}.wasm"));
