@@ -5,10 +5,17 @@ use std::process::Command;
 
 /// Run the `hookhost` binary; (exited 0, stdout, stderr).
 pub fn hookhost(args: &[&str]) -> (bool, String, String) {
+    hookhost_with(args, &[])
+}
+
+/// [`hookhost`] with these environment variables set as well (`RUST_LOG` among them
+/// replaces its `warn`).
+fn hookhost_with(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_hookhost"))
         .args(args)
         .current_dir(workspace())
         .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
         .output()
         .expect("run hookhost");
     (
@@ -272,19 +279,13 @@ fn serve_runs_logs_plugin_stderr_capped_and_stops_cleanly_on_sigterm() {
 
 #[test]
 fn compiled_plugins_are_cached_between_runs_unless_turned_off() {
-    let run = |cache: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_hookhost"))
-            .args(["plugin", "list"])
-            .env("HOOKHOST_CACHE_DIR", cache)
-            .env("RUST_LOG", "warn")
-            .output()
-            .expect("run hookhost");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+    let run = |cache: &std::path::Path| {
+        let (ok, stdout, stderr) = hookhost_with(
+            &["plugin", "list"],
+            &[("HOOKHOST_CACHE_DIR", cache.as_os_str())],
         );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        assert!(ok, "{stderr}");
+        stdout
     };
     // Compiled entries (the cache's worker also keeps `.stats` usage files beside them).
     let files = |dir: &std::path::Path| {
@@ -295,14 +296,14 @@ fn compiled_plugins_are_cached_between_runs_unless_turned_off() {
     };
     let dir = tempfile::tempdir().expect("dir");
     let cache = dir.path().join("cache");
-    let first = run(&cache.display().to_string());
+    let first = run(&cache);
     let cached = files(&cache);
     assert!(
         cached >= crate::support::builtin_count(),
         "{cached} cache files for the built-ins"
     );
     // The second run loads what the first compiled, and says the same.
-    assert_eq!(run(&cache.display().to_string()), first);
+    assert_eq!(run(&cache), first);
     assert_eq!(files(&cache), cached, "nothing was compiled again");
     let off = dir.path().join("off");
     std::fs::create_dir(&off).expect("mkdir");
@@ -320,22 +321,21 @@ fn the_binary_compiles_plugins_in_child_processes() {
     const COMPILED: &str = "plugin compiled in a child process";
     let dir = tempfile::tempdir().expect("dir");
     let run = |args: &[&str], cache: &std::path::Path| {
-        let out = Command::new(env!("CARGO_BIN_EXE_hookhost"))
-            .args(args)
-            .env("HOOKHOST_CACHE_DIR", cache)
-            .env("RUST_LOG", "warn,hookhost::plugins::compiler=debug")
-            .output()
-            .expect("run hookhost");
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let (ok, stdout, stderr) = hookhost_with(
+            args,
+            &[
+                ("HOOKHOST_CACHE_DIR", cache.as_os_str()),
+                (
+                    "RUST_LOG",
+                    "warn,hookhost::plugins::compiler=debug".as_ref(),
+                ),
+            ],
+        );
         assert!(
             !stderr.contains("compiling them in this one"),
             "a child could not run: {stderr}"
         );
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr,
-        )
+        (ok, stdout, stderr)
     };
     let children = |stderr: &str| stderr.lines().filter(|l| l.contains(COMPILED)).count();
 
