@@ -212,10 +212,11 @@ impl wasmtime_wasi::HostMonotonicClock for ZeroClock {
     }
 }
 
-/// Compiled plugins kept on disk beyond this many are evicted, least recently used
-/// first, when a new one is written: 36 built-ins for a few hookhost versions plus
-/// drop-ins and uploads, at ~1 MiB each.
-const CACHE_ENTRIES: usize = 256;
+/// Compiled plugins kept on disk beyond this many bytes are evicted, least recently
+/// used first, when a new one is written: one hookhost version's 36 built-ins take
+/// about 20 MiB, a drop-in or an upload 0.2–1 MiB, so this holds the built-ins of the
+/// versions an upgrade moves between and several hundred uploads.
+const CACHE_BYTES: u64 = 512 << 20;
 /// A temporary file this old is left over from a crash, not a write in progress.
 const CACHE_STALE_TEMP: Duration = Duration::from_secs(3600);
 
@@ -284,8 +285,10 @@ impl CodeCache {
         let compiled = precompile(digest, bytes)?;
         match self.store(&path, &compiled) {
             Ok(()) => {
-                self.evict();
-                map_compiled(&path)
+                // Mapped first: evicting cannot then take the entry from under it.
+                let component = map_compiled(&path);
+                self.evict_to(CACHE_BYTES);
+                component
             }
             Err(error) => {
                 tracing::warn!(%error, path = %path.display(), "cannot write the compiled-plugin cache");
@@ -338,15 +341,10 @@ impl CodeCache {
         renamed
     }
 
-    /// Keep at most [`CACHE_ENTRIES`] entries.
-    fn evict(&self) {
-        self.evict_to(CACHE_ENTRIES);
-    }
-
-    /// Keep at most `keep` entries (the least recently used go first) and drop
+    /// Keep the most recently used entries that fit in `keep` bytes, and drop the
     /// temporary files a crashed writer left. Removing a file another process has
     /// mapped is harmless: the mapping keeps it alive.
-    fn evict_to(&self, keep: usize) {
+    fn evict_to(&self, keep: u64) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };
@@ -354,11 +352,14 @@ impl CodeCache {
         let mut compiled = Vec::new();
         for entry in entries.flatten() {
             let path = entry.path();
-            let Ok(modified) = entry.metadata().and_then(|m| m.modified()) else {
+            let Ok(metadata) = entry.metadata() else {
+                continue;
+            };
+            let Ok(modified) = metadata.modified() else {
                 continue;
             };
             match path.extension().and_then(|e| e.to_str()) {
-                Some("cwasm") => compiled.push((modified, path)),
+                Some("cwasm") => compiled.push((modified, metadata.len(), path)),
                 Some("tmp")
                     if now.duration_since(modified).unwrap_or_default() > CACHE_STALE_TEMP =>
                 {
@@ -367,9 +368,12 @@ impl CodeCache {
                 _ => {}
             }
         }
-        if compiled.len() > keep {
-            compiled.sort();
-            for (_, path) in &compiled[..compiled.len() - keep] {
+        // Newest first; once one does not fit, it and every older entry go.
+        compiled.sort_by_key(|(modified, _, _)| std::cmp::Reverse(*modified));
+        let mut kept = 0u64;
+        for (_, len, path) in &compiled {
+            kept = kept.saturating_add(*len);
+            if kept > keep {
                 let _ = std::fs::remove_file(path);
             }
         }
@@ -1264,11 +1268,20 @@ mod tests {
             file.set_modified(now - Duration::from_secs(age))
                 .expect("set mtime");
         }
-        // The oldest written is used again; the next oldest is the one to go.
+        let len = |digest: &[u8; 32]| std::fs::metadata(cache.path(digest)).expect("entry").len();
+        let [first, second, third] = guests.each_ref().map(len);
+        let kept = || guests.map(|digest| cache.path(&digest).is_file());
+        // Everything fits: nothing goes.
+        cache.evict_to(first + second + third);
+        assert_eq!(kept(), [true, true, true]);
+        // The oldest written is used again; a byte short of all three, the least
+        // recently used goes: the middle one.
         assert!(cache.mapped(&guests[0]).is_some());
-        cache.evict_to(2);
-        let kept = guests.map(|digest| cache.path(&digest).is_file());
-        assert_eq!(kept, [true, false, true]);
+        cache.evict_to(first + third + second - 1);
+        assert_eq!(kept(), [true, false, true]);
+        // A byte short of the two: only the most recently used stays.
+        cache.evict_to(first + third - 1);
+        assert_eq!(kept(), [true, false, false]);
     }
 
     /// The test guest built with `std`.
