@@ -15,6 +15,11 @@
 # first count by thread. The callgrind files stay in the directory printed at the end,
 # for `callgrind_annotate --inclusive=yes`.
 #
+# HOOKHOST_LIMIT, when set, makes the script a check: it fails if either of hookhost's
+# counts is above that many instructions per request. CI runs it so, with the limit
+# in .ci/run, so that a change which adds work to every request is seen where timings
+# could not show it.
+#
 # Under valgrind, hookhost allocates plugin instances on demand (valgrind refuses the
 # pool's address space), SHA-256 runs without the CPU's SHA instructions, and the
 # kernel's work is not counted: section 22 says what that changes.
@@ -103,7 +108,19 @@ measure() {
     wait "$pid" 2>/dev/null || true
     printf '%-10s %8s requests × 2 over %s connections: %s and %s instructions per request\n' \
         "$receiver" "$requests" "$connections" "${counts[0]}" "${counts[1]}"
-    if [ "$receiver" = hookhost ]; then parts "$dir/$receiver.callgrind.$pid.1"; fi
+    if [ "$receiver" = hookhost ]; then
+        parts "$dir/$receiver.callgrind.$pid.1"
+        if [ -n "${HOOKHOST_LIMIT:-}" ]; then
+            local count
+            for count in "${counts[@]}"; do
+                if [ -z "$count" ] || [ "$count" -gt "$HOOKHOST_LIMIT" ]; then
+                    echo "instructions.sh: hookhost ran ${count:-an unknown number of} instructions per request, above HOOKHOST_LIMIT=$HOOKHOST_LIMIT (files in $dir)" >&2
+                    exit 1
+                fi
+            done
+            echo "hookhost within HOOKHOST_LIMIT=$HOOKHOST_LIMIT instructions per request"
+        fi
+    fi
 }
 
 for receiver in "${@:-hookhost reference ceiling}"; do
