@@ -102,16 +102,38 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let admin_listener = match &config.admin {
+        Some((address, _)) => Some(TcpListener::bind(address).await.with_context(|| {
+            format!(
+                "{}: admin_listen: cannot bind {address}",
+                config.path.display()
+            )
+        })?),
+        None => None,
+    };
+    run_on(config, listener, admin_listener, shutdown).await
+}
+
+/// [`run`] with the admin listener already bound, for a configuration with an admin
+/// API (`admin_token`): a test binds port 0 and passes the listener, so no other
+/// socket can take the port between choosing it and serving on it.
+pub async fn run_on(
+    config: Config,
+    listener: TcpListener,
+    admin_listener: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    if config.admin.is_some() != admin_listener.is_some() {
+        anyhow::bail!(
+            "{}: an admin listener is served exactly when admin_token is set",
+            config.path.display()
+        );
+    }
     let app = build(&config).await?;
     let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
-    let admin = match &config.admin {
-        Some((address, token)) => {
-            let admin_listener = TcpListener::bind(address).await.with_context(|| {
-                format!(
-                    "{}: admin_listen: cannot bind {address}",
-                    config.path.display()
-                )
-            })?;
+    let admin = match (&config.admin, admin_listener) {
+        (Some((_, token)), Some(admin_listener)) => {
+            let address = admin_listener.local_addr()?;
             tracing::info!(%address, "admin API listening");
             let mut router = http::admin::router(app.clone(), token.clone());
             if let Some(tenancy) = &config.tenancy {
@@ -126,7 +148,7 @@ pub async fn run(
                 },
             )))
         }
-        None => None,
+        _ => None,
     };
     let served = serve(app, listener, shutdown).await;
     let _ = admin_stop.send(());

@@ -1136,25 +1136,24 @@ fn with_custom_section(wasm: &[u8], tag: &str) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_listener_serves_the_tenant_api_beside_the_admin_api() {
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
+    let bind = || async {
+        tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind")
     };
-    let admin = free();
+    // Bound here and handed over, so that no other test's socket can take the port
+    // between choosing it and serving on it; requests wait in its backlog meanwhile.
+    let (listener, admin_listener) = (bind().await, bind().await);
+    let admin = admin_listener.local_addr().expect("admin address");
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("hookhost.toml");
     let text = format!("admin_listen = \"{admin}\"\n{}", config());
     let parsed = hookhost::config::Config::parse(&path, &text, &|_| None).expect("config");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = hookhost::run(parsed, listener, async {
+    let server = hookhost::run_on(parsed, listener, Some(admin_listener), async {
         let _ = stopped.await;
     });
     let client = async {
-        wait_listening(admin, Duration::from_secs(30), "the admin listener").await;
         let acme = tenant(admin, "acme").await;
         let auth = |token: &str| [("authorization", format!("Bearer {token}"))];
         let get = |path: &'static str, token: String| async move {
@@ -1177,4 +1176,16 @@ async fn the_admin_listener_serves_the_tenant_api_beside_the_admin_api() {
     };
     let (served, ()) = tokio::join!(server, client);
     served.expect("served cleanly");
+
+    // An admin API (admin_token) without its listener is a caller's mistake.
+    let parsed = hookhost::config::Config::parse(&path, &config(), &|_| None).expect("config");
+    let refused = hookhost::run_on(parsed, bind().await, None, async {})
+        .await
+        .expect_err("admin_token set, so an admin listener is needed");
+    assert!(
+        refused
+            .to_string()
+            .contains("an admin listener is served exactly when admin_token is set"),
+        "{refused:#}"
+    );
 }
