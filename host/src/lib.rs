@@ -123,16 +123,18 @@ pub async fn run_on(
     admin_listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    if config.admin.is_some() != admin_listener.is_some() {
-        anyhow::bail!(
+    let admin = match (&config.admin, admin_listener) {
+        (Some((_, token)), Some(admin_listener)) => Some((token, admin_listener)),
+        (None, None) => None,
+        _ => anyhow::bail!(
             "{}: an admin listener is served exactly when admin_token is set",
             config.path.display()
-        );
-    }
+        ),
+    };
     let app = build(&config).await?;
     let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
-    let admin = match (&config.admin, admin_listener) {
-        (Some((_, token)), Some(admin_listener)) => {
+    let admin = match admin {
+        Some((token, admin_listener)) => {
             let address = admin_listener.local_addr()?;
             tracing::info!(%address, "admin API listening");
             let mut router = http::admin::router(app.clone(), token.clone());
@@ -148,7 +150,7 @@ pub async fn run_on(
                 },
             )))
         }
-        _ => None,
+        None => None,
     };
     let served = serve(app, listener, shutdown).await;
     let _ = admin_stop.send(());
