@@ -26,15 +26,15 @@ fn hookhost_with(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> (bool, Stri
 }
 
 /// SIGTERM a served `hookhost`, wait for a clean exit, and hand back its log.
-fn terminate(child: std::process::Child) -> String {
+fn terminate(mut child: std::process::Child, log: crate::support::ServeLog) -> String {
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .expect("kill");
     assert!(killed.success());
-    let out = child.wait_with_output().expect("wait");
-    let log = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "exit {:?}\n{log}", out.status);
+    let status = child.wait().expect("wait");
+    let log = log.finish();
+    assert!(status.success(), "exit {status:?}\n{log}");
     log
 }
 
@@ -216,33 +216,29 @@ fn serve_runs_logs_plugin_stderr_capped_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().expect("dir");
     std::fs::create_dir(dir.path().join("plugins")).expect("mkdir");
     std::fs::copy(guest("hostile"), dir.path().join("plugins/hostile.wasm")).expect("copy");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
     let config = dir.path().join("hookhost.toml");
     std::fs::write(
         &config,
-        format!(
-            "listen = \"127.0.0.1:{port}\"\nplugins_dir = \"plugins\"\n\
-             [[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"file:stripe.secret\"]\n\
-             [[endpoint]]\nid = \"noisy\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n[endpoint.config]\nmode = \"stderr\"\n"
-        ),
+        "listen = \"127.0.0.1:0\"\nplugins_dir = \"plugins\"\n\
+         [[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"file:stripe.secret\"]\n\
+         [[endpoint]]\nid = \"noisy\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n[endpoint.config]\nmode = \"stderr\"\n",
     )
     .expect("config");
     std::fs::write(dir.path().join("stripe.secret"), "whsec_from_file\n").expect("secret");
-    let child = Command::new(env!("CARGO_BIN_EXE_hookhost"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hookhost"))
         .args(["serve", "--config"])
         .arg(&config)
         .env("RUST_LOG", "info")
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
+    let log = crate::support::ServeLog::read(&mut child);
 
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
     runtime.block_on(async {
-        crate::support::wait_listening(addr, std::time::Duration::from_secs(30), "server").await;
+        let addr = log
+            .bound("hookhost listening", std::time::Duration::from_secs(30))
+            .await;
         let t = now();
         let body = stripe_event("evt_bin", "invoice.paid", "in_9", t);
         let headers = stripe_headers(&["whsec_from_file"], t, &body);
@@ -264,7 +260,7 @@ fn serve_runs_logs_plugin_stderr_capped_and_stops_cleanly_on_sigterm() {
         assert_eq!(status, 200);
     });
 
-    let log = terminate(child);
+    let log = terminate(child, log);
     assert!(log.contains("shutting down"), "{log}");
     // The plugin's stderr reached the log, capped at 2 KiB (it wrote ~300 KiB).
     let line = log
@@ -420,13 +416,6 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
     const MASTER_KEY: &str = "bG9ndGVzdC1tYXN0ZXIta2V5LTMyLWJ5dGVzLTAwMDA=";
     const TENANT_SECRET: &str = "whsec_logtest_tenant_secret";
     let dir = tempfile::tempdir().expect("dir");
-    let free_port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port()
-    };
-    let (port, admin_port) = (free_port(), free_port());
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     // The destination: answers 200 to everything.
     let downstream = runtime.block_on(async {
@@ -447,7 +436,7 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin_port}\"\n\
+            "listen = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
              admin_token = \"file:admin.token\"\n\
              [tenancy]\noperator_token = \"file:operator.token\"\nmaster_key = \"file:master.key\"\n\
              [delivery]\npoll_ms = 20\n\
@@ -456,7 +445,7 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
         ),
     )
     .expect("config");
-    let child = Command::new(env!("CARGO_BIN_EXE_hookhost"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hookhost"))
         .args(["--log-json", "serve", "--config"])
         .arg(&config)
         .current_dir(dir.path())
@@ -467,15 +456,16 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");
+    let log = crate::support::ServeLog::read(&mut child);
 
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-    let admin: std::net::SocketAddr = format!("127.0.0.1:{admin_port}").parse().expect("addr");
     let mut signatures = Vec::new();
     // The tenant token, known once issued.
     let mut forbidden_later = Vec::new();
     runtime.block_on(async {
-        crate::support::wait_listening(addr, std::time::Duration::from_secs(30), "server").await;
-        crate::support::wait_listening(admin, std::time::Duration::from_secs(30), "admin").await;
+        let within = std::time::Duration::from_secs(30);
+        // The admin API is bound and logged first.
+        let admin = log.bound("admin API listening", within).await;
+        let addr = log.bound("hookhost listening", within).await;
         let t = now();
         for (id, secret, status) in [
             ("evt_log_ok", ENDPOINT_SECRET, 200),
@@ -605,7 +595,7 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
         forbidden_later.push(token);
     });
 
-    let log = terminate(child);
+    let log = terminate(child, log);
     let mut forbidden = vec![
         OPERATOR_TOKEN.to_string(),
         MASTER_KEY.to_string(),

@@ -8,7 +8,6 @@ use crate::support::*;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use std::collections::HashMap;
-use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -52,57 +51,39 @@ async fn apply(State(d): State<Downstream>, headers: HeaderMap) -> StatusCode {
 /// Leases short enough that the crash test sees killed workers' leases expire.
 const LEASE: &str = "lease_seconds = 2";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port")
-        .port()
-}
-
-struct Receiver {
-    child: Child,
-    addr: std::net::SocketAddr,
-}
+struct Receiver(Process);
 
 impl Receiver {
     /// Start `hookhost serve` on a config written to `dir`; `downstream` is the
     /// destination's port (none: the endpoint has no destination, so nothing is ever
     /// leased); `delivery` adds to the `[delivery]` table.
     async fn start(dir: &std::path::Path, downstream: Option<u16>, delivery: &str) -> Receiver {
-        let port = free_port();
-        let config = dir.join("hookhost.toml");
         let destination = downstream.map_or(String::new(), |p| {
             format!(
                 "[endpoint.destination]\nurl = \"http://127.0.0.1:{p}/apply\"\nsecret = \"whsec_{}\"\n",
                 b64(b"crash test destination key")
             )
         });
-        std::fs::write(
-            &config,
-            format!(
-                "listen = \"127.0.0.1:{port}\"\n[delivery]\npoll_ms = 20\n{delivery}\n\
-                 [[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\"]\n\
-                 retry_schedule_seconds = [0, 1, 1, 1, 1]\n{destination}"
-            ),
-        )
-        .expect("config");
-        let child = Command::new(env!("CARGO_BIN_EXE_hookhost"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .env("RUST_LOG", "warn")
-            .spawn()
-            .expect("spawn hookhost");
-        let addr = format!("127.0.0.1:{port}").parse().expect("addr");
-        wait_listening(addr, Duration::from_secs(30), "hookhost").await;
-        Receiver { child, addr }
+        let config = format!(
+            "[delivery]\npoll_ms = 20\n{delivery}\n\
+             [[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\"]\n\
+             retry_schedule_seconds = [0, 1, 1, 1, 1]\n{destination}"
+        );
+        Receiver(Process::start(dir, "hookhost", &config).await)
     }
 
     async fn accept(&self, id: &str) {
         let t = now();
         let body = stripe_event(id, "customer.updated", &format!("cus_{id}"), t);
         let headers = stripe_headers(&[STRIPE_SECRET], t, &body);
-        let (status, answer) =
-            request(self.addr, "POST", "/webhooks/stripe", &headers, body.into()).await;
+        let (status, answer) = request(
+            self.0.addr,
+            "POST",
+            "/webhooks/stripe",
+            &headers,
+            body.into(),
+        )
+        .await;
         assert_eq!(
             (status, answer["status"].as_str()),
             (200, Some("accepted")),
@@ -111,21 +92,17 @@ impl Receiver {
     }
 
     /// SIGKILL: no shutdown, no flush, no lease given back.
-    fn kill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        let _ = self.child.wait();
+    fn kill(self) {
+        self.0.kill();
     }
 
     fn stop(self) {
-        let _ = self.terminate();
+        let _ = self.0.terminate();
     }
 
     /// SIGTERM, and the exit status.
-    fn terminate(mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        self.child.wait().expect("wait")
+    fn terminate(self) -> std::process::ExitStatus {
+        self.0.terminate()
     }
 }
 

@@ -315,47 +315,115 @@ pub async fn serve_on_loopback(router: axum::Router) -> SocketAddr {
     addr
 }
 
-/// A loopback port free a moment ago (for a configuration that must name one).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port")
-        .port()
+/// `hookhost serve`'s stderr, read line by line while it runs: the addresses it logs
+/// once bound, and the whole log once it exits. A test configures port 0 and reads the
+/// port here, so no other socket can take it between choosing it and serving on it.
+pub struct ServeLog {
+    text: Arc<std::sync::Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl ServeLog {
+    /// Read `child`'s stderr (spawned with `Stdio::piped()`, with `hookhost=info` in
+    /// `RUST_LOG`, so the address lines are logged).
+    pub fn read(child: &mut std::process::Child) -> ServeLog {
+        use std::io::BufRead as _;
+        let stderr = child.stderr.take().expect("stderr piped");
+        let text = Arc::new(std::sync::Mutex::new(String::new()));
+        let into = text.clone();
+        let reader = std::thread::spawn(move || {
+            let mut stderr = std::io::BufReader::new(stderr);
+            let mut line = Vec::new();
+            while stderr.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+                let mut text = into.lock().expect("log lock");
+                text.push_str(&String::from_utf8_lossy(&line));
+                line.clear();
+            }
+        });
+        ServeLog { text, reader }
+    }
+
+    /// The address on the first line holding `message` (`"hookhost listening"`,
+    /// `"admin API listening"`), once logged; fails the test, with the log, if the
+    /// process exits first or `within` passes.
+    pub async fn bound(&self, message: &str, within: std::time::Duration) -> SocketAddr {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let ended = self.reader.is_finished();
+            let text = self.text.lock().expect("log lock").clone();
+            let found = text.lines().filter(|l| l.contains(message)).find_map(|l| {
+                l.split(|c: char| !(c.is_ascii_digit() || c == '.' || c == ':'))
+                    .find_map(|word| word.parse::<SocketAddr>().ok())
+            });
+            match found {
+                Some(addr) => return addr,
+                None if ended => panic!("hookhost exited before logging {message:?}:\n{text}"),
+                None if std::time::Instant::now() > deadline => {
+                    panic!("hookhost did not log {message:?} within {within:?}:\n{text}")
+                }
+                None => tokio::time::sleep(std::time::Duration::from_millis(25)).await,
+            }
+        }
+    }
+
+    /// The whole log, once the process has exited (its stderr closed).
+    pub fn finish(self) -> String {
+        self.reader.join().expect("log reader");
+        Arc::try_unwrap(self.text)
+            .map(|m| m.into_inner().expect("log lock"))
+            .unwrap_or_else(|shared| shared.lock().expect("log lock").clone())
+    }
 }
 
 /// `hookhost serve`, the real binary, as a process of its own: killed when dropped.
 pub struct Process {
     child: std::process::Child,
     pub addr: SocketAddr,
+    log: ServeLog,
 }
 
 impl Process {
-    /// Serve `config` (its top-level keys and tables; `listen` is added, on a free
-    /// port), written as `{dir}/{name}.toml`; return once it accepts connections.
+    /// Serve `config` (its top-level keys and tables; `listen` is added, on port 0),
+    /// written as `{dir}/{name}.toml`; return once it has bound its port.
     pub async fn start(dir: &Path, name: &str, config: &str) -> Process {
-        let port = free_port();
         let path = dir.join(format!("{name}.toml"));
-        std::fs::write(&path, format!("listen = \"127.0.0.1:{port}\"\n{config}")).expect("config");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
+        std::fs::write(&path, format!("listen = \"127.0.0.1:0\"\n{config}")).expect("config");
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
             .args(["serve", "--config"])
             .arg(&path)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "warn,hookhost=info")
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("spawn hookhost");
-        let addr = format!("127.0.0.1:{port}").parse().expect("addr");
-        wait_listening(
-            addr,
-            std::time::Duration::from_secs(60),
-            &format!("hookhost {name}"),
-        )
-        .await;
-        Process { child, addr }
+        let log = ServeLog::read(&mut child);
+        // Owned before the wait, so that a test failing here kills the child.
+        let mut process = Process {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            log,
+        };
+        // Start-up may compile every plugin.
+        process.addr = process
+            .log
+            .bound("hookhost listening", std::time::Duration::from_secs(60))
+            .await;
+        process
     }
 
     /// SIGKILL, as a crash would.
     pub fn kill(mut self) {
         self.child.kill().expect("SIGKILL");
         let _ = self.child.wait();
+    }
+
+    /// SIGTERM, as an operator's stop would; the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let killed = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(killed.success(), "kill -TERM failed");
+        self.child.wait().expect("wait")
     }
 }
 
@@ -367,16 +435,6 @@ impl Drop for Process {
 }
 
 /// One HTTP/1.1 request on a fresh loopback connection.
-/// Wait until a `hookhost serve` started as a process accepts connections on `addr`;
-/// fail the test naming `what` after `within` (start-up may compile every plugin).
-pub async fn wait_listening(addr: SocketAddr, within: std::time::Duration, what: &str) {
-    let deadline = std::time::Instant::now() + within;
-    while tokio::net::TcpStream::connect(addr).await.is_err() {
-        assert!(std::time::Instant::now() < deadline, "{what} did not start");
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-}
-
 pub async fn request(
     addr: SocketAddr,
     method: &str,
