@@ -27,12 +27,7 @@ fn hookhost_with(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> (bool, Stri
 
 /// SIGTERM a served `hookhost`, wait for a clean exit, and hand back its log.
 fn terminate(mut child: std::process::Child, log: crate::support::ServeLog) -> String {
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
-    let status = child.wait().expect("wait");
+    let status = crate::support::sigterm(&mut child);
     let log = log.finish();
     assert!(status.success(), "exit {status:?}\n{log}");
     log

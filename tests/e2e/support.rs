@@ -335,7 +335,8 @@ impl ServeLog {
             let mut stderr = std::io::BufReader::new(stderr);
             let mut line = Vec::new();
             while stderr.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
-                let mut text = into.lock().expect("log lock");
+                // Poisoned: the test failed holding the log; stop reading.
+                let Ok(mut text) = into.lock() else { break };
                 text.push_str(&String::from_utf8_lossy(&line));
                 line.clear();
             }
@@ -350,28 +351,32 @@ impl ServeLog {
         let deadline = std::time::Instant::now() + within;
         loop {
             let ended = self.reader.is_finished();
-            let text = self.text.lock().expect("log lock").clone();
-            let found = text.lines().filter(|l| l.contains(message)).find_map(|l| {
-                l.split(|c: char| !(c.is_ascii_digit() || c == '.' || c == ':'))
-                    .find_map(|word| word.parse::<SocketAddr>().ok())
-            });
-            match found {
-                Some(addr) => return addr,
-                None if ended => panic!("hookhost exited before logging {message:?}:\n{text}"),
-                None if std::time::Instant::now() > deadline => {
-                    panic!("hookhost did not log {message:?} within {within:?}:\n{text}")
+            {
+                let text = self.text.lock().expect("log lock");
+                let found = text.lines().filter(|l| l.contains(message)).find_map(|l| {
+                    l.split(|c: char| !(c.is_ascii_digit() || c == '.' || c == ':'))
+                        .find_map(|word| word.parse::<SocketAddr>().ok())
+                });
+                if let Some(addr) = found {
+                    return addr;
                 }
-                None => tokio::time::sleep(std::time::Duration::from_millis(25)).await,
+                assert!(
+                    !ended,
+                    "hookhost exited before logging {message:?}:\n{text}"
+                );
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "hookhost did not log {message:?} within {within:?}:\n{text}"
+                );
             }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
         }
     }
 
     /// The whole log, once the process has exited (its stderr closed).
     pub fn finish(self) -> String {
         self.reader.join().expect("log reader");
-        Arc::try_unwrap(self.text)
-            .map(|m| m.into_inner().expect("log lock"))
-            .unwrap_or_else(|shared| shared.lock().expect("log lock").clone())
+        std::mem::take(&mut *self.text.lock().expect("log lock"))
     }
 }
 
@@ -418,13 +423,18 @@ impl Process {
 
     /// SIGTERM, as an operator's stop would; the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
-        let killed = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(killed.success(), "kill -TERM failed");
-        self.child.wait().expect("wait")
+        sigterm(&mut self.child)
     }
+}
+
+/// SIGTERM `child`, as an operator's stop would, and wait for it; its exit status.
+pub fn sigterm(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success(), "kill -TERM failed");
+    child.wait().expect("wait")
 }
 
 impl Drop for Process {
