@@ -268,6 +268,10 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log_json);
     crate::plugins::compiler::compile_in_child_processes();
+    if let Err(error) = crate::plugins::cache_bytes() {
+        eprintln!("hookhost: {error}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::CompilePlugin { engine, builtin } => {
             return crate::plugins::compiler::child_main(&engine, builtin.as_deref());

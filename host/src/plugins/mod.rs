@@ -21,5 +21,5 @@ pub use builtin::{BUILTIN_NAMES, component as builtin_component};
 pub use resident::{Fetch, Residency};
 pub use runtime::{
     Catalog, Described, LoadError, MAX_PLUGIN_MEMORY, Origin, Plugin, PluginFailure, PluginLimits,
-    Session, code_cache_dir,
+    Session, cache_bytes, code_cache_dir,
 };

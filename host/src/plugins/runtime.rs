@@ -212,11 +212,37 @@ impl wasmtime_wasi::HostMonotonicClock for ZeroClock {
     }
 }
 
-/// Compiled plugins kept on disk beyond this many bytes are evicted, least recently
-/// used first, when a new one is written: one hookhost version's 36 built-ins take
-/// about 20 MiB, a drop-in or an upload 0.2–1 MiB, so this holds the built-ins of the
-/// versions an upgrade moves between and several hundred uploads.
-const CACHE_BYTES: u64 = 512 << 20;
+/// Compiled plugins kept on disk beyond this many bytes (`HOOKHOST_CACHE_BYTES`, else
+/// this) are evicted, least recently used first, when a new one is written: one
+/// hookhost version's 36 built-ins take about 20 MiB, a drop-in or an upload 0.2–1 MiB,
+/// so the default holds the built-ins of the versions an upgrade moves between and
+/// several hundred uploads.
+const DEFAULT_CACHE_BYTES: u64 = 512 << 20;
+/// The smallest `HOOKHOST_CACHE_BYTES`: below it a large plugin's code may not fit
+/// even alone, and would be compiled again at every start.
+const MIN_CACHE_BYTES: u64 = 1 << 20;
+
+/// The compiled-plugin cache's bound, from `HOOKHOST_CACHE_BYTES` (a whole number of
+/// bytes, at least 1 MiB) or the default. The command line checks it before anything
+/// else runs, so a mistyped value stops hookhost with this message instead of
+/// quietly keeping the default.
+pub fn cache_bytes() -> Result<u64, String> {
+    parse_cache_bytes(std::env::var_os("HOOKHOST_CACHE_BYTES").as_deref())
+}
+
+fn parse_cache_bytes(value: Option<&std::ffi::OsStr>) -> Result<u64, String> {
+    let Some(value) = value else {
+        return Ok(DEFAULT_CACHE_BYTES);
+    };
+    match value.to_str().map(|v| v.trim().parse::<u64>()) {
+        Some(Ok(bytes)) if bytes >= MIN_CACHE_BYTES => Ok(bytes),
+        _ => Err(format!(
+            "HOOKHOST_CACHE_BYTES={value:?}: must be a whole number of bytes, at least \
+             {MIN_CACHE_BYTES} (1 MiB), such as 536870912 for the default 512 MiB; \
+             HOOKHOST_CACHE_DIR=off turns the cache off"
+        )),
+    }
+}
 /// A temporary file this old is left over from a crash, not a write in progress.
 const CACHE_STALE_TEMP: Duration = Duration::from_secs(3600);
 
@@ -234,6 +260,8 @@ const CACHE_STALE_TEMP: Duration = Duration::from_secs(3600);
 /// every byte of every plugin was decompressed into the heap and copied at each start).
 struct CodeCache {
     dir: PathBuf,
+    /// Evict beyond this many bytes of compiled plugins.
+    keep: u64,
 }
 
 /// The directory compiled plugins are cached in (`*.cwasm`, named by the component's
@@ -268,7 +296,12 @@ impl CodeCache {
             tracing::warn!(%error, dir = %dir.display(), "no compiled-plugin cache; compiling at every start");
             return None;
         }
-        Some(CodeCache { dir })
+        // Unchecked only where hookhost runs as a library, not as the command.
+        let keep = cache_bytes().unwrap_or_else(|error| {
+            tracing::warn!(%error, "keeping the default compiled-plugin cache bound");
+            DEFAULT_CACHE_BYTES
+        });
+        Some(CodeCache { dir, keep })
     }
 
     /// The compiled component for `bytes` (whose SHA-256 is `digest`): mapped from the
@@ -287,7 +320,7 @@ impl CodeCache {
             Ok(()) => {
                 // Mapped first: evicting cannot then take the entry from under it.
                 let component = map_compiled(&path);
-                self.evict_to(CACHE_BYTES);
+                self.evict_to(self.keep);
                 component
             }
             Err(error) => {
@@ -1253,6 +1286,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("dir");
         let cache = CodeCache {
             dir: dir.path().to_path_buf(),
+            keep: DEFAULT_CACHE_BYTES,
         };
         let guests = ["contract_v0_1", "contract_v0_2", "hostile"].map(|name| {
             let path = Path::new(env!("HOOKHOST_GUESTS_DIR")).join(format!("{name}.wasm"));
@@ -1282,6 +1316,39 @@ mod tests {
         // A byte short of the two: only the most recently used stays.
         cache.evict_to(first + third - 1);
         assert_eq!(kept(), [true, false, false]);
+    }
+
+    #[test]
+    fn the_cache_bound_is_a_whole_number_of_bytes_from_one_mib() {
+        use std::ffi::OsStr;
+        let parse = |v: &str| parse_cache_bytes(Some(OsStr::new(v)));
+        assert_eq!(parse_cache_bytes(None), Ok(DEFAULT_CACHE_BYTES));
+        assert_eq!(parse("1048576"), Ok(1 << 20));
+        assert_eq!(parse(" 2147483648\n"), Ok(2 << 30));
+        for bad in [
+            "",
+            "0",
+            "1048575",
+            "-1",
+            "512MiB",
+            "1e9",
+            "0x100000",
+            "99999999999999999999",
+        ] {
+            let error = parse(bad).expect_err(bad);
+            assert!(
+                error.starts_with(&format!(
+                    "HOOKHOST_CACHE_BYTES={bad:?}: must be a whole number"
+                )),
+                "{error}"
+            );
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::ffi::OsStrExt;
+            let error = parse_cache_bytes(Some(OsStr::from_bytes(b"\xff"))).expect_err("not UTF-8");
+            assert!(error.contains("must be a whole number"), "{error}");
+        }
     }
 
     /// The test guest built with `std`.
