@@ -40,15 +40,12 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/hookhost-instructions-XXXXXX")
 # The bench's own secret (bench/src/main.rs, SECRET): its events are signed with it.
 printf '%s' 'whsec_hookhost_bench_0123456789abcdef' > "$dir/stripe.secret"
 
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-free_port() {
-    local port
-    for port in $(seq 18700 18799); do
-        listening "$port" || { echo "$port"; return; }
-    done
-    echo "instructions.sh: no free port in 18700-18799" >&2
-    exit 1
+# The port a receiver bound, from its log: each is given port 0 and logs the address
+# it got (hookhost "hookhost listening addr=127.0.0.1:PORT", the bench's receivers
+# "listening on 127.0.0.1:PORT"), so no other program can take the port between
+# choosing it and binding it.
+bound_port() {
+    sed -n -E 's/.*listening (addr=|on )127\.0\.0\.1:([0-9]+).*/\2/p' "$1" | head -n 1
 }
 
 send() {
@@ -71,15 +68,14 @@ parts() {
 }
 
 measure() {
-    local receiver=$1 port command pid
-    port=$(free_port)
+    local receiver=$1 port= command pid
     case $receiver in
         hookhost)
-            printf 'listen = "127.0.0.1:%s"\nstore = "%s/hookhost.db"\n\n[[endpoint]]\nid = "stripe"\nplugin = "stripe"\nsecrets = ["file:stripe.secret"]\n' \
-                "$port" "$dir" >"$dir/hookhost.toml"
+            printf 'listen = "127.0.0.1:0"\nstore = "%s/hookhost.db"\n\n[[endpoint]]\nid = "stripe"\nplugin = "stripe"\nsecrets = ["file:stripe.secret"]\n' \
+                "$dir" >"$dir/hookhost.toml"
             command=("$hookhost" serve --config "$dir/hookhost.toml") ;;
-        reference) command=("$bin/hookhost-bench" --serve-reference "127.0.0.1:$port" --db "$dir/reference.db") ;;
-        ceiling) command=("$bin/hookhost-bench" --serve-ceiling "127.0.0.1:$port") ;;
+        reference) command=("$bin/hookhost-bench" --serve-reference 127.0.0.1:0 --db "$dir/reference.db") ;;
+        ceiling) command=("$bin/hookhost-bench" --serve-ceiling 127.0.0.1:0) ;;
         *) echo "instructions.sh: $receiver: hookhost, reference or ceiling" >&2; exit 2 ;;
     esac
     # Not instrumented until the warm-up is over: start-up runs at valgrind's plain speed.
@@ -88,11 +84,12 @@ measure() {
         "${command[@]}" >"$dir/$receiver.log" 2>&1 &
     pid=$!
     for _ in $(seq 600); do
-        listening "$port" && break
+        port=$(bound_port "$dir/$receiver.log")
+        [ -n "$port" ] && break
         kill -0 "$pid" 2>/dev/null || { echo "instructions.sh: $receiver exited; see $dir/$receiver.log" >&2; exit 1; }
         sleep 1
     done
-    listening "$port" || { echo "instructions.sh: $receiver did not listen in 600 s" >&2; kill "$pid"; exit 1; }
+    [ -n "$port" ] || { echo "instructions.sh: $receiver did not listen in 600 s; see $dir/$receiver.log" >&2; kill "$pid"; exit 1; }
     send "$port" 1000 "$receiver"
     callgrind_control --instr=on "$pid" >/dev/null 2>&1
     callgrind_control --zero "$pid" >/dev/null 2>&1

@@ -26,9 +26,8 @@ fn hookhost_with(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> (bool, Stri
 }
 
 /// SIGTERM a served `hookhost`, wait for a clean exit, and hand back its log.
-fn terminate(mut child: std::process::Child, log: crate::support::ServeLog) -> String {
-    let status = crate::support::sigterm(&mut child);
-    let log = log.finish();
+fn terminate(served: crate::support::Served) -> String {
+    let (status, log) = served.terminate();
     assert!(status.success(), "exit {status:?}\n{log}");
     log
 }
@@ -220,14 +219,13 @@ fn serve_runs_logs_plugin_stderr_capped_and_stops_cleanly_on_sigterm() {
     )
     .expect("config");
     std::fs::write(dir.path().join("stripe.secret"), "whsec_from_file\n").expect("secret");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hookhost"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env("RUST_LOG", "info")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let log = crate::support::ServeLog::read(&mut child);
+    let served = crate::support::Served::spawn(
+        Command::new(env!("CARGO_BIN_EXE_hookhost"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("RUST_LOG", "info"),
+    );
+    let log = &served.log;
 
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
@@ -255,7 +253,7 @@ fn serve_runs_logs_plugin_stderr_capped_and_stops_cleanly_on_sigterm() {
         assert_eq!(status, 200);
     });
 
-    let log = terminate(child, log);
+    let log = terminate(served);
     assert!(log.contains("shutting down"), "{log}");
     // The plugin's stderr reached the log, capped at 2 KiB (it wrote ~300 KiB).
     let line = log
@@ -305,6 +303,65 @@ fn compiled_plugins_are_cached_between_runs_unless_turned_off() {
         .output()
         .expect("run hookhost");
     assert_eq!(files(&off), 0);
+}
+
+#[test]
+fn the_compiled_plugin_cache_keeps_within_hookhost_cache_bytes() {
+    let dir = tempfile::tempdir().expect("dir");
+    let compiled = |dir: &std::path::Path| -> Vec<u64> {
+        walk(dir)
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+            .map(|p| std::fs::metadata(&p).expect("entry").len())
+            .collect()
+    };
+    // Every built-in is compiled and written; past the bound the least recently used
+    // go, so what stays fits in it.
+    let bound: u64 = 2 << 20;
+    let cache = dir.path().join("bounded");
+    let (ok, listed, stderr) = hookhost_with(
+        &["plugin", "list"],
+        &[
+            ("HOOKHOST_CACHE_DIR", cache.as_os_str()),
+            ("HOOKHOST_CACHE_BYTES", bound.to_string().as_ref()),
+        ],
+    );
+    assert!(ok, "{stderr}");
+    let kept = compiled(&cache);
+    let total: u64 = kept.iter().sum();
+    assert!(
+        !kept.is_empty() && total <= bound,
+        "{} entries, {total} bytes, for a bound of {bound}",
+        kept.len()
+    );
+    assert!(
+        kept.len() < crate::support::builtin_count(),
+        "all {} built-ins stayed in {total} bytes: the bound was not applied",
+        kept.len()
+    );
+    assert!(listed.contains("stripe"), "{listed}");
+
+    // A value that is not a whole number of bytes from 1 MiB stops the command before
+    // it does anything, naming the variable.
+    let untouched = dir.path().join("untouched");
+    for bad in ["512MiB", "", "1048575", "-1"] {
+        let (ok, stdout, stderr) = hookhost_with(
+            &["plugin", "list"],
+            &[
+                ("HOOKHOST_CACHE_DIR", untouched.as_os_str()),
+                ("HOOKHOST_CACHE_BYTES", bad.as_ref()),
+            ],
+        );
+        assert!(!ok, "{bad:?} was taken: {stdout}");
+        assert!(
+            stderr.starts_with(&format!(
+                "hookhost: HOOKHOST_CACHE_BYTES={bad:?}: must be a whole number of bytes"
+            )),
+            "{bad:?}: {stderr}"
+        );
+        assert_eq!(stdout, "", "{bad:?}");
+        assert!(!untouched.exists(), "{bad:?}: the cache was opened");
+    }
 }
 
 #[test]
@@ -440,18 +497,17 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
         ),
     )
     .expect("config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hookhost"))
-        .args(["--log-json", "serve", "--config"])
-        .arg(&config)
-        .current_dir(dir.path())
-        .env(
-            "RUST_LOG",
-            "trace,hyper=info,h2=info,sqlx=info,wasmtime=info,cranelift=info",
-        )
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let log = crate::support::ServeLog::read(&mut child);
+    let served = crate::support::Served::spawn(
+        Command::new(env!("CARGO_BIN_EXE_hookhost"))
+            .args(["--log-json", "serve", "--config"])
+            .arg(&config)
+            .current_dir(dir.path())
+            .env(
+                "RUST_LOG",
+                "trace,hyper=info,h2=info,sqlx=info,wasmtime=info,cranelift=info",
+            ),
+    );
+    let log = &served.log;
 
     let mut signatures = Vec::new();
     // The tenant token, known once issued.
@@ -590,7 +646,7 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
         forbidden_later.push(token);
     });
 
-    let log = terminate(child, log);
+    let log = terminate(served);
     let mut forbidden = vec![
         OPERATOR_TOKEN.to_string(),
         MASTER_KEY.to_string(),

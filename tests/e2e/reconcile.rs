@@ -277,25 +277,25 @@ async fn a_run_killed_mid_way_resumes_from_its_cursor() {
     let (fake, _downstream, server) = pushed_all_but_missing("").await;
     // Newest first, 10 per page: the third page starts after evt_30, and holds evt_23.
     *fake.hang_after.lock().expect("lock") = Some("evt_30".into());
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
-        .args([
-            "reconcile",
-            "--config",
-            &server.config_path(),
-            "--endpoint",
-            "stripe",
-            "--since",
-            "2h",
-        ])
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn hookhost reconcile");
+    // Killed when dropped, should the run not reach the page.
+    let mut first_run = crate::support::Served::spawn(
+        std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
+            .args([
+                "reconcile",
+                "--config",
+                &server.config_path(),
+                "--endpoint",
+                "stripe",
+                "--since",
+                "2h",
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null()),
+    );
     tokio::time::timeout(Duration::from_secs(60), fake.reached_hang.notified())
         .await
         .expect("the run reached the third page");
-    child.kill().expect("SIGKILL");
-    let _ = child.wait();
+    first_run.kill();
 
     let cut = server
         .app

@@ -320,13 +320,14 @@ pub async fn serve_on_loopback(router: axum::Router) -> SocketAddr {
 /// port here, so no other socket can take it between choosing it and serving on it.
 pub struct ServeLog {
     text: Arc<std::sync::Mutex<String>>,
-    reader: std::thread::JoinHandle<()>,
+    /// Until the log is finished.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl ServeLog {
     /// Read `child`'s stderr (spawned with `Stdio::piped()`, with `hookhost=info` in
     /// `RUST_LOG`, so the address lines are logged).
-    pub fn read(child: &mut std::process::Child) -> ServeLog {
+    fn read(child: &mut std::process::Child) -> ServeLog {
         use std::io::BufRead as _;
         let stderr = child.stderr.take().expect("stderr piped");
         let text = Arc::new(std::sync::Mutex::new(String::new()));
@@ -341,7 +342,10 @@ impl ServeLog {
                 line.clear();
             }
         });
-        ServeLog { text, reader }
+        ServeLog {
+            text,
+            reader: Some(reader),
+        }
     }
 
     /// The address on the first line holding `message` (`"hookhost listening"`,
@@ -350,7 +354,7 @@ impl ServeLog {
     pub async fn bound(&self, message: &str, within: std::time::Duration) -> SocketAddr {
         let deadline = std::time::Instant::now() + within;
         loop {
-            let ended = self.reader.is_finished();
+            let ended = self.reader.as_ref().is_none_or(|r| r.is_finished());
             {
                 let text = self.text.lock().expect("log lock");
                 let found = text.lines().filter(|l| l.contains(message)).find_map(|l| {
@@ -374,17 +378,61 @@ impl ServeLog {
     }
 
     /// The whole log, once the process has exited (its stderr closed).
-    pub fn finish(self) -> String {
-        self.reader.join().expect("log reader");
+    fn finish(&mut self) -> String {
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("log reader");
+        }
         std::mem::take(&mut *self.text.lock().expect("log lock"))
+    }
+}
+
+/// A spawned `hookhost` command and its log: killed when dropped, so a test that fails while
+/// it runs does not leave it behind.
+pub struct Served {
+    child: std::process::Child,
+    pub log: ServeLog,
+}
+
+impl Served {
+    /// Spawn `command`, reading its stderr into [`Served::log`].
+    pub fn spawn(command: &mut std::process::Command) -> Served {
+        let mut child = command
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn hookhost");
+        let log = ServeLog::read(&mut child);
+        Served { child, log }
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, as an operator's stop would, and wait; the exit status and whole log.
+    pub fn terminate(mut self) -> (std::process::ExitStatus, String) {
+        let killed = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(killed.success(), "kill -TERM failed");
+        let status = self.child.wait().expect("wait");
+        (status, self.log.finish())
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
 /// `hookhost serve`, the real binary, as a process of its own: killed when dropped.
 pub struct Process {
-    child: std::process::Child,
+    served: Served,
     pub addr: SocketAddr,
-    log: ServeLog,
 }
 
 impl Process {
@@ -393,54 +441,28 @@ impl Process {
     pub async fn start(dir: &Path, name: &str, config: &str) -> Process {
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, format!("listen = \"127.0.0.1:0\"\n{config}")).expect("config");
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
-            .args(["serve", "--config"])
-            .arg(&path)
-            .env("RUST_LOG", "warn,hookhost=info")
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn hookhost");
-        let log = ServeLog::read(&mut child);
-        // Owned before the wait, so that a test failing here kills the child.
-        let mut process = Process {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            log,
-        };
+        let served = Served::spawn(
+            std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
+                .args(["serve", "--config"])
+                .arg(&path)
+                .env("RUST_LOG", "warn,hookhost=info"),
+        );
         // Start-up may compile every plugin.
-        process.addr = process
+        let addr = served
             .log
             .bound("hookhost listening", std::time::Duration::from_secs(60))
             .await;
-        process
+        Process { served, addr }
     }
 
     /// SIGKILL, as a crash would.
     pub fn kill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        let _ = self.child.wait();
+        self.served.kill();
     }
 
     /// SIGTERM, as an operator's stop would; the exit status.
-    pub fn terminate(mut self) -> std::process::ExitStatus {
-        sigterm(&mut self.child)
-    }
-}
-
-/// SIGTERM `child`, as an operator's stop would, and wait for it; its exit status.
-pub fn sigterm(child: &mut std::process::Child) -> std::process::ExitStatus {
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(killed.success(), "kill -TERM failed");
-    child.wait().expect("wait")
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    pub fn terminate(self) -> std::process::ExitStatus {
+        self.served.terminate().0
     }
 }
 
