@@ -26,8 +26,8 @@ fn hookhost_with(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> (bool, Stri
 }
 
 /// SIGTERM a served `hookhost`, wait for a clean exit, and hand back its log.
-fn terminate(served: crate::support::Served) -> String {
-    let (status, log) = served.terminate();
+fn terminate(spawned: crate::support::Spawned) -> String {
+    let (status, log) = spawned.terminate();
     assert!(status.success(), "exit {status:?}\n{log}");
     log
 }
@@ -219,13 +219,13 @@ fn serve_runs_logs_plugin_stderr_capped_and_stops_cleanly_on_sigterm() {
     )
     .expect("config");
     std::fs::write(dir.path().join("stripe.secret"), "whsec_from_file\n").expect("secret");
-    let served = crate::support::Served::spawn(
+    let spawned = crate::support::Spawned::spawn(
         Command::new(env!("CARGO_BIN_EXE_hookhost"))
             .args(["serve", "--config"])
             .arg(&config)
             .env("RUST_LOG", "info"),
     );
-    let log = &served.log;
+    let log = &spawned.log;
 
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
@@ -253,7 +253,7 @@ fn serve_runs_logs_plugin_stderr_capped_and_stops_cleanly_on_sigterm() {
         assert_eq!(status, 200);
     });
 
-    let log = terminate(served);
+    let log = terminate(spawned);
     assert!(log.contains("shutting down"), "{log}");
     // The plugin's stderr reached the log, capped at 2 KiB (it wrote ~300 KiB).
     let line = log
@@ -497,7 +497,7 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
         ),
     )
     .expect("config");
-    let served = crate::support::Served::spawn(
+    let spawned = crate::support::Spawned::spawn(
         Command::new(env!("CARGO_BIN_EXE_hookhost"))
             .args(["--log-json", "serve", "--config"])
             .arg(&config)
@@ -507,7 +507,7 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
                 "trace,hyper=info,h2=info,sqlx=info,wasmtime=info,cranelift=info",
             ),
     );
-    let log = &served.log;
+    let log = &spawned.log;
 
     let mut signatures = Vec::new();
     // The tenant token, known once issued.
@@ -646,7 +646,7 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
         forbidden_later.push(token);
     });
 
-    let log = terminate(served);
+    let log = terminate(spawned);
     let mut forbidden = vec![
         OPERATOR_TOKEN.to_string(),
         MASTER_KEY.to_string(),

@@ -278,7 +278,7 @@ async fn a_run_killed_mid_way_resumes_from_its_cursor() {
     // Newest first, 10 per page: the third page starts after evt_30, and holds evt_23.
     *fake.hang_after.lock().expect("lock") = Some("evt_30".into());
     // Killed when dropped, should the run not reach the page.
-    let mut first_run = crate::support::Served::spawn(
+    let mut first_run = crate::support::Spawned::spawn(
         std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
             .args([
                 "reconcile",

@@ -325,8 +325,8 @@ pub struct ServeLog {
 }
 
 impl ServeLog {
-    /// Read `child`'s stderr (spawned with `Stdio::piped()`, with `hookhost=info` in
-    /// `RUST_LOG`, so the address lines are logged).
+    /// Read `child`'s stderr (piped by [`Spawned::spawn`]); [`ServeLog::bound`] needs
+    /// `hookhost=info` in `RUST_LOG`, so that the address lines are logged.
     fn read(child: &mut std::process::Child) -> ServeLog {
         use std::io::BufRead as _;
         let stderr = child.stderr.take().expect("stderr piped");
@@ -386,22 +386,22 @@ impl ServeLog {
     }
 }
 
-/// A spawned `hookhost` command and its log: killed when dropped, so a test that fails while
-/// it runs does not leave it behind.
-pub struct Served {
+/// A spawned `hookhost` command (`serve`, `reconcile`) and its log: killed when
+/// dropped, so a test that fails while it runs does not leave it behind.
+pub struct Spawned {
     child: std::process::Child,
     pub log: ServeLog,
 }
 
-impl Served {
-    /// Spawn `command`, reading its stderr into [`Served::log`].
-    pub fn spawn(command: &mut std::process::Command) -> Served {
+impl Spawned {
+    /// Spawn `command`, reading its stderr into [`Spawned::log`].
+    pub fn spawn(command: &mut std::process::Command) -> Spawned {
         let mut child = command
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("spawn hookhost");
         let log = ServeLog::read(&mut child);
-        Served { child, log }
+        Spawned { child, log }
     }
 
     /// SIGKILL, as a crash would.
@@ -422,7 +422,7 @@ impl Served {
     }
 }
 
-impl Drop for Served {
+impl Drop for Spawned {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -431,7 +431,7 @@ impl Drop for Served {
 
 /// `hookhost serve`, the real binary, as a process of its own: killed when dropped.
 pub struct Process {
-    served: Served,
+    served: Spawned,
     pub addr: SocketAddr,
 }
 
@@ -441,7 +441,7 @@ impl Process {
     pub async fn start(dir: &Path, name: &str, config: &str) -> Process {
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, format!("listen = \"127.0.0.1:0\"\n{config}")).expect("config");
-        let served = Served::spawn(
+        let served = Spawned::spawn(
             std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
                 .args(["serve", "--config"])
                 .arg(&path)
