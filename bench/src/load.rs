@@ -55,6 +55,8 @@ pub fn server_binary(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
+    /// The admin API's address, when the configuration has one.
+    pub admin: Option<SocketAddr>,
     /// From spawn to the first answer of `GET /healthz`.
     pub started_in: Duration,
     log: PathBuf,
@@ -86,27 +88,27 @@ impl Server {
         extra: &str,
     ) -> anyhow::Result<Server> {
         std::fs::write(dir.join("stripe.secret"), secret).context("writing the secret file")?;
-        Server::start_config(binary, dir, None, |addr| {
-            Ok(format!(
-                "listen = \"{addr}\"\nstore = \"{store}\"\n\n[[endpoint]]\nid = \"{endpoint}\"\n\
-                 plugin = \"stripe\"\nsecrets = [\"file:stripe.secret\"]\n{extra}"
-            ))
-        })
-        .await
+        let config = format!(
+            "listen = \"{LOOPBACK_ANY_PORT}\"\nstore = \"{store}\"\n\n[[endpoint]]\n\
+             id = \"{endpoint}\"\nplugin = \"stripe\"\nsecrets = [\"file:stripe.secret\"]\n{extra}"
+        );
+        Server::start_config(binary, dir, None, &config).await
     }
 
-    /// Write `config(addr)` to `{dir}/hookhost.toml`, start `binary serve` with it on a
-    /// free loopback port `addr` and wait until it is healthy. `cache_dir` is the
-    /// compiled-plugin cache (`HOOKHOST_CACHE_DIR`); `None` leaves the user's.
+    /// Write `config` to `{dir}/hookhost.toml`, start `binary serve` with it and wait
+    /// until it is healthy. The configuration listens on [`LOOPBACK_ANY_PORT`] (and its
+    /// admin API, if any, too): the server binds a free port itself, and the address is
+    /// read from its log, so no other process can take the port between a probe and the
+    /// bind. `cache_dir` is the compiled-plugin cache (`HOOKHOST_CACHE_DIR`); `None`
+    /// leaves the user's.
     pub async fn start_config(
         binary: &Path,
         dir: &Path,
         cache_dir: Option<&Path>,
-        config: impl FnOnce(SocketAddr) -> anyhow::Result<String>,
+        config: &str,
     ) -> anyhow::Result<Server> {
-        let addr = free_loopback_addr()?;
         let path = dir.join("hookhost.toml");
-        std::fs::write(&path, config(addr)?).context("writing the server configuration")?;
+        std::fs::write(&path, config).context("writing the server configuration")?;
         let log = dir.join("server.log");
         let stdout = std::fs::File::create(&log).context("creating the server log")?;
         let stderr = stdout.try_clone().context("sharing the server log")?;
@@ -128,10 +130,12 @@ impl Server {
             .with_context(|| format!("cannot start {}", binary.display()))?;
         let mut server = Server {
             child,
-            addr,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            admin: None,
             started_in: Duration::ZERO,
             log,
         };
+        let mut bound = None;
         loop {
             if let Some(status) = server.child.try_wait().context("checking on the server")? {
                 bail!(
@@ -139,7 +143,16 @@ impl Server {
                     server.log_tail()
                 );
             }
-            if healthy(addr).await {
+            if bound.is_none() {
+                // Both listeners are bound before the line that names the main one.
+                let text = std::fs::read_to_string(&server.log).unwrap_or_default();
+                bound = logged_addr(&text, "hookhost listening", "addr")?;
+                if let Some(addr) = bound {
+                    server.addr = addr;
+                    server.admin = logged_addr(&text, "admin API listening", "address")?;
+                }
+            }
+            if bound.is_some() && healthy(server.addr).await {
                 break;
             }
             if started.elapsed() > READY_TIMEOUT {
@@ -176,11 +189,24 @@ impl Drop for Server {
     }
 }
 
-/// A port nobody listens on right now (the server binds it a moment later).
-pub fn free_loopback_addr() -> anyhow::Result<SocketAddr> {
-    let listener =
-        std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind a loopback port")?;
-    Ok(listener.local_addr()?)
+/// What a bench configuration listens on: loopback, on a port the server chooses.
+pub const LOOPBACK_ANY_PORT: &str = "127.0.0.1:0";
+
+/// The address in the `field=` of the first log line carrying `message` (hookhost's
+/// `hookhost listening addr=127.0.0.1:40123`), or `None` before that line is written.
+fn logged_addr(log: &str, message: &str, field: &str) -> anyhow::Result<Option<SocketAddr>> {
+    let Some(line) = log.lines().find(|line| line.contains(message)) else {
+        return Ok(None);
+    };
+    let prefix = format!("{field}=");
+    let value = line
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix(&prefix))
+        .with_context(|| format!("the server logged {line:?} without {prefix}"))?;
+    let addr = value
+        .parse()
+        .with_context(|| format!("the server logged {line:?}: {value:?} is not an address"))?;
+    Ok(Some(addr))
 }
 
 async fn healthy(addr: SocketAddr) -> bool {
@@ -716,6 +742,34 @@ mod tests {
         assert_eq!(
             sent.errors.get(r#"503 {"error":"busy"}"#).copied(),
             Some(14)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn the_bound_addresses_are_read_from_the_servers_log() -> anyhow::Result<()> {
+        let starting = "2026-12-04T05:40:01.100Z  INFO hookhost::store: migrations applied\n";
+        assert_eq!(logged_addr(starting, "hookhost listening", "addr")?, None);
+        let started = format!(
+            "{starting}2026-12-04T05:40:01.190Z  INFO hookhost: admin API listening \
+             address=127.0.0.1:40999\n2026-12-04T05:40:01.191Z  INFO hookhost: hookhost \
+             listening addr=127.0.0.1:40123\n"
+        );
+        assert_eq!(
+            logged_addr(&started, "hookhost listening", "addr")?,
+            Some(SocketAddr::from(([127, 0, 0, 1], 40123)))
+        );
+        assert_eq!(
+            logged_addr(&started, "admin API listening", "address")?,
+            Some(SocketAddr::from(([127, 0, 0, 1], 40999)))
+        );
+        let garbled = "INFO hookhost: hookhost listening addr=127.0.0.1\n";
+        let error = logged_addr(garbled, "hookhost listening", "addr")
+            .err()
+            .context("a port-less address was taken")?;
+        assert!(
+            format!("{error:#}").contains("is not an address"),
+            "{error:#}"
         );
         Ok(())
     }

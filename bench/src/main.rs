@@ -676,28 +676,32 @@ impl AtRest {
     }
 }
 
-/// `fixtures/demo.toml` (one endpoint for every built-in plugin) listening on `addr`,
-/// its store beside the configuration: the file's own top-level `listen`,
-/// `public_url` and `store` (the lines before its first table) give way to these.
-fn all_plugins_config(addr: std::net::SocketAddr) -> anyhow::Result<String> {
-    let mut text =
-        format!("listen = \"{addr}\"\npublic_url = \"http://{addr}\"\nstore = \"hookhost.db\"\n");
+/// `fixtures/demo.toml` (one endpoint for every built-in plugin) listening on a port
+/// the server chooses, its store beside the configuration: the file's own top-level
+/// `listen` and `store` (the lines before its first table) give way to these. Its
+/// `public_url` stays: only URL-signing schemes read it, and no request is sent to
+/// this configuration's endpoints.
+fn all_plugins_config() -> String {
+    let mut text = format!(
+        "listen = \"{}\"\nstore = \"hookhost.db\"\n",
+        load::LOOPBACK_ANY_PORT
+    );
     let mut top_level = true;
     for line in DEMO_CONFIG.lines() {
         let key = line.split('=').next().unwrap_or_default().trim();
         top_level &= !line.trim_start().starts_with('[');
-        if !(top_level && ["listen", "public_url", "store"].contains(&key)) {
+        if !(top_level && ["listen", "store"].contains(&key)) {
             text.push_str(line);
             text.push('\n');
         }
     }
-    Ok(text)
+    text
 }
 
 /// How many endpoints the all-plugins configuration has, and the built-in plugins it
 /// has none for, as hookhost's own parser reads it.
 fn demo_plugins(dir: &Path) -> anyhow::Result<(usize, Vec<&'static str>)> {
-    let text = all_plugins_config(std::net::SocketAddr::from(([127, 0, 0, 1], 0)))?;
+    let text = all_plugins_config();
     let config = hookhost::config::Config::parse(&dir.join("hookhost.toml"), &text, &|_| None)
         .context("fixtures/demo.toml, as the bench rewrites it")?;
     let missing = BUILTIN_NAMES
@@ -716,13 +720,15 @@ async fn at_rest(binary: &Path, dir: &Path) -> anyhow::Result<AtRest> {
     let cache = dir.join("compile-cache");
     let (configured, missing) = demo_plugins(&dir)?;
     eprintln!("start-up with every built-in plugin: first start (empty compile cache)…");
-    let server = load::Server::start_config(binary, &dir, Some(&cache), all_plugins_config).await?;
+    let server =
+        load::Server::start_config(binary, &dir, Some(&cache), &all_plugins_config()).await?;
     let first = server.started_in;
     tokio::time::sleep(AT_REST_IDLE).await;
     let first_rss = usage::rss_bytes(server.pid()).ok();
     drop(server); // killed
     eprintln!("start-up with every built-in plugin: second start, then idle…");
-    let server = load::Server::start_config(binary, &dir, Some(&cache), all_plugins_config).await?;
+    let server =
+        load::Server::start_config(binary, &dir, Some(&cache), &all_plugins_config()).await?;
     let second = server.started_in;
     tokio::time::sleep(AT_REST_IDLE).await;
     let rss = usage::rss_bytes(server.pid()).ok();
@@ -1667,11 +1673,11 @@ mod tests {
         let (configured, missing) = demo_plugins(Path::new("/bench"))?;
         assert!(missing.is_empty(), "no endpoint for {missing:?}");
         assert!(configured >= BUILTIN_NAMES.len());
-        let text = all_plugins_config("127.0.0.1:9".parse()?)?;
+        let text = all_plugins_config();
         let config =
             hookhost::config::Config::parse(Path::new("/bench/hookhost.toml"), &text, &|_| None)?;
-        assert_eq!(config.listen.to_string(), "127.0.0.1:9");
-        assert_eq!(config.public_url, "http://127.0.0.1:9");
+        assert_eq!(config.listen.to_string(), load::LOOPBACK_ANY_PORT);
+        assert_eq!(config.public_url, "http://127.0.0.1:8080", "the demo's own");
         Ok(())
     }
 

@@ -29,22 +29,28 @@ const VECTOR_NOW: i64 = 1_700_000_000;
 pub async fn restart(binary: &Path, dir: &Path, n: usize, resident: usize) -> anyhow::Result<()> {
     let stripe = hookhost::plugins::builtin_component("stripe").context("no stripe built-in")?;
     let cache = dir.join("compile-cache");
-    let admin = load::free_loopback_addr()?;
     let key = base64::engine::general_purpose::STANDARD.encode([7u8; 32]);
-    let config = move |addr: SocketAddr, resident: usize| -> anyhow::Result<String> {
-        Ok(format!(
-            "listen = \"{addr}\"\npublic_url = \"http://{addr}\"\nstore = \"hookhost.db\"\n\
-             admin_listen = \"{admin}\"\nadmin_token = \"{ADMIN_TOKEN}\"\n\
+    let config = move |resident: usize| -> String {
+        format!(
+            "listen = \"{any}\"\nstore = \"hookhost.db\"\n\
+             admin_listen = \"{any}\"\nadmin_token = \"{ADMIN_TOKEN}\"\n\
              [tenancy]\noperator_token = \"{OPERATOR}\"\nmaster_key = \"{key}\"\n\
              requests_per_second = 1000000\nmax_endpoints = {limit}\nmax_plugins = {limit}\n\
              resident_plugin_bytes = {resident}\n",
+            any = load::LOOPBACK_ANY_PORT,
             limit = n + 1
-        ))
+        )
     };
-    let (roomy, first_config) = (config::DEFAULT_RESIDENT_PLUGIN_BYTES, config.clone());
-    let first =
-        load::Server::start_config(binary, dir, Some(&cache), move |a| first_config(a, roomy))
-            .await?;
+    let first = load::Server::start_config(
+        binary,
+        dir,
+        Some(&cache),
+        &config(config::DEFAULT_RESIDENT_PLUGIN_BYTES),
+    )
+    .await?;
+    let admin = first
+        .admin
+        .context("the first server logged no admin address")?;
     call(
         admin,
         "POST",
@@ -94,8 +100,7 @@ pub async fn restart(binary: &Path, dir: &Path, n: usize, resident: usize) -> an
     drop(first); // killed here
 
     let started = Instant::now();
-    let second =
-        load::Server::start_config(binary, dir, Some(&cache), move |a| config(a, resident)).await?;
+    let second = load::Server::start_config(binary, dir, Some(&cache), &config(resident)).await?;
     let healthy = started.elapsed();
     let mut waiting: Vec<usize> = (0..n).collect();
     let mut round = 0u64;
@@ -142,6 +147,9 @@ pub async fn restart(binary: &Path, dir: &Path, n: usize, resident: usize) -> an
         }
     }
     let again = again.elapsed();
+    let admin = second
+        .admin
+        .context("the second server logged no admin address")?;
     let metrics = scrape(admin).await?;
     println!(
         "tenant plugins: {n} uploaded and pinned in {:.1} s (each compiled once); restart: healthy in {} ms, all {n} endpoints serving in {} ms (target < {} ms) {}",
