@@ -311,9 +311,17 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// The log on stderr, filtered by `RUST_LOG`; `info` when it is unset, and when it does
+/// not parse, which is said on stderr first.
 fn init_tracing(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var_os("RUST_LOG") {
+        None => EnvFilter::new("info"),
+        Some(directives) => EnvFilter::try_from_default_env().unwrap_or_else(|error| {
+            eprintln!("hookhost: RUST_LOG={directives:?}: {error}; logging at info");
+            EnvFilter::new("info")
+        }),
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -177,6 +177,48 @@ fn plugin_list_and_inspect_describe_the_builtins() {
 }
 
 #[test]
+fn a_rust_log_that_does_not_parse_is_reported_and_info_kept() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("hookhost.toml");
+    std::fs::write(
+        &config,
+        "listen = \"127.0.0.1:0\"\n[[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"env:HOOKHOST_TEST_SECRET\"]\n",
+    )
+    .expect("config");
+    let spawned = crate::support::Spawned::spawn(
+        Command::new(env!("CARGO_BIN_EXE_hookhost"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("HOOKHOST_TEST_SECRET", "whsec_test")
+            .env("RUST_LOG", "warn,hookhost=loud"),
+    );
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    // `hookhost listening` is an info line: info is in force.
+    runtime.block_on(
+        spawned
+            .log
+            .bound("hookhost listening", std::time::Duration::from_secs(30)),
+    );
+    let log = terminate(spawned);
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("hookhost: RUST_LOG="))
+        .unwrap_or_else(|| panic!("no RUST_LOG line: {log}"));
+    assert!(line.contains("\"warn,hookhost=loud\""), "{line}");
+    assert!(line.ends_with("logging at info"), "{line}");
+
+    // Directives that parse are used without a word.
+    let (ok, _, stderr) = hookhost_with(
+        &["plugin", "list"],
+        &[(
+            "RUST_LOG",
+            "warn,hookhost[ingest{endpoint=stripe}]=debug".as_ref(),
+        )],
+    );
+    assert!(ok && !stderr.contains("RUST_LOG"), "{stderr}");
+}
+
+#[test]
 fn serve_refuses_a_bad_config_naming_file_key_and_reason() {
     let dir = tempfile::tempdir().expect("dir");
     let file = dir.path().join("bad.toml");
