@@ -179,27 +179,16 @@ fn plugin_list_and_inspect_describe_the_builtins() {
 #[test]
 fn a_rust_log_that_does_not_parse_is_reported_and_info_kept() {
     let dir = tempfile::tempdir().expect("dir");
-    let config = dir.path().join("hookhost.toml");
-    std::fs::write(
-        &config,
-        "listen = \"127.0.0.1:0\"\n[[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"env:HOOKHOST_TEST_SECRET\"]\n",
-    )
-    .expect("config");
-    let spawned = crate::support::Spawned::spawn(
-        Command::new(env!("CARGO_BIN_EXE_hookhost"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .env("HOOKHOST_TEST_SECRET", "whsec_test")
-            .env("RUST_LOG", "warn,hookhost=loud"),
-    );
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    // `hookhost listening` is an info line: info is in force.
-    runtime.block_on(
-        spawned
-            .log
-            .bound("hookhost listening", std::time::Duration::from_secs(30)),
-    );
-    let log = terminate(spawned);
+    // Started once `hookhost listening` is logged, an info line: info is in force.
+    let served = runtime.block_on(crate::support::Process::start_with_log(
+        dir.path(),
+        "hookhost",
+        "[[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"whsec_test\"]\n",
+        "warn,hookhost=loud",
+    ));
+    let (status, log) = served.terminate();
+    assert!(status.success(), "exit {status:?}\n{log}");
     let line = log
         .lines()
         .find(|l| l.starts_with("hookhost: RUST_LOG="))

@@ -102,7 +102,7 @@ impl Receiver {
 
     /// SIGTERM, and the exit status.
     fn terminate(self) -> std::process::ExitStatus {
-        self.0.terminate()
+        self.0.terminate().0
     }
 }
 

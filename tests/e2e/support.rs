@@ -439,13 +439,19 @@ impl Process {
     /// Serve `config` (its top-level keys and tables; `listen` is added, on port 0),
     /// written as `{dir}/{name}.toml`; return once it has bound its port.
     pub async fn start(dir: &Path, name: &str, config: &str) -> Process {
+        Self::start_with_log(dir, name, config, "warn,hookhost=info").await
+    }
+
+    /// [`Process::start`] with this `RUST_LOG`, which must leave `hookhost listening`
+    /// (an info line) logged.
+    pub async fn start_with_log(dir: &Path, name: &str, config: &str, rust_log: &str) -> Process {
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, format!("listen = \"127.0.0.1:0\"\n{config}")).expect("config");
         let served = Spawned::spawn(
             std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
                 .args(["serve", "--config"])
                 .arg(&path)
-                .env("RUST_LOG", "warn,hookhost=info"),
+                .env("RUST_LOG", rust_log),
         );
         // Start-up may compile every plugin.
         let addr = served
@@ -460,9 +466,9 @@ impl Process {
         self.served.kill();
     }
 
-    /// SIGTERM, as an operator's stop would; the exit status.
-    pub fn terminate(self) -> std::process::ExitStatus {
-        self.served.terminate().0
+    /// SIGTERM, as an operator's stop would; the exit status and whole log.
+    pub fn terminate(self) -> (std::process::ExitStatus, String) {
+        self.served.terminate()
     }
 }
 
