@@ -315,11 +315,12 @@ pub fn main() -> ExitCode {
 /// not parse, which is said on stderr first.
 fn init_tracing(json: bool) {
     use tracing_subscriber::EnvFilter;
+    const DEFAULT: &str = "info";
     let filter = match std::env::var_os("RUST_LOG") {
-        None => EnvFilter::new("info"),
+        None => EnvFilter::new(DEFAULT),
         Some(directives) => EnvFilter::try_from_default_env().unwrap_or_else(|error| {
-            eprintln!("hookhost: RUST_LOG={directives:?}: {error}; logging at info");
-            EnvFilter::new("info")
+            eprintln!("hookhost: RUST_LOG={directives:?}: {error}; logging at {DEFAULT}");
+            EnvFilter::new(DEFAULT)
         }),
     };
     let builder = tracing_subscriber::fmt()
