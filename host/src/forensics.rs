@@ -449,7 +449,7 @@ pub struct Reverified {
 pub async fn reverify(
     app: &App,
     id: i64,
-) -> Result<(Reverified, Option<NewReceipt>), ForensicsError> {
+) -> Result<(Reverified, Option<Box<NewReceipt>>), ForensicsError> {
     let row = app
         .store
         .forensic(id)
@@ -495,7 +495,7 @@ pub async fn reverify(
                 event_id: Some(receipt.event_id.clone()),
                 detail,
             };
-            Ok((verdict, Some(*receipt)))
+            Ok((verdict, Some(receipt)))
         }
         Ok(Judged::Answer(_)) => Err(ForensicsError::NotAnEvent),
         Err(refused) => {

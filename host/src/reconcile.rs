@@ -290,7 +290,7 @@ async fn page(
             (false, Repair::Store(body)) => {
                 match app
                     .store
-                    .record(receipt(endpoint, remote.event, body))
+                    .record(Box::new(receipt(endpoint, remote.event, body)))
                     .await
                 {
                     Ok(Outcome::Accepted) => ("repaired".to_string(), true),

@@ -189,7 +189,7 @@ async fn two_stores_recording_the_same_events_at_once_judge_each_once() {
     let b = Store::open(&pg(&db.url())).await.expect("open b");
     const EVENTS: u64 = 200;
     let receipts = |reverse: bool| {
-        let mut all: Vec<NewReceipt> = (0..EVENTS)
+        let mut all: Vec<Box<NewReceipt>> = (0..EVENTS)
             .map(|i| {
                 new_receipt(
                     &format!("evt_{i}"),
@@ -204,7 +204,7 @@ async fn two_stores_recording_the_same_events_at_once_judge_each_once() {
         }
         all
     };
-    let record = |store: &Store, receipts: Vec<NewReceipt>| {
+    let record = |store: &Store, receipts: Vec<Box<NewReceipt>>| {
         futures_join(
             receipts
                 .into_iter()
@@ -250,10 +250,15 @@ async fn two_stores_recording_the_same_events_at_once_judge_each_once() {
 }
 
 /// A receipt as ingest would record it, for driving a store directly.
-fn new_receipt(id: &str, resource: &str, version: Option<u64>, received_at_ms: i64) -> NewReceipt {
+fn new_receipt(
+    id: &str,
+    resource: &str,
+    version: Option<u64>,
+    received_at_ms: i64,
+) -> Box<NewReceipt> {
     let body = format!("{{\"id\":\"{id}\"}}").into_bytes();
     let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(&body).into();
-    NewReceipt {
+    Box::new(NewReceipt {
         endpoint: "stripe".into(),
         event_id: id.into(),
         body_sha256: digest,
@@ -276,7 +281,7 @@ fn new_receipt(id: &str, resource: &str, version: Option<u64>, received_at_ms: i
         received_at_ms,
         ignore: None,
         source: hookhost::store::PUSHED,
-    }
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -103,8 +103,9 @@ impl Store {
 
     /// Store a verified request: dedupe, version gate, inbox, one durable commit.
     /// An exact duplicate of a receipt this process saw committed is answered at
-    /// once: no store read, no wait for another request's commit.
-    pub async fn record(&self, receipt: NewReceipt) -> Result<Outcome, StoreError> {
+    /// once: no store read, no wait for another request's commit. The receipt stays in
+    /// the box it was built in until its batch is done with it.
+    pub async fn record(&self, receipt: Box<NewReceipt>) -> Result<Outcome, StoreError> {
         let seen = &self.seen;
         let key = seen::Key::new(&receipt.endpoint, &receipt.event_id, &receipt.body_sha256);
         if seen.contains(&key) {

@@ -118,7 +118,7 @@ impl PgStore {
 
     /// Store a verified request: dedupe, version gate, inbox, one durable commit,
     /// shared with the receipts of concurrent requests (see [`batch`]).
-    pub async fn record(&self, receipt: NewReceipt) -> Result<Outcome, StoreError> {
+    pub async fn record(&self, receipt: Box<NewReceipt>) -> Result<Outcome, StoreError> {
         self.batcher.record(receipt).await
     }
 

@@ -98,7 +98,7 @@ impl SqliteStore {
     }
 
     /// Store a verified request: dedupe, version gate, inbox, one durable commit.
-    pub async fn record(&self, receipt: NewReceipt) -> Result<Outcome, StoreError> {
+    pub async fn record(&self, receipt: Box<NewReceipt>) -> Result<Outcome, StoreError> {
         self.writer.record(receipt).await
     }
 

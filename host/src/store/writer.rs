@@ -114,9 +114,8 @@ pub fn spawn(conn: Connection, accepted: Arc<Notify>) -> Result<Writer, StoreErr
 }
 
 impl Writer {
-    pub async fn record(&self, receipt: NewReceipt) -> Result<Outcome, StoreError> {
-        self.submit(|reply| Work::Record(Box::new(receipt), reply))
-            .await
+    pub async fn record(&self, receipt: Box<NewReceipt>) -> Result<Outcome, StoreError> {
+        self.submit(|reply| Work::Record(receipt, reply)).await
     }
 
     /// Leases go through the writer too: one connection writes, so the worker pool

@@ -56,11 +56,11 @@ impl Batcher {
     /// Store a receipt with the next batch; answered after that batch commits.
     pub(in crate::store) async fn record(
         &self,
-        receipt: NewReceipt,
+        receipt: Box<NewReceipt>,
     ) -> Result<Outcome, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.queue
-            .send((Box::new(receipt), reply))
+            .send((receipt, reply))
             .await
             .map_err(|_| writer_gone())?;
         committed(answer).await
