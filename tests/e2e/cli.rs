@@ -286,7 +286,7 @@ fn serve_runs_logs_plugin_stderr_capped_and_stops_cleanly_on_sigterm() {
 
     let log = terminate(spawned);
     assert!(log.contains("shutting down"), "{log}");
-    // The plugin's stderr reached the log, capped at 2 KiB (it wrote ~300 KiB).
+    // The plugin's stderr reached the log, capped at 2 KiB (it wrote ~30 KiB).
     let line = log
         .lines()
         .find(|l| l.contains("plugin wrote to stderr"))
