@@ -23,9 +23,11 @@ pub const DEFAULT_MAX_BODIES_IN_FLIGHT_BYTES: usize = 24 * 1024 * 1024;
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default SQLite file name, created beside the configuration file.
 pub const DEFAULT_STORE_FILE: &str = "hookhost.db";
-/// PostgreSQL connections per process. Each ingest request holds one for its short
-/// transaction; more than the database's cores buys nothing.
+/// PostgreSQL connections per process: the receipts' batches hold one, delivery and
+/// the admin API share the rest; more than the database's cores buys nothing.
 pub const DEFAULT_PG_MAX_CONNECTIONS: u32 = 16;
+/// Fewest PostgreSQL connections a process may be given: the receipts' batches hold one.
+pub const MIN_PG_CONNECTIONS: u32 = 2;
 /// How long a request waits for a PostgreSQL connection (connecting included) before
 /// it answers 503: below the 2 s within which a sender must hear back when the
 /// database is unreachable, with room for the request's own work.
@@ -594,13 +596,18 @@ impl Config {
                             .unwrap_or(DEFAULT_PG_STATEMENT_TIMEOUT_MS),
                     ),
                 };
-                if config.max_connections == 0
-                    || config.connect_timeout.is_zero()
-                    || config.statement_timeout.is_zero()
-                {
+                if config.connect_timeout.is_zero() || config.statement_timeout.is_zero() {
                     return Err(invalid(
                         "store",
-                        "max_connections, connect_timeout_ms and statement_timeout_ms must be greater than 0".into(),
+                        "connect_timeout_ms and statement_timeout_ms must be greater than 0".into(),
+                    ));
+                }
+                if config.max_connections < MIN_PG_CONNECTIONS {
+                    return Err(invalid(
+                        "store",
+                        format!(
+                            "max_connections must be at least {MIN_PG_CONNECTIONS}: the receipts' batches keep one connection between them, the rest serve delivery and the admin API"
+                        ),
                     ));
                 }
                 StoreConfig::Postgres(config)
@@ -1157,6 +1164,20 @@ mod tests {
                 connect_timeout: Duration::from_millis(800),
                 statement_timeout: Duration::from_secs(3),
             })
+        );
+        for few in [0, 1] {
+            let message = error(&format!(
+                "[store]\nurl = \"postgres://db/h\"\nmax_connections = {few}"
+            ));
+            assert!(
+                message.contains("store: max_connections must be at least 2"),
+                "{message}"
+            );
+        }
+        assert!(
+            error("[store]\nurl = \"postgres://db/h\"\nconnect_timeout_ms = 0").contains(
+                "store: connect_timeout_ms and statement_timeout_ms must be greater than 0"
+            )
         );
         assert_eq!(config.retention.delivered, Duration::from_secs(7 * 86_400));
         assert_eq!(

@@ -1,10 +1,11 @@
 //! PostgreSQL's group commit: concurrent receipts share one transaction.
 //!
-//! A request's receipt queues here; a task takes everything queued (up to
+//! A request's receipt queues here; one task takes everything queued (up to
 //! [`MAX_BATCH`]) and commits it as one transaction of a fixed number of statements,
-//! while the next batch gathers ([`IN_FLIGHT`] batches commit at once). Each request
-//! is answered after its batch's commit; a failed batch answers every one of its
-//! requests `Unavailable`.
+//! while the next batch gathers. One batch commits at a time: fewer, larger batches
+//! cost PostgreSQL the least per receipt (`docs/performance.md`, sections 4, 20 and
+//! 31). Each request is answered after its batch's commit; a failed batch answers
+//! every one of its requests `Unavailable`.
 //!
 //! Other processes write the same tables, so every read the judging rests on is
 //! either locked or checked when written:
@@ -20,20 +21,31 @@
 //! reads (fewer rows written than judged), the batch rolls back and is judged again
 //! against the store as it now is. So is a batch that PostgreSQL chose as a
 //! deadlock's victim.
+//!
+//! The task holds its connection from one batch to the next. Taken from the pool for
+//! each batch, a connection is tested first (a round trip, in the one serial step)
+//! and again when it is given back. A held connection is not tested while batches
+//! follow each other within [`HELD_IDLE`]: when the database has closed it (a
+//! restart, `pg_terminate_backend`), the batch fails before its commit with nothing
+//! written, and is tried once more on a new connection from the pool. After a longer
+//! pause the next batch takes its connection from the pool, whose test finds a
+//! connection dropped without a word while idle (a firewall's idle timeout) and
+//! replaces it, within the connect timeout.
 
 use super::super::judge::{Held, Judged, Moved, ResourceKey, headers_json, judge, version_i64};
 use super::super::writer::{MAX_BATCH, QUEUE, committed, writer_gone};
 use super::super::{NewReceipt, Outcome, StoreError};
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgPool;
-use sqlx::{Postgres, Transaction};
+use sqlx::{Connection as _, Postgres, Transaction};
 use std::collections::HashSet;
 use std::sync::Arc;
-use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
+use std::time::Duration;
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::time::Instant;
 
-/// Batches committing at once. One: fewer, larger batches cost PostgreSQL the least
-/// per receipt. On the 2-core benchmark machine (64 connections) one gave 7,297
-/// accepted/s, two 5,815 and four 5,214.
-const IN_FLIGHT: usize = 1;
+/// A held connection idle this long goes back to the pool before the next batch.
+const HELD_IDLE: Duration = Duration::from_secs(1);
 /// Most times a batch is judged, when concurrent writers keep changing what it read.
 const ATTEMPTS: usize = 5;
 /// PostgreSQL's SQLSTATE for a transaction aborted to break a deadlock.
@@ -48,8 +60,13 @@ pub(in crate::store) struct Batcher {
 
 impl Batcher {
     pub(in crate::store) fn spawn(pool: PgPool, accepted: Arc<Notify>) -> Batcher {
+        Batcher::holding_for(pool, accepted, HELD_IDLE)
+    }
+
+    /// With how long a connection is held idle (the tests hold it longer).
+    fn holding_for(pool: PgPool, accepted: Arc<Notify>, idle: Duration) -> Batcher {
         let (queue, receipts) = mpsc::channel(QUEUE);
-        tokio::spawn(run(pool, receipts, accepted));
+        tokio::spawn(run(pool, receipts, accepted, idle));
         Batcher { queue }
     }
 
@@ -71,16 +88,24 @@ async fn run(
     pool: PgPool,
     mut queue: mpsc::Receiver<(Box<NewReceipt>, Reply)>,
     accepted: Arc<Notify>,
+    idle: Duration,
 ) {
-    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    let mut held: Option<PoolConnection<Postgres>> = None;
+    let mut last_batch = Instant::now();
+    let mut closed = std::pin::pin!(pool.close_event());
     loop {
-        // Wait for a free slot first: while every slot commits, the queue grows into
-        // the next batch.
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let Some(first) = queue.recv().await else {
-            return;
+        // While a batch commits, the queue grows into the next one.
+        let first = tokio::select! {
+            next = queue.recv() => match next {
+                Some(first) => first,
+                None => return,
+            },
+            // Closing the pool waits for every connection to come back: give ours
+            // back. Batches after it find the pool closed and answer `Unavailable`.
+            () = &mut closed, if held.is_some() => {
+                held = None;
+                continue;
+            }
         };
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -89,62 +114,96 @@ async fn run(
                 Err(_) => break,
             }
         }
-        let pool = pool.clone();
-        let accepted = accepted.clone();
-        tokio::spawn(async move {
-            let (receipts, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
-            let receipts: Vec<&NewReceipt> = receipts.iter().map(|r| &**r).collect();
-            let result = commit(&pool, &receipts).await;
-            drop(slot);
-            match result {
-                Ok(outcomes) => {
-                    if outcomes.contains(&Outcome::Accepted) {
-                        accepted.notify_one();
-                    }
-                    for ((r, outcome), reply) in receipts.iter().zip(outcomes).zip(replies) {
-                        if outcome == Outcome::Conflict {
-                            tracing::warn!(
-                                endpoint = %r.endpoint,
-                                event_id = %r.event_id,
-                                "conflicting duplicate: same event id, different body; first kept, second quarantined"
-                            );
-                        }
-                        let _ = reply.send(Ok(outcome));
-                    }
+        let (receipts, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+        let receipts: Vec<&NewReceipt> = receipts.iter().map(|r| &**r).collect();
+        if last_batch.elapsed() > idle {
+            held = None;
+        }
+        let result = commit(&pool, &mut held, &receipts).await;
+        last_batch = Instant::now();
+        match result {
+            Ok(outcomes) => {
+                if outcomes.contains(&Outcome::Accepted) {
+                    accepted.notify_one();
                 }
-                Err(error) => {
-                    tracing::error!(%error, receipts = receipts.len(), "receipt batch failed to commit");
-                    for reply in replies {
-                        let _ = reply.send(Err(error.clone()));
+                for ((r, outcome), reply) in receipts.iter().zip(outcomes).zip(replies) {
+                    if outcome == Outcome::Conflict {
+                        tracing::warn!(
+                            endpoint = %r.endpoint,
+                            event_id = %r.event_id,
+                            "conflicting duplicate: same event id, different body; first kept, second quarantined"
+                        );
                     }
+                    let _ = reply.send(Ok(outcome));
                 }
             }
-        });
+            Err(error) => {
+                tracing::error!(%error, receipts = receipts.len(), "receipt batch failed to commit");
+                for reply in replies {
+                    let _ = reply.send(Err(error.clone()));
+                }
+            }
+        }
     }
 }
 
-/// Commit a batch, judging it again while concurrent writers keep changing what it
-/// read, or PostgreSQL picks it as a deadlock's victim (at most [`ATTEMPTS`] times).
-async fn commit(pool: &PgPool, receipts: &[&NewReceipt]) -> Result<Vec<Outcome>, StoreError> {
+/// Commit a batch on the held connection, or on one from the pool when none is held.
+/// It is judged again while concurrent writers keep changing what it read, or
+/// PostgreSQL picks it as a deadlock's victim (at most [`ATTEMPTS`] times), and tried
+/// once more on a new connection when its connection was lost before the commit. A
+/// connection that failed goes back to the pool, which tests it and closes it if it
+/// is broken; a commit that failed is never tried again, since it may have landed.
+async fn commit(
+    pool: &PgPool,
+    held: &mut Option<PoolConnection<Postgres>>,
+    receipts: &[&NewReceipt],
+) -> Result<Vec<Outcome>, StoreError> {
+    let mut reconnected = false;
     for attempt in 1..=ATTEMPTS {
-        let mut tx = pool.begin().await?;
-        match record_all(&mut tx, receipts).await {
-            Ok(Some(outcomes)) => {
-                tx.commit().await?;
-                return Ok(outcomes);
-            }
-            Ok(None) => tx.rollback().await?,
-            Err(sqlx::Error::Database(e))
-                if attempt < ATTEMPTS && e.code().as_deref() == Some(DEADLOCK_DETECTED) =>
-            {
-                tx.rollback().await?;
-            }
-            Err(e) => return Err(e.into()),
+        let conn = match held {
+            Some(conn) => conn,
+            None => held.insert(pool.acquire().await?),
+        };
+        let judged = async {
+            let mut tx = conn.begin().await?;
+            let outcomes = record_all(&mut tx, receipts).await?;
+            Ok::<_, sqlx::Error>((tx, outcomes))
+        };
+        let (error, committing) = match judged.await {
+            Ok((tx, Some(outcomes))) => match tx.commit().await {
+                Ok(()) => return Ok(outcomes),
+                Err(e) => (e, true),
+            },
+            Ok((tx, None)) => match tx.rollback().await {
+                Ok(()) => continue,
+                Err(e) => (e, false),
+            },
+            Err(e) => (e, false),
+        };
+        *held = None;
+        let lost = connection_lost(&error);
+        let deadlock = matches!(&error, sqlx::Error::Database(d)
+            if d.code().as_deref() == Some(DEADLOCK_DETECTED));
+        if committing || attempt == ATTEMPTS || !(deadlock || lost && !reconnected) {
+            return Err(error.into());
         }
+        reconnected |= lost;
     }
     Err(StoreError::Unavailable(
         "concurrent writers kept changing the batch's receipts".into(),
     ))
+}
+
+/// Whether an error says the connection itself is gone: its socket, the protocol, or
+/// PostgreSQL's connection-exception (`08`) and operator-intervention (`57P`) codes.
+fn connection_lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(d) => d
+            .code()
+            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
+        _ => false,
+    }
 }
 
 /// Judge and write a batch in its transaction. `None`: another transaction committed
@@ -335,7 +394,7 @@ mod tests {
     use super::super::super::judge::fixture;
     use super::super::MIGRATOR;
     use super::*;
-    use sqlx::{Connection as _, Executor as _, PgConnection};
+    use sqlx::{Executor as _, PgConnection};
 
     const SERVER: &str = "postgres://postgres@127.0.0.1:5432";
 
@@ -368,10 +427,14 @@ mod tests {
         let (pool, done) = database("batch").await;
         let before = fixture::before();
         let before: Vec<&NewReceipt> = before.iter().collect();
-        commit(&pool, &before).await.expect("first commit");
+        commit(&pool, &mut None, &before)
+            .await
+            .expect("first commit");
         let batch = fixture::batch();
         let batch: Vec<&NewReceipt> = batch.iter().collect();
-        let outcomes = commit(&pool, &batch).await.expect("batch commit");
+        let outcomes = commit(&pool, &mut None, &batch)
+            .await
+            .expect("batch commit");
         assert_eq!(outcomes, fixture::outcomes());
 
         let states: Vec<(String, String)> =
@@ -435,9 +498,58 @@ mod tests {
         ];
         let second: Vec<&NewReceipt> = second.iter().collect();
         assert_eq!(
-            commit(&pool, &second).await.expect("second"),
+            commit(&pool, &mut None, &second).await.expect("second"),
             [Outcome::Duplicate, Outcome::StaleVersion]
         );
         done().await;
+    }
+
+    /// The database closes the batches' held connection between two batches: the
+    /// second fails on it before its commit and commits on a new connection, and
+    /// closing the pool does not wait for the connection the task holds.
+    #[tokio::test]
+    async fn a_batch_on_a_connection_the_database_closed_commits_on_a_new_one() {
+        let (pool, done) = database("closed").await;
+        // Held however long the test takes, so that the second batch meets the closed
+        // connection rather than a tested one.
+        let hour = Duration::from_secs(3600);
+        let batcher = Batcher::holding_for(pool.clone(), Arc::new(Notify::new()), hour);
+        let first = fixture::receipt("evt_a", "a", Some(1), false);
+        assert_eq!(
+            batcher.record(Box::new(first)).await.expect("first"),
+            Outcome::Accepted
+        );
+        // Every other connection to the test's database, the batcher's among them.
+        let mut own = pool.acquire().await.expect("connection");
+        let others: Vec<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .fetch_all(&mut *own)
+        .await
+        .expect("connections");
+        assert!(!others.is_empty(), "the batcher holds a connection");
+        for pid in others {
+            let gone: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)")
+                .bind(pid)
+                .fetch_one(&mut *own)
+                .await
+                .expect("terminate");
+            assert!(gone, "connection {pid} closed");
+        }
+        drop(own);
+        let second = fixture::receipt("evt_b", "a", Some(2), false);
+        assert_eq!(
+            batcher.record(Box::new(second)).await.expect("second"),
+            Outcome::Accepted
+        );
+        let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM receipts")
+            .fetch_one(&pool)
+            .await
+            .expect("receipts");
+        assert_eq!(stored, 2);
+        tokio::time::timeout(Duration::from_secs(10), done())
+            .await
+            .expect("closing the pool gets the batcher's connection back");
     }
 }
