@@ -151,8 +151,8 @@ async fn run(
 /// It is judged again while concurrent writers keep changing what it read, or
 /// PostgreSQL picks it as a deadlock's victim (at most [`ATTEMPTS`] times), and tried
 /// once more on a new connection when its connection was lost before the commit. A
-/// connection that failed goes back to the pool, which tests it and closes it if it
-/// is broken; a commit that failed is never tried again, since it may have landed.
+/// lost connection is closed; one that failed otherwise goes back to the pool, which
+/// tests it. A commit that failed is never tried again, since it may have landed.
 async fn commit(
     pool: &PgPool,
     held: &mut Option<PoolConnection<Postgres>>,
@@ -180,8 +180,12 @@ async fn commit(
             },
             Err(e) => (e, false),
         };
-        *held = None;
         let lost = connection_lost(&error);
+        if lost && let Some(conn) = held.as_mut() {
+            // Closed, not given back: the pool's test of it would only fail.
+            conn.close_on_drop();
+        }
+        *held = None;
         let deadlock = matches!(&error, sqlx::Error::Database(d)
             if d.code().as_deref() == Some(DEADLOCK_DETECTED));
         if committing || attempt == ATTEMPTS || !(deadlock || lost && !reconnected) {
