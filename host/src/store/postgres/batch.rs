@@ -188,7 +188,10 @@ async fn commit(
         *held = None;
         let deadlock = matches!(&error, sqlx::Error::Database(d)
             if d.code().as_deref() == Some(DEADLOCK_DETECTED));
-        if committing || attempt == ATTEMPTS || !(deadlock || lost && !reconnected) {
+        // Again after a deadlock, or once on a new connection after a lost one; never
+        // after a failed commit.
+        let again = !committing && attempt < ATTEMPTS && (deadlock || lost && !reconnected);
+        if !again {
             return Err(error.into());
         }
         reconnected |= lost;
