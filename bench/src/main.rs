@@ -11,6 +11,9 @@
 //! 2. The disk's single-commit rate (`store::single_commit_rate`), in the directory the
 //!    servers' databases live in: once before the load matrix and once after it. The
 //!    disk's rate moves during a run, so the ratio is judged against the higher reading.
+//!    Then the store alone (`group_commit`): hookhost's `Store` on a new SQLite file fed
+//!    1 KiB receipts by 64 tasks in this process, no HTTP and no plugin, so the table
+//!    shows what group commit gives on this disk beside what the whole path gives.
 //! 3. Start-up and memory at rest: `hookhost serve` with one endpoint for every built-in
 //!    plugin (`fixtures/demo.toml`), started twice on an empty compiled-plugin cache
 //!    (the first start compiles, the second loads from the cache), each then idle for
@@ -39,6 +42,7 @@
 mod at_cap;
 mod downstream;
 mod event;
+mod group_commit;
 mod load;
 mod matrix;
 mod receivers;
@@ -132,6 +136,9 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_values_t = [1u16, 16, 64],
           value_parser = clap::value_parser!(u16).range(1..=512))]
     duplicate_concurrency: Vec<u16>,
+    /// Receipts the store alone is timed on (after a tenth as many to warm up).
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
+    group_commit_receipts: u64,
     /// Commits for the disk probe (default: about 3 s worth, estimated by a short probe).
     #[arg(long, value_parser = clap::value_parser!(u32).range(10..=100_000))]
     commits: Option<u32>,
@@ -348,6 +355,17 @@ fn run(args: &Args) -> anyhow::Result<()> {
     // 2. The disk, in the directory the servers' databases will live in.
     eprintln!("measuring the disk's single-commit rate…");
     let before = runtime.block_on(commit_rate(dir.path(), "before", args.commits))?;
+    eprintln!("measuring the store alone (group commit, no HTTP, no plugin)…");
+    let store_alone = runtime
+        .block_on(group_commit::measure(
+            dir.path(),
+            JUDGED_BODY,
+            created,
+            JUDGED_CONCURRENCY.into(),
+            args.group_commit_receipts / 10,
+            args.group_commit_receipts,
+        ))
+        .context("the store alone")?;
 
     // 3. Start-up and memory at rest, every built-in plugin configured.
     let rest = runtime.block_on(at_rest(&binary, dir.path()))?;
@@ -386,6 +404,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     micro.rows(&mut table);
     at_cap.rows(&mut table);
     commits.rows(&mut table);
+    store_alone_row(&mut table, &store_alone, commits.judged());
     rest.rows(&mut table);
     matrix_rows(&mut table, &cells, commits.judged());
     for (c, dup) in &duplicates {
@@ -1475,6 +1494,27 @@ impl CommitRates {
             );
         }
     }
+}
+
+/// The store alone beside the yardstick: what group commit gives without the rest of
+/// a request. Not a target of its own; the ratio target is the whole path's.
+fn store_alone_row(table: &mut Table, measured: &group_commit::GroupCommit, commit_rate: f64) {
+    table.row(
+        &format!(
+            "the store alone: receipts/s ÷ single-commit rate, {} tasks, {} (no HTTP, no plugin)",
+            measured.tasks,
+            size_label(JUDGED_BODY)
+        ),
+        format!(
+            "{:.2} ({:.0}/s ÷ {commit_rate:.0}/s; {} receipts, {} CPU per receipt in this process)",
+            measured.rate() / commit_rate,
+            measured.rate(),
+            measured.receipts,
+            usage::micros(measured.cpu_per_receipt())
+        ),
+        String::new(),
+        None,
+    );
 }
 
 /// Single commits per second in a new file in `dir` named for `when`: a short probe
