@@ -1,24 +1,20 @@
 //! The store's share of the SQLite ratio: hookhost's own `Store` on a new SQLite file,
 //! fed by concurrent tasks in this process, with no HTTP and no plugin call. Each
-//! receipt is the one the ingest route would store for the bench's 1 KiB event (its
-//! id, type and resource from the Stripe parser run natively, its headers without the
-//! signature), built before the clock starts. The rate says what group commit gives on
-//! this disk; beside the full path's rate it says how much of a request's cost is not
-//! the store.
+//! receipt is the one the ingest route stores for the bench's 1 KiB event, judged by
+//! the built-in Stripe plugin and built by the route's own `receipt` before the clock
+//! starts. The rate says what group commit gives on this disk; beside the full path's
+//! rate it says how much of a request's cost is not the store.
 
 use crate::event::{self, StripeEvent};
 use crate::usage;
 use anyhow::{Context as _, anyhow, ensure};
-use hookhost::store::{NewReceipt, Outcome, PUSHED, Resource, Store};
-use hookhost_plugin_sdk::Provider as _;
-use hookhost_plugin_sdk::testing::RequestBuilder;
-use sha2::{Digest as _, Sha256};
+use hookhost::endpoints::Endpoint;
+use hookhost::http::ingest;
+use hookhost::store::{NewReceipt, Outcome, Store};
+use hookhost::verify::{self, MessageSource, Trail};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The endpoint the receipts are stored under.
-const ENDPOINT: &str = "stripe";
 
 /// What the store alone did.
 #[derive(Debug)]
@@ -45,6 +41,7 @@ impl GroupCommit {
 /// keep one receipt in flight each, into a new SQLite file in `dir`.
 pub async fn measure(
     dir: &Path,
+    endpoint: &Endpoint,
     size: usize,
     created: i64,
     tasks: usize,
@@ -59,7 +56,7 @@ pub async fn measure(
     let events = StripeEvent::new(size, created)?;
     let built = |count: u64| -> anyhow::Result<Vec<NewReceipt>> {
         (0..count)
-            .map(|_| receipt(&events, event::next_number(), created))
+            .map(|_| receipt(endpoint, &events, event::next_number(), created))
             .collect()
     };
     let first = built(warmup)?;
@@ -70,7 +67,7 @@ pub async fn measure(
     feed(&store, tasks, timed).await?;
     let elapsed = started.elapsed();
     let cpu = usage::cpu_time(None)?.saturating_sub(cpu_before);
-    let stored = store.count_receipts(ENDPOINT).await?;
+    let stored = store.count_receipts(&endpoint.id).await?;
     store.close().await;
     ensure!(
         u64::try_from(stored).ok() == Some(warmup + receipts),
@@ -117,50 +114,32 @@ async fn feed(store: &Store, tasks: usize, receipts: Vec<NewReceipt>) -> anyhow:
     Ok(())
 }
 
-/// The receipt the ingest route stores for event number `n`.
-fn receipt(events: &StripeEvent, n: u64, created: i64) -> anyhow::Result<NewReceipt> {
+/// The receipt the ingest route stores for event number `n`: the endpoint's plugin
+/// and secret judge it (`verify::judge`), and the route's own `receipt` builds it.
+fn receipt(
+    endpoint: &Endpoint,
+    events: &StripeEvent,
+    n: u64,
+    created: i64,
+) -> anyhow::Result<NewReceipt> {
     let (body, signature) = events.signed(n, created)?;
-    let headers = [
-        ("host", "127.0.0.1:8080".to_string()),
-        ("content-type", "application/json".to_string()),
-        ("content-length", body.len().to_string()),
-    ];
-    let mut request = RequestBuilder::post(&format!("http://127.0.0.1:8080/webhooks/{ENDPOINT}"));
-    for (name, value) in &headers {
-        request = request.header(name, value);
-    }
-    let request = request
-        .header("stripe-signature", &signature)
-        .body(&body)
-        .build();
-    let plan = stripe::Stripe::plan_verification(&request)
-        .map_err(|r| anyhow!("the stripe parser refused event {n}'s plan: {r:?}"))?;
-    let event = stripe::Stripe::describe_event(&request)
-        .map_err(|r| anyhow!("the stripe parser refused event {n}: {r:?}"))?;
-    let event_id = event.id.clone().context("the bench's event has no id")?;
-    Ok(NewReceipt {
-        endpoint: ENDPOINT.into(),
-        event_id,
-        body_sha256: Sha256::digest(&body).into(),
+    let headers = crate::stripe_headers(&body, signature);
+    let url = crate::request_url();
+    let source = MessageSource {
+        method: "POST",
+        url: &url,
+        headers: &headers,
+        body: &body,
+    };
+    let verified = verify::judge(endpoint, &source, created, &mut Trail::default())
+        .with_context(|| format!("verify::judge refused event {n}"))?;
+    Ok(ingest::receipt(
+        endpoint,
+        verified,
+        headers,
         body,
-        headers: headers
-            .into_iter()
-            .map(|(name, value)| (name.to_string(), value))
-            .collect(),
-        secret_index: 0,
-        plugin: "stripe".into(),
-        plugin_version: env!("CARGO_PKG_VERSION").into(),
-        // A component's digest is this long; its value does not matter here.
-        plugin_digest: hex::encode(Sha256::digest(b"stripe")),
-        message_id: plan.message_id,
-        event_type: event.event_type.clone(),
-        resource: Resource::of(&event),
-        occurred_at: event.occurred_at,
-        signed_at: plan.timestamp,
-        received_at_ms: created * 1000,
-        ignore: None,
-        source: PUSHED,
-    })
+        created * 1000,
+    ))
 }
 
 #[cfg(test)]
@@ -171,11 +150,13 @@ mod tests {
     #[tokio::test]
     async fn the_store_alone_stores_every_receipt_it_is_fed() -> anyhow::Result<()> {
         let dir = tempfile::tempdir()?;
-        let measured = measure(dir.path(), 1024, crate::unix_now(), 8, 20, 300).await?;
+        let catalog = hookhost::plugins::Catalog::load(None, crate::at_cap::limits())?;
+        let endpoint = crate::stripe_endpoint(&catalog)?;
+        let measured = measure(dir.path(), &endpoint, 1024, crate::unix_now(), 8, 20, 300).await?;
         assert_eq!(measured.receipts, 300);
         assert!(measured.rate() > 0.0);
         let store = Store::open_sqlite(&dir.path().join("group-commit.db")).await?;
-        assert_eq!(store.count_receipts(ENDPOINT).await?, 320);
+        assert_eq!(store.count_receipts(&endpoint.id).await?, 320);
         store.close().await;
         Ok(())
     }

@@ -340,7 +340,14 @@ fn run(args: &Args) -> anyhow::Result<()> {
     eprintln!("measuring plugin overhead…");
     let sample = event::StripeEvent::new(JUDGED_BODY, created)?.body(0);
     let catalog = Catalog::load(None, at_cap::limits()).context("loading the built-in plugins")?;
-    let micro = micro_benchmarks(&catalog, args.requests, &event::text(sample)?, created)?;
+    let endpoint = stripe_endpoint(&catalog)?;
+    let micro = micro_benchmarks(
+        &catalog,
+        &endpoint,
+        args.requests,
+        &event::text(sample)?,
+        created,
+    )?;
     eprintln!("measuring every built-in plugin on bodies at the body cap…");
     let at_cap = at_cap::measure(&catalog)?;
     drop(catalog);
@@ -359,6 +366,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     let store_alone = runtime
         .block_on(group_commit::measure(
             dir.path(),
+            &endpoint,
             JUDGED_BODY,
             created,
             JUDGED_CONCURRENCY.into(),
@@ -366,6 +374,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
             args.group_commit_receipts,
         ))
         .context("the store alone")?;
+    drop(endpoint);
 
     // 3. Start-up and memory at rest, every built-in plugin configured.
     let rest = runtime.block_on(at_rest(&binary, dir.path()))?;
@@ -1168,19 +1177,30 @@ impl Micro {
     }
 }
 
-fn micro_benchmarks(
-    catalog: &Catalog,
-    iterations: u32,
-    body: &str,
-    created: i64,
-) -> anyhow::Result<Micro> {
-    let warmup = (iterations / 10).max(100);
-    let plugin = catalog
-        .get("stripe")
-        .context("no built-in `stripe` plugin in this build")?;
-    let signature = event::signature(created, body.as_bytes())?;
-    let url = format!("http://127.0.0.1:8080/webhooks/{ENDPOINT}");
-    let headers: Vec<(String, Vec<u8>)> = [
+/// The bench's Stripe endpoint, as `serve` builds it from its configuration.
+fn stripe_endpoint(catalog: &Catalog) -> anyhow::Result<Endpoint> {
+    Endpoint::build(
+        &EndpointConfig {
+            id: ENDPOINT.into(),
+            plugin: "stripe".into(),
+            secrets: vec![Secret::new(SECRET)],
+            tolerance: None,
+            plugin_config: json!({}),
+            ..Default::default()
+        },
+        catalog,
+    )
+    .map_err(|reason| anyhow!("{reason}"))
+}
+
+/// Where the in-process phases say a request came to.
+fn request_url() -> String {
+    format!("http://127.0.0.1:8080/webhooks/{ENDPOINT}")
+}
+
+/// A Stripe delivery's headers for `body`, as the plugin sees them (lower-case names).
+fn stripe_headers(body: &[u8], signature: String) -> Vec<(String, Vec<u8>)> {
+    [
         ("host", "127.0.0.1:8080".to_string()),
         (
             "user-agent",
@@ -1195,7 +1215,23 @@ fn micro_benchmarks(
     ]
     .into_iter()
     .map(|(name, value)| (name.to_string(), value.into_bytes()))
-    .collect();
+    .collect()
+}
+
+fn micro_benchmarks(
+    catalog: &Catalog,
+    endpoint: &Endpoint,
+    iterations: u32,
+    body: &str,
+    created: i64,
+) -> anyhow::Result<Micro> {
+    let warmup = (iterations / 10).max(100);
+    let plugin = catalog
+        .get("stripe")
+        .context("no built-in `stripe` plugin in this build")?;
+    let signature = event::signature(created, body.as_bytes())?;
+    let url = request_url();
+    let headers = stripe_headers(body.as_bytes(), signature);
     let source = MessageSource {
         method: "POST",
         url: &url,
@@ -1252,21 +1288,9 @@ fn micro_benchmarks(
     })?;
 
     // The host's whole verification, as the ingest route calls it.
-    let endpoint = Endpoint::build(
-        &EndpointConfig {
-            id: ENDPOINT.into(),
-            plugin: "stripe".into(),
-            secrets: vec![Secret::new(SECRET)],
-            tolerance: None,
-            plugin_config: json!({}),
-            ..Default::default()
-        },
-        catalog,
-    )
-    .map_err(|reason| anyhow!("{reason}"))?;
     let judge = time_each(warmup, iterations, || {
         let mut trail = hookhost::verify::Trail::default();
-        let verified = hookhost::verify::judge(&endpoint, &source, created, &mut trail)
+        let verified = hookhost::verify::judge(endpoint, &source, created, &mut trail)
             .context("verify::judge refused the bench's own event")?;
         black_box(verified);
         Ok(())

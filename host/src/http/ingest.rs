@@ -256,7 +256,9 @@ async fn read_capped<'a>(
     Ok((bytes, room))
 }
 
-fn receipt(
+/// The receipt a verified request leaves behind, as `Store::record` is given it. Public
+/// so that the benchmark can store exactly what this route stores.
+pub fn receipt(
     endpoint: &Endpoint,
     verified: Verified,
     headers: Vec<(String, Vec<u8>)>,
