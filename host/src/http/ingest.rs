@@ -3,15 +3,17 @@
 //!
 //! The async task reads the body (within the body budget) and waits; steps 3–6 and
 //! building the receipt run on a plugin thread, which takes the request's owned parts
-//! and hands back the receipt (holding the body, never copied after it was read) or a
-//! handshake's answer.
+//! and hands the receipt (holding the body, never copied after it was read) straight
+//! to the store's next batch, or answers a handshake or a refusal itself. The task
+//! wakes once, for the answer: a wake between the two threads cost more CPU than
+//! the work it passed on (docs/performance.md, section 39).
 
 use super::bodies::{BodyBudget, Reservation};
 use super::{App, IngestError};
 use crate::endpoints::Endpoint;
 use crate::forensics::{self, Refused};
 use crate::metrics::RequestOutcome;
-use crate::store::{NewReceipt, Outcome, Resource};
+use crate::store::{NewReceipt, Outcome, Reply, Resource, StoreError};
 use crate::verify::{self, Answer, Decision, MessageSource, Trail, Verified};
 use axum::Json;
 use axum::body::Body;
@@ -24,6 +26,7 @@ use hyper::body::Body as _;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::Instant;
+use tokio::sync::oneshot;
 use tracing::Instrument;
 
 pub async fn ingest(
@@ -66,7 +69,7 @@ pub async fn ingest(
 }
 
 async fn handle(
-    app: &App,
+    app: &Arc<App>,
     endpoint: Option<Arc<Endpoint>>,
     method: Method,
     uri: Uri,
@@ -94,13 +97,18 @@ async fn handle(
         uri.path_and_query().map_or("", |p| p.as_str())
     );
 
-    // 3–6. Plugin plans; host checks every candidate against every key in constant
-    // time; timestamp window; plugin describes the event. A handshake is answered here.
-    // All of it on a plugin thread; this task only waits for the answer.
-    let (span, on_thread) = (tracing::Span::current(), endpoint.clone());
-    let judged = app
-        .plugin_threads
-        .run(move || {
+    // 3–8. On a plugin thread: the plugin plans; the host checks every candidate
+    // against every key in constant time; timestamp window; the plugin describes the
+    // event. A handshake is answered from there; a receipt goes from there to the
+    // store's next batch (7–8: one transaction for receipt, dedupe, version gate and
+    // inbox), which answers after its commit. This task wakes once, for the answer.
+    let (span, on_thread, stored_by) = (tracing::Span::current(), endpoint.clone(), app.clone());
+    let (settle, settled) = oneshot::channel();
+    app.plugin_threads
+        .dispatch(move || {
+            if settle.is_closed() {
+                return; // The sender hung up while the call waited for a thread.
+            }
             let _in_request = span.enter();
             let started = Instant::now();
             // As the plugin sees them: lower-case names (the `http` crate's), raw bytes.
@@ -113,45 +121,59 @@ async fn handle(
                 body,
                 received_at_ms,
             );
-            (judged, started.elapsed())
+            let took = started.elapsed();
+            match judged {
+                Ok(Judged::Store(receipt)) => {
+                    let event = Event::of(&receipt, took);
+                    let reply = Reply::new(move |outcome| {
+                        let _ = settle.send(Settled::Stored(event, outcome));
+                    });
+                    stored_by.store.queue_blocking(receipt, reply);
+                }
+                Ok(Judged::Answer(answer)) => drop(settle.send(Settled::Answer(answer))),
+                Err(refused) => drop(settle.send(Settled::Refused(refused))),
+            }
         })
         .await
-        .inspect_err(|failure| tracing::error!(%failure, "plugin call did not answer"))?;
-    let receipt = match judged {
-        (Ok(Judged::Store(receipt)), took) => {
-            // Recorded here, on the thread that made the span, not on the plugin
-            // thread: the span's stored fields grow where they are recorded, and
-            // growing them there cost more (docs/performance.md, section 17).
-            let span = tracing::Span::current();
-            span.record("event_id", receipt.event_id.as_str());
-            span.record("event_type", receipt.event_type.as_str());
-            let skew = receipt.signed_at.map(|t| received_at_ms / 1000 - t);
-            app.metrics.verified(
-                &endpoint.id,
-                endpoint.plugin.name(),
-                receipt.secret_index,
-                skew,
-                took,
-            );
-            if let Some(tenant) = &endpoint.tenant {
-                app.secret_use
-                    .matched(tenant, receipt.secret_index, received_at_ms);
-            }
-            receipt
-        }
-        (Ok(Judged::Answer(answer)), _) => {
-            return Ok((handshake(answer), RequestOutcome::Handshake));
-        }
+        .inspect_err(|failure| tracing::error!(%failure, "plugin call not started"))?;
+    let settled = tokio::time::timeout(SETTLE_TIMEOUT, settled)
+        .await
+        .map_err(|_| {
+            tracing::error!("receipt not stored: not committed within {SETTLE_TIMEOUT:?}");
+            IngestError::StoreUnavailable
+        })?
+        .map_err(|_| {
+            tracing::error!("plugin call did not answer");
+            IngestError::PluginFailed
+        })?;
+    let (event, outcome) = match settled {
+        Settled::Stored(event, outcome) => (event, outcome),
+        Settled::Answer(answer) => return Ok((handshake(answer), RequestOutcome::Handshake)),
         // Kept for forensics: what arrived, and why it was refused. Boxed: inline, this
         // rare path's future would be most of every request's (3,400 bytes, not 944).
-        (Err(refused), _) => {
+        Settled::Refused(refused) => {
             return Err(Box::pin(forensics::keep(app, &endpoint, received_at_ms, *refused)).await);
         }
     };
-
-    // 7–8. One transaction: receipt, dedupe, version gate, inbox. 2xx only after commit.
-    let event_id = receipt.event_id.clone();
-    let outcome = app.store.record(receipt).await.map_err(|error| {
+    // Recorded here, on the thread that made the span, not on the plugin thread: the
+    // span's stored fields grow where they are recorded, and growing them there cost
+    // more (docs/performance.md, section 17).
+    let span = tracing::Span::current();
+    span.record("event_id", event.id.as_str());
+    span.record("event_type", event.event_type.as_str());
+    let skew = event.signed_at.map(|t| received_at_ms / 1000 - t);
+    app.metrics.verified(
+        &endpoint.id,
+        endpoint.plugin.name(),
+        event.secret_index,
+        skew,
+        event.took,
+    );
+    if let Some(tenant) = &endpoint.tenant {
+        app.secret_use
+            .matched(tenant, event.secret_index, received_at_ms);
+    }
+    let outcome = outcome.map_err(|error| {
         tracing::error!(%error, "receipt not stored");
         IngestError::StoreUnavailable
     })?;
@@ -160,7 +182,42 @@ async fn handle(
             .committed(&endpoint.id, endpoint.plugin.name(), received.elapsed());
     }
     tracing::info!(?outcome, "received");
-    Ok((answer(&event_id, &outcome), RequestOutcome::Stored(outcome)))
+    Ok((answer(&event.id, &outcome), RequestOutcome::Stored(outcome)))
+}
+
+/// Longest a request waits, from its plugin call's queueing to its receipt's commit,
+/// before answering 503 (the sender retries; if the commit did land, the retry is a
+/// duplicate). The plugin call's own time limit is far shorter.
+const SETTLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How a request's plugin call and commit end, as its task is told.
+enum Settled {
+    Stored(Event, Result<Outcome, StoreError>),
+    Answer(Answer),
+    Refused(Box<Refused>),
+}
+
+/// What the request's task needs of a queued receipt, for its span, metrics and
+/// answer; the receipt itself has gone to the store.
+struct Event {
+    id: String,
+    event_type: String,
+    signed_at: Option<i64>,
+    secret_index: usize,
+    /// The plugin thread's part: the plugin calls, the MACs and building the receipt.
+    took: std::time::Duration,
+}
+
+impl Event {
+    fn of(receipt: &NewReceipt, took: std::time::Duration) -> Event {
+        Event {
+            id: receipt.event_id.clone(),
+            event_type: receipt.event_type.clone(),
+            signed_at: receipt.signed_at,
+            secret_index: receipt.secret_index,
+            took,
+        }
+    }
 }
 
 /// What a plugin thread hands back: a receipt to store, or a handshake's answer.

@@ -89,23 +89,47 @@ impl PluginThreads {
                 return;
             }
             let outcome = catch_unwind(AssertUnwindSafe(call)).map_err(|panic| {
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .copied()
-                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-                    .unwrap_or("(no message)");
-                tracing::error!(panic = message, "plugin call panicked");
+                log_panic(&*panic);
                 ThreadFailure::Panicked
             });
             let _ = answer.send(outcome);
         });
-        self.jobs
-            .send_async(job)
-            .await
-            .map_err(|_| ThreadFailure::Stopped)?;
+        self.queue(job).await?;
         // A job dropped unanswered (its thread gone) closes the channel: Stopped.
         answered.await.map_err(|_| ThreadFailure::Stopped)?
     }
+
+    /// Queue `call` on a plugin thread, waiting (asynchronously) for room first, and
+    /// return once it is queued: the call answers its request itself, through what it
+    /// carries, so the request wakes only for that answer. A call that panics drops
+    /// what it carries, and its request sees a call that did not answer.
+    pub async fn dispatch<F>(&self, call: F) -> Result<(), ThreadFailure>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        self.queue(Box::new(move || {
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(call)) {
+                log_panic(&*panic);
+            }
+        }))
+        .await
+    }
+
+    async fn queue(&self, job: Job) -> Result<(), ThreadFailure> {
+        self.jobs
+            .send_async(job)
+            .await
+            .map_err(|_| ThreadFailure::Stopped)
+    }
+}
+
+fn log_panic(panic: &(dyn std::any::Any + Send)) {
+    let message = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    tracing::error!(panic = message, "plugin call panicked");
 }
 
 /// A plugin thread: jobs until the pool is dropped.
@@ -164,6 +188,29 @@ mod tests {
         for (i, call) in calls.into_iter().enumerate() {
             assert_eq!(call.await.expect("task"), Ok(i * 2));
         }
+    }
+
+    /// A dispatched call answers through what it carries: a panic drops that, which
+    /// its caller sees as a closed channel, and the thread goes on to the next call.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dispatched_call_answers_itself_and_a_panic_drops_what_it_carries() {
+        // One thread, so the call after the panic runs on the very thread that panicked.
+        let pool = PluginThreads::start(1).expect("threads start");
+        let (carried, dropped) = oneshot::channel::<u32>();
+        pool.dispatch(move || {
+            let _carried = carried;
+            panic!("a host bug");
+        })
+        .await
+        .expect("queued");
+        assert!(dropped.await.is_err(), "nothing was sent");
+        let (answer, answered) = oneshot::channel();
+        pool.dispatch(move || {
+            let _ = answer.send(6 * 7);
+        })
+        .await
+        .expect("queued");
+        assert_eq!(answered.await, Ok(42));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -106,20 +106,85 @@ impl Store {
     /// once: no store read, no wait for another request's commit. The receipt stays in
     /// the box it was built in until its batch is done with it.
     pub async fn record(&self, receipt: Box<NewReceipt>) -> Result<Outcome, StoreError> {
-        let seen = &self.seen;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let reply = Reply::new(move |outcome| drop(reply.send(outcome)));
+        if let Some((receipt, reply)) = self.remembering(receipt, reply) {
+            match &self.backend {
+                Backend::Sqlite(store) => store.writer.queue(receipt, reply).await,
+                Backend::Postgres(store) => store.batcher.queue(receipt, reply).await,
+            }
+        }
+        writer::committed(answer).await
+    }
+
+    /// [`Store::record`] for a plain thread (a plugin thread, which has no async
+    /// runtime): the receipt joins the next batch and `reply` is called once with its
+    /// outcome, on the thread that commits it, so that nothing wakes in between. Blocks
+    /// while the batch queue is full. Panics if called on the async runtime.
+    pub fn queue_blocking(&self, receipt: Box<NewReceipt>, reply: Reply) {
+        if let Some((receipt, reply)) = self.remembering(receipt, reply) {
+            match &self.backend {
+                Backend::Sqlite(store) => store.writer.queue_blocking(receipt, reply),
+                Backend::Postgres(store) => store.batcher.queue_blocking(receipt, reply),
+            }
+        }
+    }
+
+    /// An exact duplicate seen committed is answered here (`None`); any other receipt
+    /// goes on, its reply made to remember it once it is durable.
+    fn remembering(
+        &self,
+        receipt: Box<NewReceipt>,
+        reply: Reply,
+    ) -> Option<(Box<NewReceipt>, Reply)> {
         let key = seen::Key::new(&receipt.endpoint, &receipt.event_id, &receipt.body_sha256);
-        if seen.contains(&key) {
-            return Ok(Outcome::Duplicate);
+        if self.seen.contains(&key) {
+            reply.send(Ok(Outcome::Duplicate));
+            return None;
         }
-        let outcome = match &self.backend {
-            Backend::Sqlite(store) => store.record(receipt).await,
-            Backend::Postgres(store) => store.record(receipt).await,
-        }?;
-        // Every outcome but a conflict means this exact receipt is now durable.
-        if outcome != Outcome::Conflict {
-            seen.insert(key);
+        let seen = Arc::clone(&self.seen);
+        let reply = Reply::new(move |outcome| {
+            // Every outcome but a conflict means this exact receipt is now durable.
+            if matches!(&outcome, Ok(o) if *o != Outcome::Conflict) {
+                seen.insert(key);
+            }
+            reply.send(outcome);
+        });
+        Some((receipt, reply))
+    }
+}
+
+/// Where a queued receipt's outcome goes: called once, after its batch commits or
+/// fails. Dropped uncalled (its writer gone), it answers `Unavailable`, so a request
+/// is never left waiting.
+pub struct Reply(Option<Box<dyn FnOnce(Answer) + Send>>);
+
+/// A queued receipt's outcome.
+type Answer = Result<Outcome, StoreError>;
+
+impl Reply {
+    pub fn new(to: impl FnOnce(Answer) + Send + 'static) -> Reply {
+        Reply(Some(Box::new(to)))
+    }
+
+    pub fn send(mut self, outcome: Answer) {
+        if let Some(to) = self.0.take() {
+            to(outcome);
         }
-        Ok(outcome)
+    }
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        if let Some(to) = self.0.take() {
+            to(Err(writer::writer_gone()));
+        }
+    }
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Reply")
     }
 }
 
@@ -393,5 +458,77 @@ impl From<rusqlite::Error> for StoreError {
 impl From<sqlx::migrate::MigrateError> for StoreError {
     fn from(e: sqlx::migrate::MigrateError) -> Self {
         StoreError::Unavailable(format!("migration failed: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::judge::fixture;
+    use super::*;
+    use std::sync::mpsc;
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    /// Queue a receipt as the ingest route's plugin threads do, from a plain thread;
+    /// its answer arrives with whether it was given on that thread itself.
+    fn queue_from_a_plain_thread(
+        store: &Store,
+        id: &str,
+        version: u64,
+    ) -> mpsc::Receiver<(Result<Outcome, String>, bool)> {
+        let (answer, answered) = mpsc::channel();
+        let store = store.clone();
+        let receipt = Box::new(fixture::receipt(id, "{}", Some(version), false));
+        std::thread::spawn(move || {
+            let queuing = std::thread::current().id();
+            let reply = Reply::new(move |outcome| {
+                let here = std::thread::current().id() == queuing;
+                let _ = answer.send((outcome.map_err(|e| e.to_string()), here));
+            });
+            store.queue_blocking(receipt, reply);
+        })
+        .join()
+        .expect("the queuing thread");
+        answered
+    }
+
+    /// Each reply is called once, by the writer after its commit; an exact duplicate of
+    /// a committed receipt is answered at once on the queuing thread; once the writer
+    /// has stopped, a queued receipt is answered `Unavailable`, never left waiting.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_receipt_queued_from_a_plain_thread_is_answered_once_after_its_commit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("store.db");
+        let store = Store::open_sqlite(&path).await.expect("open");
+        let first = queue_from_a_plain_thread(&store, "evt_a", 1);
+        let second = queue_from_a_plain_thread(&store, "evt_b", 2);
+        for answered in [&first, &second] {
+            assert_eq!(
+                answered.recv_timeout(WAIT).expect("answered"),
+                (Ok(Outcome::Accepted), false)
+            );
+            // Called once: the reply, and its sender with it, is gone.
+            assert_eq!(
+                answered.recv_timeout(WAIT),
+                Err(mpsc::RecvTimeoutError::Disconnected)
+            );
+        }
+        let again = queue_from_a_plain_thread(&store, "evt_a", 1);
+        assert_eq!(
+            again.recv_timeout(WAIT).expect("answered"),
+            (Ok(Outcome::Duplicate), true)
+        );
+        store.close().await;
+        let late = queue_from_a_plain_thread(&store, "evt_c", 3);
+        let (outcome, _) = late.recv_timeout(WAIT).expect("answered");
+        assert_eq!(
+            outcome,
+            Err("store unavailable: receipt writer stopped".into())
+        );
+        let stored: i64 = rusqlite::Connection::open(&path)
+            .expect("reopen")
+            .query_row("SELECT COUNT(*) FROM receipts", [], |row| row.get(0))
+            .expect("count");
+        assert_eq!(stored, 2);
     }
 }

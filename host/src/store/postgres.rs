@@ -13,8 +13,7 @@ use super::delivery::cap;
 use super::judge::version_i64;
 use super::operator::{LIST_CAP, REPLAYABLE};
 use super::{
-    AttemptRecord, Filter, Leased, NewReceipt, Next, Outcome, Purged, ReceiptRow, Resource,
-    StoreError, Summary,
+    AttemptRecord, Filter, Leased, Next, Purged, ReceiptRow, Resource, StoreError, Summary,
 };
 use crate::config::{PgConfig, RetentionConfig};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
@@ -41,7 +40,7 @@ pub(super) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migratio
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pub(super) pool: PgPool,
-    batcher: batch::Batcher,
+    pub(super) batcher: batch::Batcher,
     /// Wakes this process's worker pool when it accepted or replayed an event; other
     /// processes' events are found by polling.
     accepted: Arc<Notify>,
@@ -115,13 +114,6 @@ impl PgStore {
             accepted,
         })
     }
-
-    /// Store a verified request: dedupe, version gate, inbox, one durable commit,
-    /// shared with the receipts of concurrent requests (see [`batch`]).
-    pub async fn record(&self, receipt: Box<NewReceipt>) -> Result<Outcome, StoreError> {
-        self.batcher.record(receipt).await
-    }
-
     /// Resolves when this process accepted or replayed events; the worker pool also
     /// polls, which is how it sees other processes' events.
     pub async fn due_events(&self) {

@@ -1,7 +1,7 @@
 //! SQLite: the embedded default store, a file beside the configuration.
 
+use super::StoreError;
 use super::writer::{self, Writer};
-use super::{NewReceipt, Outcome, StoreError};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -95,11 +95,6 @@ impl SqliteStore {
             worker,
             accepted,
         })
-    }
-
-    /// Store a verified request: dedupe, version gate, inbox, one durable commit.
-    pub async fn record(&self, receipt: Box<NewReceipt>) -> Result<Outcome, StoreError> {
-        self.writer.record(receipt).await
     }
 
     /// Resolves when new events may be due (a receipt was accepted, an event replayed

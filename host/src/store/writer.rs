@@ -13,7 +13,7 @@
 
 use super::delivery::{FinishRequest, LeaseRequest, finish_all, lease_in};
 use super::judge::{Held, Judged, headers_json, judge, version_i64};
-use super::{Leased, NewReceipt, Outcome, StoreError};
+use super::{Leased, NewReceipt, Outcome, Reply, StoreError};
 use rusqlite::{
     Connection, OpenFlags, OptionalExtension as _, Transaction, TransactionBehavior, params,
 };
@@ -48,10 +48,7 @@ pub(super) fn writer_gone() -> StoreError {
 
 /// One write, done inside the next batch transaction; answered after its commit.
 enum Work {
-    Record(
-        Box<NewReceipt>,
-        oneshot::Sender<Result<Outcome, StoreError>>,
-    ),
+    Record(Box<NewReceipt>, Reply),
     Lease(
         Box<LeaseRequest>,
         oneshot::Sender<Result<Vec<Leased>, StoreError>>,
@@ -114,8 +111,20 @@ pub fn spawn(conn: Connection, accepted: Arc<Notify>) -> Result<Writer, StoreErr
 }
 
 impl Writer {
-    pub async fn record(&self, receipt: Box<NewReceipt>) -> Result<Outcome, StoreError> {
-        self.submit(|reply| Work::Record(receipt, reply)).await
+    /// Queue a receipt for the next batch; `reply` gets its outcome. A closed queue
+    /// drops the reply, which answers `Unavailable`.
+    pub async fn queue(&self, receipt: Box<NewReceipt>, reply: Reply) {
+        let _ = self
+            .queue
+            .send(Job::Work(Work::Record(receipt, reply)))
+            .await;
+    }
+
+    /// [`Writer::queue`] from a plain thread: blocks while the queue is full.
+    pub fn queue_blocking(&self, receipt: Box<NewReceipt>, reply: Reply) {
+        let _ = self
+            .queue
+            .blocking_send(Job::Work(Work::Record(receipt, reply)));
     }
 
     /// Leases go through the writer too: one connection writes, so the worker pool
@@ -197,7 +206,7 @@ fn run(mut conn: Connection, mut jobs: mpsc::Receiver<Job>, accepted: &Notify) {
 
 fn answer(work: Work, done: Done) {
     match (work, done) {
-        (Work::Record(_, reply), Done::Record(outcome)) => drop(reply.send(Ok(outcome))),
+        (Work::Record(_, reply), Done::Record(outcome)) => reply.send(Ok(outcome)),
         (Work::Lease(_, reply), Done::Lease(leased)) => drop(reply.send(Ok(leased))),
         (Work::Finish(_, reply), Done::Finish) => drop(reply.send(Ok(()))),
         // `commit` answers each piece of work with its own kind, in order.
@@ -210,7 +219,7 @@ fn answer(work: Work, done: Done) {
 
 fn fail(work: Work, error: StoreError) {
     match work {
-        Work::Record(_, reply) => drop(reply.send(Err(error))),
+        Work::Record(_, reply) => reply.send(Err(error)),
         Work::Lease(_, reply) => drop(reply.send(Err(error))),
         Work::Finish(_, reply) => drop(reply.send(Err(error))),
     }
@@ -532,7 +541,6 @@ mod tests {
 
     fn work(receipt: NewReceipt) -> Work {
         // The answer goes nowhere: `commit` is judged by what it returns and stores.
-        let (reply, _) = oneshot::channel();
-        Work::Record(Box::new(receipt), reply)
+        Work::Record(Box::new(receipt), Reply::new(drop))
     }
 }

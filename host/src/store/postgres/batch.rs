@@ -33,15 +33,15 @@
 //! replaces it, within the connect timeout.
 
 use super::super::judge::{Held, Judged, Moved, ResourceKey, headers_json, judge, version_i64};
-use super::super::writer::{MAX_BATCH, QUEUE, committed, writer_gone};
-use super::super::{NewReceipt, Outcome, StoreError};
+use super::super::writer::{MAX_BATCH, QUEUE};
+use super::super::{NewReceipt, Outcome, Reply, StoreError};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgPool;
 use sqlx::{Connection as _, Postgres, Transaction};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 /// A held connection idle this long goes back to the pool before the next batch.
@@ -50,8 +50,6 @@ const HELD_IDLE: Duration = Duration::from_secs(1);
 const ATTEMPTS: usize = 5;
 /// PostgreSQL's SQLSTATE for a transaction aborted to break a deadlock.
 const DEADLOCK_DETECTED: &str = "40P01";
-
-type Reply = oneshot::Sender<Result<Outcome, StoreError>>;
 
 #[derive(Debug, Clone)]
 pub(in crate::store) struct Batcher {
@@ -70,17 +68,15 @@ impl Batcher {
         Batcher { queue }
     }
 
-    /// Store a receipt with the next batch; answered after that batch commits.
-    pub(in crate::store) async fn record(
-        &self,
-        receipt: Box<NewReceipt>,
-    ) -> Result<Outcome, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.queue
-            .send((receipt, reply))
-            .await
-            .map_err(|_| writer_gone())?;
-        committed(answer).await
+    /// Queue a receipt for the next batch; `reply` gets its outcome after that batch
+    /// commits. A closed queue drops the reply, which answers `Unavailable`.
+    pub(in crate::store) async fn queue(&self, receipt: Box<NewReceipt>, reply: Reply) {
+        let _ = self.queue.send((receipt, reply)).await;
+    }
+
+    /// [`Batcher::queue`] from a plain thread: blocks while the queue is full.
+    pub(in crate::store) fn queue_blocking(&self, receipt: Box<NewReceipt>, reply: Reply) {
+        let _ = self.queue.blocking_send((receipt, reply));
     }
 }
 
@@ -134,13 +130,13 @@ async fn run(
                             "conflicting duplicate: same event id, different body; first kept, second quarantined"
                         );
                     }
-                    let _ = reply.send(Ok(outcome));
+                    reply.send(Ok(outcome));
                 }
             }
             Err(error) => {
                 tracing::error!(%error, receipts = receipts.len(), "receipt batch failed to commit");
                 for reply in replies {
-                    let _ = reply.send(Err(error.clone()));
+                    reply.send(Err(error.clone()));
                 }
             }
         }
@@ -405,6 +401,14 @@ mod tests {
 
     const SERVER: &str = "postgres://postgres@127.0.0.1:5432";
 
+    /// One receipt through the batcher, answered after its batch commits.
+    async fn record(batcher: &Batcher, receipt: NewReceipt) -> Result<Outcome, StoreError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let reply = Reply::new(move |outcome| drop(reply.send(outcome)));
+        batcher.queue(Box::new(receipt), reply).await;
+        super::super::super::writer::committed(answer).await
+    }
+
     /// A database of the test's own, dropped at the end.
     async fn database(name: &str) -> (PgPool, impl AsyncFnOnce()) {
         let name = format!("hookhost_unit_{name}_{}", std::process::id());
@@ -523,7 +527,7 @@ mod tests {
         let batcher = Batcher::holding_for(pool.clone(), Arc::new(Notify::new()), hour);
         let first = fixture::receipt("evt_a", "a", Some(1), false);
         assert_eq!(
-            batcher.record(Box::new(first)).await.expect("first"),
+            record(&batcher, first).await.expect("first"),
             Outcome::Accepted
         );
         // Every other connection to the test's database, the batcher's among them.
@@ -547,7 +551,7 @@ mod tests {
         drop(own);
         let second = fixture::receipt("evt_b", "a", Some(2), false);
         assert_eq!(
-            batcher.record(Box::new(second)).await.expect("second"),
+            record(&batcher, second).await.expect("second"),
             Outcome::Accepted
         );
         let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM receipts")
