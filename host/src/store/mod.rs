@@ -182,12 +182,6 @@ impl Drop for Reply {
     }
 }
 
-impl std::fmt::Debug for Reply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Reply")
-    }
-}
-
 /// Reads whose SQL is the same on both backends (sqlx binds `$N` on SQLite too).
 impl Store {
     /// Per endpoint with pending events: how many, and when the oldest was received.
