@@ -128,7 +128,7 @@ async fn handle(
                     let reply = Reply::new(move |outcome| {
                         let _ = settle.send(Settled::Stored(event, outcome));
                     });
-                    stored_by.store.queue_blocking(receipt, reply);
+                    stored_by.store.queue(receipt, reply);
                 }
                 Ok(Judged::Answer(answer)) => drop(settle.send(Settled::Answer(answer))),
                 Err(refused) => drop(settle.send(Settled::Refused(refused))),

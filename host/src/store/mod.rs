@@ -117,15 +117,16 @@ impl Store {
         writer::committed(answer).await
     }
 
-    /// [`Store::record`] for a plain thread (a plugin thread, which has no async
-    /// runtime): the receipt joins the next batch and `reply` is called once with its
-    /// outcome, on the thread that commits it, so that nothing wakes in between. Blocks
-    /// while the batch queue is full. Panics if called on the async runtime.
-    pub fn queue_blocking(&self, receipt: Box<NewReceipt>, reply: Reply) {
+    /// [`Store::record`] without waiting, from any thread (a plugin thread, which has
+    /// no async runtime): the receipt joins the next batch and `reply` is called once
+    /// with its outcome, on the thread that commits it, so that nothing wakes in
+    /// between. When thousands of receipts already wait for a batch (a stalled disk),
+    /// `reply` answers `Unavailable` at once: the caller never blocks.
+    pub fn queue(&self, receipt: Box<NewReceipt>, reply: Reply) {
         if let Some((receipt, reply)) = self.remembering(receipt, reply) {
             match &self.backend {
-                Backend::Sqlite(store) => store.writer.queue_blocking(receipt, reply),
-                Backend::Postgres(store) => store.batcher.queue_blocking(receipt, reply),
+                Backend::Sqlite(store) => store.writer.queue_now(receipt, reply),
+                Backend::Postgres(store) => store.batcher.queue_now(receipt, reply),
             }
         }
     }
@@ -479,7 +480,7 @@ mod tests {
                 let here = std::thread::current().id() == queuing;
                 let _ = answer.send((outcome.map_err(|e| e.to_string()), here));
             });
-            store.queue_blocking(receipt, reply);
+            store.queue(receipt, reply);
         })
         .join()
         .expect("the queuing thread");
@@ -524,5 +525,67 @@ mod tests {
             .query_row("SELECT COUNT(*) FROM receipts", [], |row| row.get(0))
             .expect("count");
         assert_eq!(stored, 2);
+    }
+
+    /// While the writer is held up (here by another connection's write lock) and its
+    /// queue is full, a receipt queued without waiting is answered `Unavailable` at
+    /// once, on the queuing thread: a plugin thread never blocks on a stalled store.
+    /// Every receipt that found room is stored once the writer can go on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_receipt_queue_answers_unavailable_at_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("store.db");
+        let store = Store::open_sqlite(&path).await.expect("open");
+        let lock = rusqlite::Connection::open(&path).expect("second connection");
+        lock.execute_batch("BEGIN IMMEDIATE")
+            .expect("the write lock");
+        // More than the queue and one batch in progress can hold.
+        let sent = writer::QUEUE + writer::MAX_BATCH + 200;
+        let (answer, answered) = mpsc::channel();
+        let queuing = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let here = std::thread::current().id();
+                for n in 0..sent {
+                    let answer = answer.clone();
+                    let receipt =
+                        Box::new(fixture::receipt(&format!("evt_{n}"), "{}", None, false));
+                    store.queue(
+                        receipt,
+                        Reply::new(move |outcome| {
+                            let at_once = std::thread::current().id() == here;
+                            let _ = answer.send((outcome.map_err(|e| e.to_string()), at_once));
+                        }),
+                    );
+                }
+            })
+        };
+        queuing.join().expect("the queuing thread never blocks");
+        let full: Vec<_> = answered.try_iter().collect();
+        assert!(
+            full.len() >= sent - writer::QUEUE - writer::MAX_BATCH,
+            "{}",
+            full.len()
+        );
+        assert!(
+            full.iter().all(|answer| *answer
+                == (
+                    Err("store unavailable: the receipt queue is full".into()),
+                    true
+                )),
+            "{full:?}"
+        );
+        lock.execute_batch("ROLLBACK").expect("the lock released");
+        let rest: Vec<_> = (0..sent - full.len())
+            .map(|_| answered.recv_timeout(WAIT).expect("answered"))
+            .collect();
+        assert!(
+            rest.iter()
+                .all(|answer| *answer == (Ok(Outcome::Accepted), false))
+        );
+        let stored: i64 = lock
+            .query_row("SELECT COUNT(*) FROM receipts", [], |row| row.get(0))
+            .expect("count");
+        assert_eq!(usize::try_from(stored).expect("a count"), rest.len());
     }
 }

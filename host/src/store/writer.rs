@@ -41,6 +41,13 @@ pub(super) async fn committed<T>(
     }
 }
 
+/// The queue of receipts waiting for a batch is full: the store is far behind (a
+/// stalled disk, say), and the sender should retry later rather than have its
+/// request wait behind thousands of others.
+pub(super) fn queue_full() -> StoreError {
+    StoreError::Unavailable("the receipt queue is full".into())
+}
+
 /// The writer's queue is closed: it stopped.
 pub(super) fn writer_gone() -> StoreError {
     StoreError::Unavailable("receipt writer stopped".into())
@@ -120,11 +127,15 @@ impl Writer {
             .await;
     }
 
-    /// [`Writer::queue`] from a plain thread: blocks while the queue is full.
-    pub fn queue_blocking(&self, receipt: Box<NewReceipt>, reply: Reply) {
-        let _ = self
-            .queue
-            .blocking_send(Job::Work(Work::Record(receipt, reply)));
+    /// [`Writer::queue`] without waiting, from any thread: a full queue answers
+    /// `Unavailable` at once (see [`queue_full`]).
+    pub fn queue_now(&self, receipt: Box<NewReceipt>, reply: Reply) {
+        if let Err(mpsc::error::TrySendError::Full(Job::Work(Work::Record(_, reply)))) =
+            self.queue.try_send(Job::Work(Work::Record(receipt, reply)))
+        {
+            reply.send(Err(queue_full()));
+        }
+        // Closed: the job is dropped, and its reply answers that the writer is gone.
     }
 
     /// Leases go through the writer too: one connection writes, so the worker pool

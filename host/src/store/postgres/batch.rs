@@ -33,7 +33,7 @@
 //! replaces it, within the connect timeout.
 
 use super::super::judge::{Held, Judged, Moved, ResourceKey, headers_json, judge, version_i64};
-use super::super::writer::{MAX_BATCH, QUEUE};
+use super::super::writer::{MAX_BATCH, QUEUE, queue_full};
 use super::super::{NewReceipt, Outcome, Reply, StoreError};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgPool;
@@ -74,9 +74,14 @@ impl Batcher {
         let _ = self.queue.send((receipt, reply)).await;
     }
 
-    /// [`Batcher::queue`] from a plain thread: blocks while the queue is full.
-    pub(in crate::store) fn queue_blocking(&self, receipt: Box<NewReceipt>, reply: Reply) {
-        let _ = self.queue.blocking_send((receipt, reply));
+    /// [`Batcher::queue`] without waiting, from any thread: a full queue answers
+    /// `Unavailable` at once.
+    pub(in crate::store) fn queue_now(&self, receipt: Box<NewReceipt>, reply: Reply) {
+        if let Err(mpsc::error::TrySendError::Full((_, reply))) =
+            self.queue.try_send((receipt, reply))
+        {
+            reply.send(Err(queue_full()));
+        }
     }
 }
 
