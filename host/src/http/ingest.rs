@@ -13,7 +13,7 @@ use super::{App, IngestError};
 use crate::endpoints::Endpoint;
 use crate::forensics::{self, Refused};
 use crate::metrics::RequestOutcome;
-use crate::store::{NewReceipt, Outcome, Reply, Resource, StoreError};
+use crate::store::{COMMIT_TIMEOUT, NewReceipt, Outcome, Reply, Resource, StoreError};
 use crate::verify::{self, Answer, Decision, MessageSource, Trail, Verified};
 use axum::Json;
 use axum::body::Body;
@@ -136,10 +136,12 @@ async fn handle(
         })
         .await
         .inspect_err(|failure| tracing::error!(%failure, "plugin call not started"))?;
-    let settled = tokio::time::timeout(SETTLE_TIMEOUT, settled)
+    // The store's limit on a commit's wait, counted here from the plugin call's queueing
+    // (the call's own limit is far shorter).
+    let settled = tokio::time::timeout(COMMIT_TIMEOUT, settled)
         .await
         .map_err(|_| {
-            tracing::error!("receipt not stored: not committed within {SETTLE_TIMEOUT:?}");
+            tracing::error!("receipt not stored: not committed within {COMMIT_TIMEOUT:?}");
             IngestError::StoreUnavailable
         })?
         .map_err(|_| {
@@ -184,11 +186,6 @@ async fn handle(
     tracing::info!(?outcome, "received");
     Ok((answer(&event.id, &outcome), RequestOutcome::Stored(outcome)))
 }
-
-/// Longest a request waits, from its plugin call's queueing to its receipt's commit,
-/// before answering 503 (the sender retries; if the commit did land, the retry is a
-/// duplicate). The plugin call's own time limit is far shorter.
-const SETTLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How a request's plugin call and commit end, as its task is told.
 enum Settled {

@@ -56,6 +56,7 @@ pub use reconcile::{RepairRow, RunRow};
 pub use tenancy::{ManagedEndpoint, Retired, SealedSecret, TenantPlugin, TenantRow};
 
 pub use sqlite::{ReceiptRow, single_commit_rate};
+pub use writer::COMMIT_TIMEOUT;
 
 pub use postgres::PgStore;
 use sqlite::SqliteStore;
@@ -106,8 +107,7 @@ impl Store {
     /// once: no store read, no wait for another request's commit. The receipt stays in
     /// the box it was built in until its batch is done with it.
     pub async fn record(&self, receipt: Box<NewReceipt>) -> Result<Outcome, StoreError> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let reply = Reply::new(move |outcome| drop(reply.send(outcome)));
+        let (reply, answer) = Reply::channel();
         if let Some((receipt, reply)) = self.remembering(receipt, reply) {
             match &self.backend {
                 Backend::Sqlite(store) => store.writer.queue(receipt, reply).await,
@@ -166,6 +166,12 @@ type Answer = Result<Outcome, StoreError>;
 impl Reply {
     pub fn new(to: impl FnOnce(Answer) + Send + 'static) -> Reply {
         Reply(Some(Box::new(to)))
+    }
+
+    /// A reply to await: the receiver gets the outcome (see `writer::committed`).
+    pub(crate) fn channel() -> (Reply, tokio::sync::oneshot::Receiver<Answer>) {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        (Reply::new(move |outcome| drop(reply.send(outcome))), answer)
     }
 
     pub fn send(mut self, outcome: Answer) {

@@ -28,7 +28,7 @@ pub(super) const MAX_BATCH: usize = 256;
 pub(super) const QUEUE: usize = 4096;
 /// Longest a request waits for its commit before answering 503 (the sender retries;
 /// if the commit did land, the retry is a duplicate).
-const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The answer to a write queued for a batch: `Unavailable` when the writer is gone or
 /// the commit takes longer than [`COMMIT_TIMEOUT`].

@@ -408,8 +408,7 @@ mod tests {
 
     /// One receipt through the batcher, answered after its batch commits.
     async fn record(batcher: &Batcher, receipt: NewReceipt) -> Result<Outcome, StoreError> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let reply = Reply::new(move |outcome| drop(reply.send(outcome)));
+        let (reply, answer) = Reply::channel();
         batcher.queue(Box::new(receipt), reply).await;
         super::super::super::writer::committed(answer).await
     }
