@@ -29,7 +29,8 @@ const READY_POLL: Duration = Duration::from_millis(5);
 /// Log lines shown when the server fails to start.
 const LOG_TAIL_LINES: usize = 20;
 
-/// `hookhost` next to this executable (both live in `target/release`), or `explicit`.
+/// `hookhost` next to this executable (both live in `target/dist` or `target/release`),
+/// or `explicit`.
 pub fn server_binary(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     let path = match explicit {
         Some(path) => path,
@@ -43,7 +44,7 @@ pub fn server_binary(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     };
     if !path.is_file() {
         bail!(
-            "the server binary {} is missing: run `cargo build --release -p hookhost` first",
+            "the server binary {} is missing: build it beside this one, e.g. `cargo build --profile dist -p hookhost -p hookhost-bench`",
             path.display()
         );
     }

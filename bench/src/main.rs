@@ -1,5 +1,5 @@
-//! `cargo run --release -p hookhost-bench`: one table of figures for Stripe events, all
-//! measured in the same run on this machine, each target beside its measured value.
+//! `cargo run --profile dist -p hookhost-bench`: one table of figures for Stripe events,
+//! all measured in the same run on this machine, each target beside its measured value.
 //!
 //! 1. Plugin overhead per request (1 KiB event): a fresh wasm session (what
 //!    `Plugin::session` does per request) plus `plan_verification` and `describe_event`
