@@ -114,6 +114,7 @@ impl PgStore {
             accepted,
         })
     }
+
     /// Resolves when this process accepted or replayed events; the worker pool also
     /// polls, which is how it sees other processes' events.
     pub async fn due_events(&self) {

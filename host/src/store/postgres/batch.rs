@@ -410,7 +410,7 @@ mod tests {
     async fn record(batcher: &Batcher, receipt: NewReceipt) -> Result<Outcome, StoreError> {
         let (reply, answer) = Reply::channel();
         batcher.queue(Box::new(receipt), reply).await;
-        super::super::super::writer::committed(answer).await
+        crate::store::writer::committed(answer).await
     }
 
     /// A database of the test's own, dropped at the end.
