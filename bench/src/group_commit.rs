@@ -92,18 +92,27 @@ async fn feed(store: &Store, tasks: usize, receipts: Vec<NewReceipt>) -> anyhow:
         running.spawn(async move {
             loop {
                 // The lock guards a plain list: a panic elsewhere cannot leave it torn.
-                let next = queue
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .pop();
-                let Some(receipt) = next else {
+                // A receipt is named by its place in the list, which the clock does not
+                // pay for as it would for a copy of its event id.
+                let next = {
+                    let mut list = queue
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    list.pop().map(|receipt| (list.len(), receipt))
+                };
+                let Some((place, receipt)) = next else {
                     return Ok(());
                 };
-                let id = receipt.event_id.clone();
                 match store.record(Box::new(receipt)).await {
                     Ok(Outcome::Accepted) => {}
-                    Ok(other) => return Err(anyhow!("{id}: the store answered {other:?}")),
-                    Err(error) => return Err(anyhow!("{id}: {error}")),
+                    Ok(other) => {
+                        return Err(anyhow!(
+                            "the receipt at {place} in the list: the store answered {other:?}"
+                        ));
+                    }
+                    Err(error) => {
+                        return Err(anyhow!("the receipt at {place} in the list: {error}"));
+                    }
                 }
             }
         });
