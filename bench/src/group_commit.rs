@@ -103,17 +103,12 @@ async fn feed(store: &Store, tasks: usize, receipts: Vec<NewReceipt>) -> anyhow:
                 let Some((place, receipt)) = next else {
                     return Ok(());
                 };
-                match store.record(Box::new(receipt)).await {
-                    Ok(Outcome::Accepted) => {}
-                    Ok(other) => {
-                        return Err(anyhow!(
-                            "the receipt at {place} in the list: the store answered {other:?}"
-                        ));
-                    }
-                    Err(error) => {
-                        return Err(anyhow!("the receipt at {place} in the list: {error}"));
-                    }
-                }
+                let refused = match store.record(Box::new(receipt)).await {
+                    Ok(Outcome::Accepted) => continue,
+                    Ok(other) => format!("the store answered {other:?}"),
+                    Err(error) => error.to_string(),
+                };
+                return Err(anyhow!("the receipt at {place} in the list: {refused}"));
             }
         });
     }
