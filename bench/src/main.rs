@@ -5,9 +5,11 @@
 //!    `Plugin::session` does per request) plus `plan_verification` and `describe_event`
 //!    on the built-in `stripe` plugin; beside it the same parsing done natively by the
 //!    `stripe` crate. The difference of the medians is the cost of isolation. Also the
-//!    host's whole verification (`verify::judge`: plugin calls and HMAC). Then every
-//!    built-in plugin on 1 MiB bodies (the default cap) in the widest shapes JSON has
-//!    (`at_cap`): the slowest call on each, against the default `plugin_time_ms`.
+//!    host's whole verification (`verify::judge`: plugin calls and HMAC). The three
+//!    are timed in turn, a call of each per round, so that all see the same machine.
+//!    Then every built-in plugin on 1 MiB bodies (the default cap) in the widest shapes
+//!    JSON has (`at_cap`): the slowest call on each, against the default
+//!    `plugin_time_ms`.
 //! 2. The disk's single-commit rate (`store::single_commit_rate`), in the directory the
 //!    servers' databases live in: once before the load matrix and once after it. The
 //!    disk's rate moves during a run, so the ratio is judged against the higher reading.
@@ -1118,7 +1120,7 @@ async fn delivery_phases(
     })
 }
 
-/// The four in-process measurements.
+/// The in-process measurements: the plugin call and its parts, natively, the host's.
 struct Micro {
     plugin: Samples,
     session: Samples,
@@ -1242,13 +1244,25 @@ fn micro_benchmarks(
         anyhow!("the stripe plugin rejected the bench's event in {what}: {r:?}")
     };
 
-    // The plugin: what every request pays for the sandbox.
+    // The same parsing, natively.
+    let mut request = RequestBuilder::post(&url);
+    for (name, value) in &headers {
+        request = request.header(name, value);
+    }
+    let request = request.body(body).build();
+
+    // One call of each per round, in turn, not one loop after another: this machine's
+    // speed swings by half from one second to the next (docs/performance.md, section
+    // 30), and a swing between two loops would land in the difference of their medians.
     let mut plugin_ns = Vec::with_capacity(iterations as usize);
     let mut session_ns = Vec::with_capacity(iterations as usize);
     let mut plan_ns = Vec::with_capacity(iterations as usize);
     let mut describe_ns = Vec::with_capacity(iterations as usize);
     let mut dropped_ns = Vec::with_capacity(iterations as usize);
+    let mut native_ns = Vec::with_capacity(iterations as usize);
+    let mut judge_ns = Vec::with_capacity(iterations as usize);
     for i in 0..warmup + iterations {
+        // The plugin: what every request pays for the sandbox.
         let started = Instant::now();
         let mut session = plugin.session("{}", &source)?;
         let instantiated = Instant::now();
@@ -1263,38 +1277,33 @@ fn micro_benchmarks(
         drop(session);
         let done = Instant::now();
         black_box((plan, event));
+
+        let native_started = Instant::now();
+        let plan = stripe::Stripe::plan_verification(&request)
+            .map_err(|r| rejected("plan (native)", r))?;
+        let event = stripe::Stripe::describe_event(&request)
+            .map_err(|r| rejected("describe (native)", r))?;
+        let native_done = Instant::now();
+        black_box((plan, event));
+
+        // The host's whole verification, as the ingest route calls it.
+        let judge_started = Instant::now();
+        let mut trail = hookhost::verify::Trail::default();
+        let verified = hookhost::verify::judge(endpoint, &source, created, &mut trail)
+            .context("verify::judge refused the bench's own event")?;
+        let judge_done = Instant::now();
+        black_box(verified);
+
         if i >= warmup {
             plugin_ns.push(nanos(done - started));
             session_ns.push(nanos(instantiated - started));
             plan_ns.push(nanos(planned - instantiated));
             describe_ns.push(nanos(described - planned));
             dropped_ns.push(nanos(done - described));
+            native_ns.push(nanos(native_done - native_started));
+            judge_ns.push(nanos(judge_done - judge_started));
         }
     }
-
-    // The same parsing, natively.
-    let mut request = RequestBuilder::post(&url);
-    for (name, value) in &headers {
-        request = request.header(name, value);
-    }
-    let request = request.body(body).build();
-    let native = time_each(warmup, iterations, || {
-        let plan = stripe::Stripe::plan_verification(&request)
-            .map_err(|r| rejected("plan (native)", r))?;
-        let event = stripe::Stripe::describe_event(&request)
-            .map_err(|r| rejected("describe (native)", r))?;
-        black_box((plan, event));
-        Ok(())
-    })?;
-
-    // The host's whole verification, as the ingest route calls it.
-    let judge = time_each(warmup, iterations, || {
-        let mut trail = hookhost::verify::Trail::default();
-        let verified = hookhost::verify::judge(endpoint, &source, created, &mut trail)
-            .context("verify::judge refused the bench's own event")?;
-        black_box(verified);
-        Ok(())
-    })?;
 
     Ok(Micro {
         plugin: Samples::new(plugin_ns),
@@ -1302,26 +1311,9 @@ fn micro_benchmarks(
         plan: Samples::new(plan_ns),
         describe: Samples::new(describe_ns),
         dropped: Samples::new(dropped_ns),
-        native,
-        judge,
+        native: Samples::new(native_ns),
+        judge: Samples::new(judge_ns),
     })
-}
-
-fn time_each(
-    warmup: u32,
-    iterations: u32,
-    mut call: impl FnMut() -> anyhow::Result<()>,
-) -> anyhow::Result<Samples> {
-    let mut ns = Vec::with_capacity(iterations as usize);
-    for i in 0..warmup + iterations {
-        let started = Instant::now();
-        call()?;
-        let elapsed = started.elapsed();
-        if i >= warmup {
-            ns.push(nanos(elapsed));
-        }
-    }
-    Ok(Samples::new(ns))
 }
 
 /// One PostgreSQL phase: hookhost with some processes, or the reference.
