@@ -1737,6 +1737,46 @@ mod tests {
         Ok(())
     }
 
+    /// Each round times the plugin call (and each of its parts), the native parse and
+    /// `verify::judge` once, on the built-in Stripe plugin and the bench's own event; the
+    /// isolation row is the difference of the first two medians.
+    #[test]
+    fn the_plugin_phase_times_each_measurement_once_a_round() -> anyhow::Result<()> {
+        const ROUNDS: u32 = 40;
+        let created = unix_now();
+        let catalog = Catalog::load(None, at_cap::limits())?;
+        let endpoint = stripe_endpoint(&catalog)?;
+        let body = event::text(event::StripeEvent::new(JUDGED_BODY, created)?.body(0))?;
+        let micro = micro_benchmarks(&catalog, &endpoint, ROUNDS, &body, created)?;
+        let series = [
+            &micro.plugin,
+            &micro.session,
+            &micro.plan,
+            &micro.describe,
+            &micro.dropped,
+            &micro.native,
+            &micro.judge,
+        ];
+        for samples in series {
+            assert_eq!(samples.0.len(), ROUNDS as usize);
+            assert!(samples.0.iter().all(|&ns| ns > 0));
+        }
+        // The call's parts are timed inside it: the slowest part is at most the slowest call.
+        for part in [&micro.session, &micro.plan, &micro.describe, &micro.dropped] {
+            assert!(part.0.last() <= micro.plugin.0.last());
+        }
+        let mut table = Table::default();
+        micro.rows(&mut table);
+        let isolation = table
+            .rows
+            .iter()
+            .find(|row| row[0].starts_with("plugin isolation"))
+            .context("no isolation row")?;
+        let expected = micro.plugin.median_us() - micro.native.median_us();
+        assert_eq!(isolation[1], format!("{expected:.1} µs"));
+        Ok(())
+    }
+
     /// Each reading commits into a file of its own, and the ratio's yardstick is the
     /// higher reading, whichever came first.
     #[tokio::test]
