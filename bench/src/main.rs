@@ -1120,7 +1120,8 @@ async fn delivery_phases(
     })
 }
 
-/// The in-process measurements: the plugin call and its parts, natively, the host's.
+/// The in-process measurements: the plugin call and its parts, the same parsing
+/// natively, and the host's whole verification.
 struct Micro {
     plugin: Samples,
     session: Samples,
@@ -1252,8 +1253,9 @@ fn micro_benchmarks(
     let request = request.body(body).build();
 
     // One call of each per round, in turn, not one loop after another: this machine's
-    // speed swings by half from one second to the next (docs/performance.md, section
-    // 30), and a swing between two loops would land in the difference of their medians.
+    // speed swings by half from one second to the next (docs/performance.md, sections
+    // 30 and 42), and a swing between two loops would land in the difference of their
+    // medians.
     let mut plugin_ns = Vec::with_capacity(iterations as usize);
     let mut session_ns = Vec::with_capacity(iterations as usize);
     let mut plan_ns = Vec::with_capacity(iterations as usize);
