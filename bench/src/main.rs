@@ -1245,7 +1245,7 @@ fn micro_benchmarks(
         anyhow!("the stripe plugin rejected the bench's event in {what}: {r:?}")
     };
 
-    // The same parsing, natively.
+    // The same request, as the `stripe` crate parses it natively.
     let mut request = RequestBuilder::post(&url);
     for (name, value) in &headers {
         request = request.header(name, value);
@@ -1280,6 +1280,7 @@ fn micro_benchmarks(
         let done = Instant::now();
         black_box((plan, event));
 
+        // The same parsing, natively.
         let native_started = Instant::now();
         let plan = stripe::Stripe::plan_verification(&request)
             .map_err(|r| rejected("plan (native)", r))?;
