@@ -10,6 +10,27 @@ use hookhost_plugin_sdk as sdk;
 /// The exports this host accepts, newest first.
 pub const PLUGIN_INTERFACES: [&str; 2] = [v0_2::PLUGIN_INTERFACE, v0_1::PLUGIN_INTERFACE];
 
+/// A request's `head` as the per-request calls lower it: borrowed from the request, so
+/// a fresh instance copies no header on the host's side. Both contract versions'
+/// `head` records have this shape; [`Exports::find`](v0_2::Exports::find) checks it
+/// against each component.
+#[derive(wasmtime::component::ComponentType, wasmtime::component::Lower)]
+#[component(record)]
+pub struct Head<'a> {
+    pub method: &'a str,
+    pub url: &'a str,
+    pub headers: &'a [Header<'a>],
+    pub config: &'a str,
+}
+
+/// One header of a borrowed [`Head`].
+#[derive(wasmtime::component::ComponentType, wasmtime::component::Lower)]
+#[component(record)]
+pub struct Header<'a> {
+    pub name: &'a str,
+    pub value: &'a [u8],
+}
+
 pub mod v0_1 {
     use super::sdk;
 
@@ -49,6 +70,22 @@ pub mod v0_2 {
     pub const PLUGIN_INTERFACE: &str = "hookhost:provider/plugin@0.2.0";
     /// The per-request calls with the request passed once (optional).
     const SESSION_INTERFACE: Option<&str> = Some("hookhost:provider/session@0.2.0");
+
+    /// `head` in the generated bindings' owned types, for the calls made through them
+    /// (`handshake`, a GET's).
+    pub fn owned_head(head: &super::Head<'_>) -> wit::Head {
+        wit::Head {
+            method: head.method.to_owned(),
+            url: head.url.to_owned(),
+            headers: (head.headers.iter())
+                .map(|h| wit::Header {
+                    name: h.name.to_owned(),
+                    value: h.value.to_vec(),
+                })
+                .collect(),
+            config: head.config.to_owned(),
+        }
+    }
 
     super::conversions!(
         self::hookhost::provider::types,
@@ -148,8 +185,7 @@ macro_rules! conversions {
         disposition { $($disposition:tt)* }
     ) => {
         use $wit as wit;
-
-        pub use wit::{Head, Header};
+        use super::Head;
 
 /// Where a component's per-request exports are, found and type-checked once when it
 /// loads. The generated bindings would look up and type-check every function of the

@@ -142,11 +142,10 @@ pub(super) enum Pre {
     V0_2(v0_2::ProviderPre<State>, v0_2::Exports),
 }
 
-/// One instance, with the request's head in that version's types and where its
-/// per-request exports are.
+/// One instance, and where its per-request exports are.
 enum Instance {
-    V0_1(ComponentInstance, v0_1::Head, v0_1::Exports),
-    V0_2(ComponentInstance, v0_2::Head, v0_2::Exports),
+    V0_1(ComponentInstance, v0_1::Exports),
+    V0_2(ComponentInstance, v0_2::Exports),
 }
 
 impl std::fmt::Debug for Plugin {
@@ -777,8 +776,8 @@ impl Plugin {
         if self.contract == "0.1.0" {
             return Ok(Ok(EndpointFacts::default()));
         }
-        let (mut store, instance) = self.instantiate(empty_head(), self.load_limits())?;
-        let Instance::V0_2(instance, ..) = instance else {
+        let (mut store, instance) = self.instantiate(self.load_limits())?;
+        let Instance::V0_2(instance, _) = instance else {
             return Ok(Ok(EndpointFacts::default()));
         };
         let provider =
@@ -806,18 +805,18 @@ impl Plugin {
     }
 
     fn call_info(&self) -> Result<(Vec<Algorithm>, PluginInfo), PluginFailure> {
-        let (mut store, instance) = self.instantiate(empty_head(), self.load_limits())?;
+        let (mut store, instance) = self.instantiate(self.load_limits())?;
         let limits = self.load_limits();
         let bound = |e| classify(e, "instantiate");
         match instance {
-            Instance::V0_1(i, ..) => {
+            Instance::V0_1(i, _) => {
                 let p = v0_1::Provider::new(&mut store, &i).map_err(bound)?;
                 guarded(&mut store, limits, |s| {
                     p.hookhost_provider_plugin().call_info(s)
                 })
                 .map(|info| (v0_1::algorithms(&info), v0_1::info(info)))
             }
-            Instance::V0_2(i, ..) => {
+            Instance::V0_2(i, _) => {
                 let p = v0_2::Provider::new(&mut store, &i).map_err(bound)?;
                 guarded(&mut store, limits, |s| {
                     p.hookhost_provider_plugin().call_info(s)
@@ -834,38 +833,19 @@ impl Plugin {
 
     fn instantiate(
         &self,
-        head: HeadData,
         call_limits: PluginLimits,
     ) -> Result<(Store<State>, Instance), PluginFailure> {
         let mut store = self.new_store(call_limits);
         let pre = self.pre()?;
         let instance = match &*pre {
-            Pre::V0_1(pre, exports) => pre.instance_pre().instantiate(&mut store).map(|p| {
-                let head = v0_1::Head {
-                    method: head.method,
-                    url: head.url,
-                    headers: head
-                        .headers
-                        .into_iter()
-                        .map(|(name, value)| v0_1::Header { name, value })
-                        .collect(),
-                    config: head.config,
-                };
-                Instance::V0_1(p, head, *exports)
-            }),
-            Pre::V0_2(pre, exports) => pre.instance_pre().instantiate(&mut store).map(|p| {
-                let head = v0_2::Head {
-                    method: head.method,
-                    url: head.url,
-                    headers: head
-                        .headers
-                        .into_iter()
-                        .map(|(name, value)| v0_2::Header { name, value })
-                        .collect(),
-                    config: head.config,
-                };
-                Instance::V0_2(p, head, *exports)
-            }),
+            Pre::V0_1(pre, exports) => pre
+                .instance_pre()
+                .instantiate(&mut store)
+                .map(|p| Instance::V0_1(p, *exports)),
+            Pre::V0_2(pre, exports) => pre
+                .instance_pre()
+                .instantiate(&mut store)
+                .map(|p| Instance::V0_2(p, *exports)),
         }
         .map_err(|e| classify(e, "instantiate"))?;
         Ok((store, instance))
@@ -967,16 +947,10 @@ impl Plugin {
     /// A fresh, isolated instance for one request.
     pub fn session<'a>(
         &'a self,
-        config_json: &str,
+        config_json: &'a str,
         request: &MessageSource<'a>,
     ) -> Result<Session<'a>, PluginFailure> {
-        let head = HeadData {
-            method: request.method.to_owned(),
-            url: request.url.to_owned(),
-            headers: request.headers.to_vec(),
-            config: config_json.to_owned(),
-        };
-        let (store, instance) = self.instantiate(head, self.limits).inspect_err(|failure| {
+        let (store, instance) = self.instantiate(self.limits).inspect_err(|failure| {
             tracing::error!(plugin = self.name(), %failure, "plugin instance could not start");
             if let Some(calls) = self.calls.get() {
                 calls.failed(self.name(), failure);
@@ -986,6 +960,14 @@ impl Plugin {
             plugin: self,
             store,
             instance,
+            head: RequestHead {
+                method: request.method,
+                url: request.url,
+                headers: (request.headers.iter())
+                    .map(|(name, value)| bindings::Header { name, value })
+                    .collect(),
+                config: config_json,
+            },
             body: request.body,
             planned: false,
         })
@@ -1012,20 +994,22 @@ fn new_store(limits: PluginLimits, time: Duration) -> Store<State> {
     store
 }
 
-/// A request's head before it takes one contract version's types.
-struct HeadData {
-    method: String,
-    url: String,
-    headers: Vec<(String, Vec<u8>)>,
-    config: String,
+/// A request's head, borrowed from it, as a session's calls pass it.
+struct RequestHead<'a> {
+    method: &'a str,
+    url: &'a str,
+    headers: Vec<bindings::Header<'a>>,
+    config: &'a str,
 }
 
-fn empty_head() -> HeadData {
-    HeadData {
-        method: String::new(),
-        url: String::new(),
-        headers: Vec::new(),
-        config: String::new(),
+impl RequestHead<'_> {
+    fn lowered(&self) -> bindings::Head<'_> {
+        bindings::Head {
+            method: self.method,
+            url: self.url,
+            headers: &self.headers,
+            config: self.config,
+        }
     }
 }
 
@@ -1073,6 +1057,7 @@ pub struct Session<'a> {
     plugin: &'a Plugin,
     store: Store<State>,
     instance: Instance,
+    head: RequestHead<'a>,
     body: &'a [u8],
     /// `plan_verification` answered in this instance, which then holds the request.
     planned: bool,
@@ -1095,9 +1080,10 @@ impl Session<'_> {
                 Ok(answer.map($v::plan).map_err($v::rejection))
             }};
         }
+        let head = self.head.lowered();
         match &self.instance {
-            Instance::V0_1(i, head, exports) => call!(v0_1, exports, i, head),
-            Instance::V0_2(i, head, exports) => call!(v0_2, exports, i, head),
+            Instance::V0_1(i, exports) => call!(v0_1, exports, i, &head),
+            Instance::V0_2(i, exports) => call!(v0_2, exports, i, &head),
         }
     }
 
@@ -1116,9 +1102,10 @@ impl Session<'_> {
                 Ok(answer.map($v::event).map_err($v::rejection))
             }};
         }
+        let head = self.head.lowered();
         match &self.instance {
-            Instance::V0_1(i, head, exports) => call!(v0_1, exports, i, head),
-            Instance::V0_2(i, head, exports) => call!(v0_2, exports, i, head),
+            Instance::V0_1(i, exports) => call!(v0_1, exports, i, &head),
+            Instance::V0_2(i, exports) => call!(v0_2, exports, i, &head),
         }
     }
 
@@ -1126,14 +1113,15 @@ impl Session<'_> {
     /// (a 0.1 plugin never does).
     pub fn handshake(&mut self) -> Result<Option<Handshake>, PluginFailure> {
         let limits = self.plugin.limits;
-        let Instance::V0_2(instance, head, _) = &self.instance else {
+        let Instance::V0_2(instance, _) = &self.instance else {
             return Ok(None);
         };
+        let head = v0_2::owned_head(&self.head.lowered());
         let p = v0_2::Provider::new(&mut self.store, instance)
             .map_err(|e| classify(e, "instantiate"))?;
         let started = Instant::now();
         let answer = guarded(&mut self.store, limits, |s| {
-            p.hookhost_provider_plugin().call_handshake(s, head)
+            p.hookhost_provider_plugin().call_handshake(s, &head)
         });
         let answer = self.checked("handshake", started, answer, |r| {
             r.as_ref().map_or(0, v0_2::handshake_size)
