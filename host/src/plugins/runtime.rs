@@ -166,14 +166,27 @@ pub(super) struct State {
     wasi: Option<WasiCtx>,
     table: ResourceTable,
     limits: StoreLimits,
-    stderr: CappedOutput,
+    /// Where the sandbox's stderr goes; made with it.
+    stderr: Option<CappedOutput>,
+}
+
+impl State {
+    /// What the plugin wrote to stderr so far, capped.
+    fn stderr(&self) -> Vec<u8> {
+        self.stderr
+            .as_ref()
+            .map(CappedOutput::contents)
+            .unwrap_or_default()
+    }
 }
 
 impl WasiView for State {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        let stderr = &self.stderr;
+        let stderr = &mut self.stderr;
         WasiCtxView {
-            ctx: self.wasi.get_or_insert_with(|| sandbox(stderr)),
+            ctx: self.wasi.get_or_insert_with(|| {
+                sandbox(stderr.get_or_insert_with(|| CappedOutput::new(STDERR_LOGGED)))
+            }),
             table: &mut self.table,
         }
     }
@@ -986,7 +999,7 @@ fn new_store(limits: PluginLimits, time: Duration) -> Store<State> {
             wasi: None,
             table: ResourceTable::new(),
             limits,
-            stderr: CappedOutput::new(STDERR_LOGGED),
+            stderr: None,
         },
     );
     store.limiter(|s| &mut s.limits);
@@ -1159,7 +1172,7 @@ impl Session<'_> {
 impl Drop for Session<'_> {
     fn drop(&mut self) {
         // Whatever the plugin wrote to stderr during this request, capped.
-        let stderr = self.store.data().stderr.contents();
+        let stderr = self.store.data().stderr();
         if !stderr.is_empty() {
             let shown = String::from_utf8_lossy(&stderr);
             tracing::warn!(plugin = self.plugin.name(), stderr = %shown, "plugin wrote to stderr");
@@ -1484,7 +1497,7 @@ mod tests {
             .expect("instance");
         let _ = session.plan_verification();
         assert!(session.store.data().wasi.is_some());
-        let written = session.store.data().stderr.contents();
+        let written = session.store.data().stderr();
         assert!(
             String::from_utf8_lossy(&written).contains("hostile guest writes to stderr"),
             "{written:?}"
