@@ -1,5 +1,8 @@
 //! `cargo run --profile dist -p hookhost-bench`: one table of figures for Stripe events,
 //! all measured in the same run on this machine, each target beside its measured value.
+//! First the machine's speed (`machine`: SHA-256 on one core, a system call's cost), and
+//! at the end the CPU time the hypervisor took during the run, so that a run's figures
+//! in µs can be set beside another's.
 //!
 //! 1. Plugin overhead per request (1 KiB event): a fresh wasm session (what
 //!    `Plugin::session` does per request) plus `plan_verification` and `describe_event`
@@ -46,6 +49,7 @@ mod downstream;
 mod event;
 mod group_commit;
 mod load;
+mod machine;
 mod matrix;
 mod receivers;
 mod tenants;
@@ -333,6 +337,8 @@ fn run(args: &Args) -> anyhow::Result<()> {
         if args.keep_tmp { " (kept)" } else { "" }
     );
     let load_at_start = load_average();
+    let ticks_at_start = machine::Ticks::now();
+    println!("{}", machine::Speed::read().line());
     if let Some(n) = args.tenant_plugins {
         let resident = args.resident_plugin_mib as usize * 1024 * 1024;
         return runtime.block_on(tenants::restart(&binary, dir.path(), n as usize, resident));
@@ -354,6 +360,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     let at_cap = at_cap::measure(&catalog)?;
     drop(catalog);
     if args.plugin_only {
+        print_stolen(ticks_at_start);
         let mut table = Table::default();
         micro.rows(&mut table);
         at_cap.rows(&mut table);
@@ -484,6 +491,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
             "1-min load average: {start} at start, {end} at end (other work on the machine skews figures)"
         );
     }
+    print_stolen(ticks_at_start);
     println!(
         "\nload matrix ({} s per cell; CPU and peak RSS of the receiver's process; bench = the load generator, one thread):",
         args.matrix_secs
@@ -1616,6 +1624,13 @@ fn unix_now() -> i64 {
 fn load_average() -> Option<String> {
     let text = std::fs::read_to_string("/proc/loadavg").ok()?;
     text.split_whitespace().next().map(str::to_owned)
+}
+
+/// The hypervisor's share of the CPU since `start`, where `/proc/stat` tells it.
+fn print_stolen(start: Option<machine::Ticks>) {
+    if let (Some(start), Some(now)) = (start, machine::Ticks::now()) {
+        println!("{}", now.stolen_since(&start));
+    }
 }
 
 /// How long ago the binary was built, so a stale server is noticed.
