@@ -13,6 +13,7 @@
 use sha2::{Digest as _, Sha256};
 use std::hint::black_box;
 use std::io::Write as _;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// How long each speed reading runs.
@@ -22,8 +23,8 @@ const READING: Duration = Duration::from_millis(500);
 pub struct Speed {
     /// SHA-256 over 1 KiB blocks, bytes a second.
     pub sha256: f64,
-    /// One `write` of one byte to `/dev/null`; `None` where it cannot be opened.
-    pub syscall: Option<Duration>,
+    /// One `write` of one byte to `/dev/null`, or why it could not be read.
+    pub syscall: Result<Duration, String>,
 }
 
 impl Speed {
@@ -31,21 +32,19 @@ impl Speed {
     pub fn read() -> Speed {
         Speed {
             sha256: sha256_rate(),
-            syscall: write_cost().ok(),
+            syscall: write_cost(Path::new("/dev/null")),
         }
     }
 
     /// The line the run prints.
     pub fn line(&self) -> String {
-        let syscall = self.syscall.map_or_else(
-            || "a system call: not measured (no /dev/null)".to_owned(),
-            |d| {
-                format!(
-                    "a one-byte write to /dev/null {:.2} µs",
-                    d.as_secs_f64() * 1e6
-                )
-            },
-        );
+        let syscall = match &self.syscall {
+            Ok(took) => format!(
+                "a one-byte write to /dev/null {:.2} µs",
+                took.as_secs_f64() * 1e6
+            ),
+            Err(why) => format!("a system call: not measured ({why})"),
+        };
         format!(
             "machine speed: SHA-256 over 1 KiB blocks {:.2} GB/s on one core, {syscall}",
             self.sha256 / 1e9
@@ -66,13 +65,18 @@ fn sha256_rate() -> f64 {
     bytes as f64 / started.elapsed().as_secs_f64()
 }
 
-fn write_cost() -> std::io::Result<Duration> {
-    let mut null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+/// One-byte writes to `device` for `READING`; an error names the device and the cause.
+fn write_cost(device: &Path) -> Result<Duration, String> {
+    let failed = |error: std::io::Error| format!("{}: {error}", device.display());
+    let mut sink = std::fs::OpenOptions::new()
+        .write(true)
+        .open(device)
+        .map_err(failed)?;
     let started = Instant::now();
     let mut calls = 0_u32;
     while started.elapsed() < READING {
         for _ in 0..1_000 {
-            null.write_all(b"x")?;
+            sink.write_all(b"x").map_err(failed)?;
         }
         calls += 1_000;
     }
@@ -166,12 +170,26 @@ mod tests {
     fn the_speed_line_gives_both_readings_in_their_units() {
         let speed = Speed {
             sha256: 1.49e9,
-            syscall: Some(Duration::from_nanos(350)),
+            syscall: Ok(Duration::from_nanos(350)),
         };
         assert_eq!(
             speed.line(),
             "machine speed: SHA-256 over 1 KiB blocks 1.49 GB/s on one core, \
              a one-byte write to /dev/null 0.35 µs"
+        );
+    }
+
+    #[test]
+    fn a_write_that_cannot_be_read_says_why_in_the_speed_line() {
+        let speed = Speed {
+            sha256: 1.49e9,
+            syscall: write_cost(Path::new("/nonexistent-hookhost-dir/null")),
+        };
+        assert_eq!(
+            speed.line(),
+            "machine speed: SHA-256 over 1 KiB blocks 1.49 GB/s on one core, \
+             a system call: not measured (/nonexistent-hookhost-dir/null: \
+             No such file or directory (os error 2))"
         );
     }
 }
