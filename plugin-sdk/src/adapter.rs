@@ -185,7 +185,7 @@ fn parse_config(config: &str) -> Result<serde_json::Value, String> {
     if config.trim().is_empty() {
         return Ok(serde_json::Value::Object(Default::default()));
     }
-    serde_json::from_str(config).map_err(|e| format!("plugin configuration is not JSON: {e}"))
+    crate::json::value(config).map_err(|e| format!("plugin configuration is not JSON: {e}"))
 }
 
 fn response(r: Response) -> wit::Response {

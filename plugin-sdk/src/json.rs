@@ -186,12 +186,12 @@ impl Json {
 
     /// The value at a JSON Pointer, parsed (owned).
     pub fn get(&self, pointer: &str) -> Option<Value> {
-        serde_json::from_str(self.raw(pointer)?).ok()
+        value(self.raw(pointer)?).ok()
     }
 
     /// The whole document as a `serde_json::Value`.
     pub fn value(&self) -> Value {
-        serde_json::from_str(&self.text).unwrap_or(Value::Null)
+        value(&self.text).unwrap_or(Value::Null)
     }
 
     /// A string field (borrowed unless it contains escapes).
@@ -274,7 +274,7 @@ impl<'a> RawJson<'a> {
             found: &mut found,
             ends: None,
         };
-        let _ = serde_json::Deserializer::from_str(self.0).deserialize_map(picker);
+        let _ = serde_json::Deserializer::from_str(self.0).deserialize_any(picker);
         found
     }
 
@@ -391,7 +391,7 @@ impl<'a> Elements<'a> {
             found: &mut found,
             ends: Some((rest, &mut last)),
         };
-        let read = serde_json::Deserializer::from_str(rest).deserialize_map(picker);
+        let read = serde_json::Deserializer::from_str(rest).deserialize_any(picker);
         // The object was validated: after its last value, only spaces and its `}`.
         let end = read
             .ok()
@@ -405,6 +405,39 @@ impl<'a> Elements<'a> {
         self.given += 1;
         Some((RawJson(&rest[..end]), found))
     }
+}
+
+/// A visitor's answer to each scalar serde_json reads (null, a boolean, a number, a
+/// string): `$value`. Every visitor this module gives serde_json answers every kind
+/// of value itself. serde's default answer, a type error, would link serde_json's
+/// float formatter (17 KB of tables) into each plugin's data, which a fresh
+/// instance's reset copies back on every request (docs/performance.md, section 45).
+macro_rules! scalars {
+    ($value:expr) => {
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok($value)
+        }
+    };
 }
 
 /// Reads an object for [`RawJson::members`]: the first member of each name is kept,
@@ -451,6 +484,14 @@ impl<'de, const N: usize> Visitor<'de> for Picker<'_, '_, 'de, N> {
         }
         stop()
     }
+
+    // Not an object: no members.
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+
+    scalars!(());
 }
 
 /// An iterator over the array a lookup found; `None` for any other kind.
@@ -477,9 +518,16 @@ fn number_text((raw, found): (&str, Kind)) -> Option<Cow<'_, str>> {
 fn as_id((raw, found): (&str, Kind)) -> Option<String> {
     match found {
         Kind::String => string(raw).map(Cow::into_owned),
+        // What serde_json reads as an `i64` or `u64` (not `-0`, which it reads as a
+        // float), in decimal. Not through `serde_json::Number`, whose `Display` would
+        // link its float formatter (`scalars!`).
         Kind::Number => {
-            let n: serde_json::Number = serde_json::from_str(raw).ok()?;
-            (n.is_i64() || n.is_u64()).then(|| n.to_string())
+            let digits = raw.trim();
+            let integer = digits
+                .parse::<i64>()
+                .map(|n| n.to_string())
+                .or_else(|_| digits.parse::<u64>().map(|n| n.to_string()));
+            integer.ok().filter(|_| digits != "-0")
         }
         _ => None,
     }
@@ -540,29 +588,7 @@ impl<'de, const FIND: bool> Visitor<'de> for TopLevel<'_, '_, 'de, FIND> {
         Ok(None)
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
+    scalars!(None);
 }
 
 /// A member's key: borrowed from the document unless it had escapes.
@@ -742,29 +768,7 @@ impl<'de> Visitor<'de> for Finder<'_, '_, 'de> {
         }
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
-    }
+    scalars!(());
 }
 
 /// Where `part`, a view into `text`, lies in it; `None` when it is not in `text`.
@@ -801,9 +805,87 @@ fn unescape(token: &str) -> Cow<'_, str> {
 fn string(raw: &str) -> Option<Cow<'_, str>> {
     let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
     if inner.contains('\\') {
-        serde_json::from_str::<String>(raw).ok().map(Cow::Owned)
+        // Read as a `Value`: a `String`'s visitor would link the type error this
+        // module keeps out (`scalars!`).
+        match value(raw) {
+            Ok(Value::String(text)) => Some(Cow::Owned(text)),
+            _ => None,
+        }
     } else {
         Some(Cow::Borrowed(inner))
+    }
+}
+
+/// `text`, one JSON value, as a `serde_json::Value`: what `serde_json::from_str` gives,
+/// read by this module's visitor. serde_json's own `Value` visitor, with the
+/// `raw_value` feature, reads its raw-value marker as a `String` and so links the type
+/// error that `scalars!` keeps out.
+pub(crate) fn value(text: &str) -> serde_json::Result<Value> {
+    let mut reader = serde_json::Deserializer::from_str(text);
+    let value = reader.deserialize_any(ValueReader)?;
+    reader.end()?;
+    Ok(value)
+}
+
+/// Reads any JSON value into a `Value`. Nesting is bounded by serde_json's own limit
+/// (128 levels), as for its `Value`.
+struct ValueReader;
+
+impl<'de> de::DeserializeSeed<'de> for ValueReader {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ValueReader {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(Value::from(n))
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(Value::from(n))
+    }
+
+    fn visit_f64<E>(self, n: f64) -> Result<Value, E> {
+        // serde_json reads no NaN or infinity from text; as its own visitor does.
+        Ok(serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, text: &str) -> Result<Value, E> {
+        Ok(Value::String(text.to_owned()))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut elements = Vec::new();
+        while let Some(element) = seq.next_element_seed(ValueReader)? {
+            elements.push(element);
+        }
+        Ok(Value::Array(elements))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut members = serde_json::Map::new();
+        while let Some(key) = map.next_key_seed(KeyText)? {
+            let value = map.next_value_seed(ValueReader)?;
+            members.insert(key.into_owned(), value);
+        }
+        Ok(Value::Object(members))
     }
 }
 
@@ -910,6 +992,9 @@ impl<'de> Visitor<'de> for Seeker<'_, '_, 'de> {
         }
         stop()
     }
+
+    // A scalar has no members or elements: the pointer names nothing.
+    scalars!(());
 }
 
 #[cfg(test)]
@@ -1360,5 +1445,69 @@ mod tests {
             Json::parse(b"{}").expect("valid").required_str("/id"),
             Err(Rejection::MalformedBody(_))
         ));
+    }
+
+    #[test]
+    fn numeric_ids_are_the_integers_serde_json_reads() {
+        for number in [
+            "0",
+            "42",
+            "-7",
+            "-0",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "18446744073709551615",
+            "18446744073709551616",
+            "1.0",
+            "1e3",
+            "-2E-1",
+        ] {
+            let doc = format!(r#"{{"id": {number} }}"#);
+            let json = Json::parse(doc.as_bytes()).expect("valid");
+            let number: serde_json::Number = serde_json::from_str(number).expect(number);
+            let integer = (number.is_i64() || number.is_u64()).then(|| number.to_string());
+            assert_eq!(json.id("/id"), integer, "{number}");
+        }
+    }
+
+    #[test]
+    fn values_are_read_as_serde_json_reads_them() {
+        let deep_ok = format!("{}1{}", "[".repeat(127), "]".repeat(127));
+        let too_deep = format!("{}1{}", "[".repeat(129), "]".repeat(129));
+        for text in [
+            DOC,
+            "null",
+            " true ",
+            "false",
+            "0",
+            "-0",
+            "-9223372036854775808",
+            "18446744073709551615",
+            "18446744073709551616",
+            "1.5e300",
+            "-2.5E-3",
+            r#""a\u00e9\n\"b""#,
+            r#"{"k":1,"k":2,"\u006b":3}"#,
+            r#"{"":[],"o":{},"n":[null,{"x":[1.0]}]}"#,
+            deep_ok.as_str(),
+        ] {
+            let ours = value(text).expect(text);
+            let theirs: Value = serde_json::from_str(text).expect(text);
+            assert_eq!(ours, theirs, "{text}");
+        }
+        for bad in [
+            "",
+            "{",
+            "[1,]",
+            "{\"a\":01}",
+            "1 2",
+            "nope",
+            "1e400",
+            too_deep.as_str(),
+        ] {
+            assert!(value(bad).is_err(), "{bad}");
+            assert!(serde_json::from_str::<Value>(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -319,6 +319,34 @@ fn fresh<'a>(
         .unwrap_or_else(|e| panic!("{}: no instance: {e}", plugin.name()))
 }
 
+/// The bytes of a component's data segments, in all its core modules: the memory
+/// image a fresh instance maps and its reset copies back, on every request.
+fn data_image_bytes(component: &[u8]) -> usize {
+    let mut bytes = 0;
+    for payload in wasmparser::Parser::new(0).parse_all(component) {
+        if let wasmparser::Payload::DataSection(segments) = payload.expect("a valid component") {
+            for segment in segments {
+                bytes += segment.expect("a valid data segment").data.len();
+            }
+        }
+    }
+    bytes
+}
+
+/// A plugin that only reads JSON through the SDK, as Stripe's (the benchmark's), links
+/// no float formatting: serde_json's formatter alone was 17 KB of a 32.6 KB image,
+/// 0.4–0.5 µs a request to copy back (docs/performance.md, section 45).
+#[test]
+fn a_plugin_that_reads_json_keeps_its_memory_image_small() {
+    let stripe = hookhost::plugins::builtin_component("stripe").expect("stripe is built in");
+    let image = data_image_bytes(stripe);
+    assert!(image > 0, "the image is read: {image} bytes");
+    assert!(
+        image <= 16 * 1024,
+        "stripe's memory image is {image} bytes, over 16 KiB"
+    );
+}
+
 /// Every built-in plugin, called directly with bodies nested past serde_json's limit
 /// of 128 levels and far beyond it: no call runs out of the guest's stack. A plugin
 /// may reject such a body, but a trap (a plugin failure, answered 500) fails here.
