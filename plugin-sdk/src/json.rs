@@ -819,12 +819,21 @@ fn string(raw: &str) -> Option<Cow<'_, str>> {
 /// `text`, one JSON value, as a `serde_json::Value`: what `serde_json::from_str` gives,
 /// read by this module's visitor. serde_json's own `Value` visitor, with the
 /// `raw_value` feature, reads its raw-value marker as a `String` and so links the type
-/// error that `scalars!` keeps out.
-pub(crate) fn value(text: &str) -> serde_json::Result<Value> {
+/// error that `scalars!` keeps out; a plugin reads `Value`s through this instead.
+pub fn value(text: &str) -> serde_json::Result<Value> {
     let mut reader = serde_json::Deserializer::from_str(text);
     let value = reader.deserialize_any(ValueReader)?;
     reader.end()?;
     Ok(value)
+}
+
+/// `text` as a JSON string literal, quoted and escaped as serde_json writes it, for an
+/// answer written as text. Writing a `Value` instead would link serde_json's float
+/// formatter into the plugin's memory image (`scalars!`).
+pub fn quote(text: &str) -> String {
+    // Cannot fail: serde_json fails to write only a map key that is not a string, or a
+    // value whose `Serialize` fails, and a string is neither.
+    serde_json::to_string(text).unwrap_or_default()
 }
 
 /// Reads any JSON value into a `Value`. Nesting is bounded by serde_json's own limit
@@ -1468,6 +1477,21 @@ mod tests {
             let number: serde_json::Number = serde_json::from_str(number).expect(number);
             let integer = (number.is_i64() || number.is_u64()).then(|| number.to_string());
             assert_eq!(json.id("/id"), integer, "{number}");
+        }
+    }
+
+    #[test]
+    fn quoted_text_is_the_json_string_serde_json_writes() {
+        for text in [
+            "",
+            "plain",
+            "a\"b\\c",
+            "line\nbreak\ttab\u{1}",
+            "é ☃ 🎉",
+            "</script>",
+        ] {
+            assert_eq!(quote(text), Value::from(text).to_string(), "{text}");
+            assert_eq!(value(&quote(text)).expect("valid"), Value::from(text));
         }
     }
 

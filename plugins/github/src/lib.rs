@@ -65,11 +65,11 @@
 
 use hookhost_plugin_sdk::prelude::*;
 
-use hookhost_plugin_sdk::serde_json::{self, Value};
+use hookhost_plugin_sdk::serde_json::Value;
 use hookhost_plugin_sdk::{
     Algorithm, Answer, Candidate, ConfigError, EndpointFacts, Event, Json, KeyFormat, Page, Part,
     Plan, PluginInfo, Provider, ReconcileInfo, Rejection, RemoteEvent, Repair, Request,
-    RequestPlan, decode,
+    RequestPlan, decode, json,
 };
 
 /// Body keys that name the object an event is about, most specific first.
@@ -200,8 +200,11 @@ impl Provider for GitHub {
 
     fn reconcile_page(config: &Value, since: i64, answer: &Answer) -> Result<Page, String> {
         let hook = Hook::required(config)?;
-        let list: Value = serde_json::from_slice(&answer.body)
-            .map_err(|e| format!("deliveries list: not JSON: {e}"))?;
+        let list = core::str::from_utf8(&answer.body)
+            .map_err(|e| format!("deliveries list: not JSON: {e}"))
+            .and_then(|text| {
+                json::value(text).map_err(|e| format!("deliveries list: not JSON: {e}"))
+            })?;
         let deliveries = list.as_array().ok_or("deliveries list: not a JSON array")?;
         // Newest attempt of each guid, in the order the guids first appear.
         let mut listed: Vec<(u64, RemoteEvent)> = Vec::with_capacity(deliveries.len());

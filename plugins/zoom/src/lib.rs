@@ -33,7 +33,7 @@ use hookhost_plugin_sdk::prelude::*;
 
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
-    Response, ResponsePart, decode, serde_json,
+    Response, ResponsePart, decode, json,
 };
 
 /// hookhost's replay window; Zoom publishes none.
@@ -111,7 +111,7 @@ impl Provider for Zoom {
 /// `{"plainToken":P,"encryptedToken":"<hex HMAC-SHA256(secret, P)>"}`, with P written as
 /// a JSON string (escaped) and hashed as the text it stands for.
 fn url_validation_answer(plain_token: &str) -> Response {
-    let quoted = serde_json::Value::from(plain_token).to_string();
+    let quoted = json::quote(plain_token);
     Response::new(
         200,
         "application/json",
