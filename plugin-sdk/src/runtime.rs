@@ -258,12 +258,17 @@ mod wasm {
 /// The runtime of a `#![no_std]` plugin: call it once at the crate root, beside
 /// [`crate::export_provider!`]. On wasm32 it defines the global allocator, a panic
 /// handler (a panic traps; the host answers `plugin_failed`) and `cabi_realloc`, so
-/// the component imports nothing. Elsewhere (native tests) it expands to nothing.
+/// the component imports nothing. Elsewhere it links `std`, whose allocator and panic
+/// handler the plugin's native library then has, so that `cargo test -p <plugin>`
+/// builds on its own, not only beside a package that turns on serde_json's `std`.
 ///
 /// Only for a `#![no_std]` crate: with `std` linked, the panic handler is defined twice.
 #[macro_export]
 macro_rules! no_std_runtime {
     () => {
+        #[cfg(not(target_arch = "wasm32"))]
+        extern crate std;
+
         #[cfg(target_arch = "wasm32")]
         #[allow(unsafe_code)] // the runtime's entry points
         const _: () = {
