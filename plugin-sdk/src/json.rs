@@ -11,7 +11,7 @@
 use crate::Rejection;
 use alloc::borrow::{Cow, ToOwned as _};
 use alloc::format;
-use alloc::string::{String, ToString as _};
+use alloc::string::String;
 use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
 use core::ops::Range;
@@ -519,15 +519,13 @@ fn as_id((raw, found): (&str, Kind)) -> Option<String> {
     match found {
         Kind::String => string(raw).map(Cow::into_owned),
         // What serde_json reads as an `i64` or `u64` (not `-0`, which it reads as a
-        // float), in decimal. Not through `serde_json::Number`, whose `Display` would
-        // link its float formatter (`scalars!`).
+        // float): a validated JSON integer is already its own decimal text. Not through
+        // `serde_json::Number`, whose `Display` would link its float formatter
+        // (`scalars!`).
         Kind::Number => {
             let digits = raw.trim();
-            let integer = digits
-                .parse::<i64>()
-                .map(|n| n.to_string())
-                .or_else(|_| digits.parse::<u64>().map(|n| n.to_string()));
-            integer.ok().filter(|_| digits != "-0")
+            let integer = digits.parse::<i64>().is_ok() || digits.parse::<u64>().is_ok();
+            (integer && digits != "-0").then(|| digits.to_owned())
         }
         _ => None,
     }
@@ -542,10 +540,15 @@ fn top_level<'de, const FIND: bool>(
     wanted: Vec<Path<'_>>,
     found: &RefCell<Vec<Option<&'de str>>>,
 ) -> serde_json::Result<Option<Vec<(Cow<'de, str>, Option<&'de RawValue>)>>> {
+    whole(text, TopLevel::<FIND> { wanted, found })
+}
+
+/// `text` read by `visitor` as one JSON value, with nothing after it but whitespace.
+fn whole<'de, V: Visitor<'de>>(text: &'de str, visitor: V) -> serde_json::Result<V::Value> {
     let mut reader = serde_json::Deserializer::from_str(text);
-    let members = reader.deserialize_any(TopLevel::<FIND> { wanted, found })?;
+    let read = reader.deserialize_any(visitor)?;
     reader.end()?;
-    Ok(members)
+    Ok(read)
 }
 
 /// Visits the document's outermost value: an object's members are kept, and (with
@@ -821,10 +824,7 @@ fn string(raw: &str) -> Option<Cow<'_, str>> {
 /// `raw_value` feature, reads its raw-value marker as a `String` and so links the type
 /// error that `scalars!` keeps out; a plugin reads `Value`s through this instead.
 pub fn value(text: &str) -> serde_json::Result<Value> {
-    let mut reader = serde_json::Deserializer::from_str(text);
-    let value = reader.deserialize_any(ValueReader)?;
-    reader.end()?;
-    Ok(value)
+    whole(text, ValueReader)
 }
 
 /// `text` as a JSON string literal, quoted and escaped as serde_json writes it, for an
@@ -1009,6 +1009,7 @@ impl<'de> Visitor<'de> for Seeker<'_, '_, 'de> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::string::ToString as _;
     use alloc::vec;
 
     const DOC: &str = r#"{"id":"evt_1","n":42,"s":"7","esc":"a\"b","a/b":1,

@@ -137,12 +137,16 @@ impl Response {
     /// 200 with this JSON value as the body. Writing a `Value` links serde_json's float
     /// formatter, 17 KB of the plugin's memory image, which a fresh instance's reset
     /// copies back on every request: an answer of a known shape is cheaper as text,
-    /// its strings written by [`crate::json::quote`].
+    /// its strings written by [`crate::json::quote`], with [`Response::json_text`].
     pub fn json(value: &serde_json::Value) -> Self {
+        Self::json_text(value.to_string())
+    }
+    /// 200 with this JSON text as the body.
+    pub fn json_text(text: impl Into<String>) -> Self {
         Self::new(
             200,
             "application/json",
-            vec![ResponsePart::Text(value.to_string())],
+            vec![ResponsePart::Text(text.into())],
         )
     }
     /// 200 with this text as the body.

@@ -39,7 +39,7 @@ use hookhost_plugin_sdk::prelude::*;
 
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, Json, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection,
-    Request, Response, ResponsePart, decode,
+    Request, Response, decode,
 };
 
 /// hookhost's replay window. Discord publishes none; interactions must be answered
@@ -112,11 +112,7 @@ impl Provider for Discord {
 
 fn interaction(body: &Json, kind: i64) -> Result<Event, Rejection> {
     if kind == 1 {
-        let pong = Response::new(
-            200,
-            "application/json",
-            vec![ResponsePart::Text(r#"{"type":1}"#.into())],
-        );
+        let pong = Response::json_text(r#"{"type":1}"#);
         return Ok(Event::new("ping").maybe_id(body.id("/id")).answer(pong));
     }
     let id = body

@@ -24,7 +24,7 @@ use hookhost_plugin_sdk::prelude::*;
 
 use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
-    Response, ResponsePart, decode, json,
+    Response, decode, json,
 };
 
 pub struct Slack;
@@ -88,14 +88,10 @@ fn events_api(req: &Request) -> Result<Event, Rejection> {
     Ok(match outer.as_ref() {
         "url_verification" => {
             let challenge = body.required_str("/challenge")?;
-            event.answer(Response::new(
-                200,
-                "application/json",
-                vec![ResponsePart::Text(format!(
-                    r#"{{"challenge":{}}}"#,
-                    json::quote(&challenge)
-                ))],
-            ))
+            event.answer(Response::json_text(format!(
+                r#"{{"challenge":{}}}"#,
+                json::quote(&challenge)
+            )))
         }
         _ => event,
     })
