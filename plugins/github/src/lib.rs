@@ -201,10 +201,9 @@ impl Provider for GitHub {
     fn reconcile_page(config: &Value, since: i64, answer: &Answer) -> Result<Page, String> {
         let hook = Hook::required(config)?;
         let list = core::str::from_utf8(&answer.body)
-            .map_err(|e| format!("deliveries list: not JSON: {e}"))
-            .and_then(|text| {
-                json::value(text).map_err(|e| format!("deliveries list: not JSON: {e}"))
-            })?;
+            .map_err(|e| e.to_string())
+            .and_then(|text| json::value(text).map_err(|e| e.to_string()))
+            .map_err(|e| format!("deliveries list: not JSON: {e}"))?;
         let deliveries = list.as_array().ok_or("deliveries list: not a JSON array")?;
         // Newest attempt of each guid, in the order the guids first appear.
         let mut listed: Vec<(u64, RemoteEvent)> = Vec::with_capacity(deliveries.len());
@@ -889,6 +888,13 @@ mod tests {
             let error = GitHub::reconcile_page(&config, 0, &answer(link, body)).expect_err(body);
             assert!(error.contains(wanted), "{body} {link:?}: {error}");
         }
+        let mut not_utf8 = answer(None, "[]");
+        not_utf8.body = vec![b'[', 0xff, b']'];
+        let error = GitHub::reconcile_page(&config, 0, &not_utf8).expect_err("not UTF-8");
+        assert!(
+            error.starts_with("deliveries list: not JSON: invalid utf-8"),
+            "{error}"
+        );
         // A percent-escaped cursor is taken, and sent back, verbatim.
         let escaped = "<https://api.github.com/x?cursor=a%26b%3D&per_page=100#top>; rel=\"next\"";
         let page = GitHub::reconcile_page(
