@@ -1,4 +1,5 @@
-//! The command line: `serve`, and the `plugin` tools.
+//! The command line: `serve`, the plugin tools and the operator's commands. Every command
+//! and option a user can see says in `--help` what it is (a test walks them all).
 
 use crate::config::Config;
 use crate::plugins::{Catalog, Origin, Plugin, PluginLimits};
@@ -7,6 +8,13 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+
+/// `--config`'s help, on every command that reads the configuration.
+const CONFIG: &str = "The configuration file (TOML)";
+/// `--endpoint`'s help where it names one endpoint.
+const ENDPOINT: &str = "The endpoint's id, as in the configuration";
+/// `--json`'s help on the listing commands.
+const JSON_LINES: &str = "One JSON object per line instead of text";
 
 #[derive(Parser, Debug)]
 #[command(name = "hookhost", version, about = "A self-hosted webhook receiver")]
@@ -22,12 +30,12 @@ struct Cli {
 enum Command {
     /// Receive webhooks as the configuration file describes.
     Serve {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
     },
     /// Apply the store's migrations (what `serve` does at start) and exit.
     Migrate {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
     },
     /// Work with provider plugins.
@@ -53,9 +61,9 @@ enum Command {
     /// Judge an endpoint's last stored requests with a candidate plugin beside its
     /// current one, and report what would change (nothing is stored).
     Shadow {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
-        #[arg(long)]
+        #[arg(long, help = ENDPOINT)]
         endpoint: String,
         /// A plugin name, a `.wasm` file, or (a tenant's endpoint) `sha256:<hex>`.
         #[arg(long)]
@@ -69,8 +77,6 @@ enum Command {
         #[command(subcommand)]
         command: ForensicsCommand,
     },
-    /// Print an endpoint's consumer contract as Markdown, from the configuration as it
-    /// is now: scheme, secrets, window, idempotency, status codes, ordering, retries.
     /// Find the events the provider sent that never arrived, from its API, and repair
     /// them: `reconcile --endpoint ID --since 24h [--dry-run]`; `reconcile runs`,
     /// `reconcile show RUN`.
@@ -81,11 +87,12 @@ enum Command {
         #[command(flatten)]
         run: ReconcileArgs,
     },
+    /// Print an endpoint's consumer contract as Markdown, from the configuration as it
+    /// is now: scheme, secrets, window, idempotency, status codes, ordering, retries.
     Spec {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
-        /// The endpoint's id.
-        #[arg(long)]
+        #[arg(long, help = ENDPOINT)]
         endpoint: String,
     },
     /// Compile a component (a built-in, or the one on stdin) to stdout: what every
@@ -103,8 +110,10 @@ enum Command {
 
 #[derive(clap::Args, Debug)]
 struct ReconcileArgs {
+    /// The configuration file (TOML); needed to reconcile.
     #[arg(long, short)]
     config: Option<PathBuf>,
+    /// The endpoint whose provider is asked; needed to reconcile.
     #[arg(long)]
     endpoint: Option<String>,
     /// How far back: `24h`, `30m`, `7d`, `90s`, or a unix timestamp (default: the
@@ -120,17 +129,20 @@ struct ReconcileArgs {
 enum ReconcileCommand {
     /// List runs, newest first.
     Runs {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
+        /// Only this endpoint's runs.
         #[arg(long)]
         endpoint: Option<String>,
+        /// At most this many runs.
         #[arg(long, default_value_t = 50)]
         limit: i64,
     },
     /// One run and the events it repaired.
     Show {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
+        /// The run's id, as `reconcile runs` lists it.
         run: String,
     },
 }
@@ -139,24 +151,26 @@ enum ReconcileCommand {
 enum EventsCommand {
     /// One line per event (or JSON lines).
     List {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
         #[command(flatten)]
         filter: crate::store::Filter,
-        #[arg(long)]
+        #[arg(long, help = JSON_LINES)]
         json: bool,
     },
     /// One event with every delivery attempt, as JSON.
     Show {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
+        #[arg(help = ENDPOINT)]
         endpoint: String,
+        /// The event's id, as its provider gave it.
         event_id: String,
     },
     /// Deliver dead, quarantined, delivered or discarded events again, under their
     /// original event id.
     Replay {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
         #[command(flatten)]
         filter: crate::store::Filter,
@@ -166,10 +180,13 @@ enum EventsCommand {
     },
     /// Take one event out of delivery, with a reason; its evidence stays.
     Discard {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
+        #[arg(help = ENDPOINT)]
         endpoint: String,
+        /// The event's id, as its provider gave it.
         event_id: String,
+        /// Why, kept with the event.
         #[arg(long)]
         reason: String,
     },
@@ -179,30 +196,33 @@ enum EventsCommand {
 enum ForensicsCommand {
     /// One line per kept request, newest first (or JSON lines).
     List {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
         #[command(flatten)]
         filter: crate::store::ForensicFilter,
-        #[arg(long)]
+        #[arg(long, help = JSON_LINES)]
         json: bool,
     },
     /// One kept request, as JSON: detail, redacted headers, body.
     Show {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
+        /// The kept request's id, as `forensics list` lists it.
         id: i64,
     },
     /// Verify a kept request again with the current secrets and plugin, at its
     /// original arrival time; nothing is stored.
     Verify {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
+        /// The kept request's id, as `forensics list` lists it.
         id: i64,
     },
     /// Ingest a kept request that now passes, under the event id its plugin gives it.
     Reingest {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
+        /// The kept request's id, as `forensics list` lists it.
         id: i64,
     },
 }
@@ -211,17 +231,19 @@ enum ForensicsCommand {
 enum DlqCommand {
     /// Dead and quarantined events.
     List {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
+        /// Only this endpoint's events.
         #[arg(long)]
         endpoint: Option<String>,
-        #[arg(long)]
+        #[arg(long, help = JSON_LINES)]
         json: bool,
     },
     /// Replay every dead and quarantined event (of one endpoint).
     Replay {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
+        /// Only this endpoint's events.
         #[arg(long)]
         endpoint: Option<String>,
         /// Map each event again with the endpoint's current plugin first.
@@ -232,14 +254,19 @@ enum DlqCommand {
 
 #[derive(Subcommand, Debug)]
 enum EndpointCommand {
+    /// Stop delivering an endpoint's events; it keeps accepting and storing them.
     Pause {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
+        #[arg(help = ENDPOINT)]
         endpoint: String,
     },
+    /// Deliver an endpoint's events again, those accepted while it was paused among
+    /// them.
     Resume {
-        #[arg(long, short)]
+        #[arg(long, short, help = CONFIG)]
         config: PathBuf,
+        #[arg(help = ENDPOINT)]
         endpoint: String,
     },
 }
@@ -256,9 +283,13 @@ enum PluginCommand {
         json: bool,
     },
     /// Show what a plugin declares: a built-in name or a `.wasm` file.
-    Inspect { plugin: String },
+    Inspect {
+        /// A built-in plugin's name or a `.wasm` file.
+        plugin: String,
+    },
     /// List the built-in plugins and the drop-ins of a directory.
     List {
+        /// A directory of drop-in `.wasm` plugins to list beside the built-ins.
         #[arg(long)]
         plugins_dir: Option<PathBuf>,
     },
@@ -921,4 +952,42 @@ fn shadow(config_path: PathBuf, id: &str, plugin: &str, last: u32) -> anyhow::Re
         app.store.close().await;
         result
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory as _;
+
+    /// Every command and every option a user can see says what it is in `--help`.
+    #[test]
+    fn every_visible_command_and_argument_has_help() {
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                if arg
+                    .get_help()
+                    .is_none_or(|help| help.to_string().trim().is_empty())
+                {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in command.get_subcommands() {
+                if sub.is_hide_set() || sub.get_name() == "help" {
+                    continue;
+                }
+                let sub_path = format!("{path} {}", sub.get_name());
+                if sub.get_about().is_none() {
+                    missing.push(sub_path.clone());
+                }
+                walk(sub, &sub_path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "hookhost", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+    }
 }

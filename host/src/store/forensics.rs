@@ -74,11 +74,13 @@ pub struct ForensicRow {
 #[derive(Debug, Clone, Default, clap::Args, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ForensicFilter {
+    /// Only this endpoint's requests.
     #[arg(long)]
     pub endpoint: Option<String>,
     /// `failed` or `rejected`.
     #[arg(long)]
     pub kind: Option<String>,
+    /// At most this many requests, newest first (10,000 at most).
     #[arg(long)]
     pub limit: Option<u32>,
 }

@@ -11,19 +11,24 @@ use base64::Engine as _;
 #[derive(Debug, Clone, Default, clap::Args, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Filter {
+    /// Only this endpoint's events.
     #[arg(long)]
     pub endpoint: Option<String>,
+    /// Only the event with this id, as its provider gave it.
     #[arg(long)]
     pub event_id: Option<String>,
     /// Any of these states, comma-separated (pending, delivered, dead, quarantined, …).
     #[arg(long = "state", value_delimiter = ',')]
     #[serde(rename = "state", default, deserialize_with = "comma_separated")]
     pub states: Vec<String>,
+    /// Only events of this type, as the plugin names it (`invoice.paid`).
     #[arg(long = "type")]
     #[serde(rename = "type")]
     pub event_type: Option<String>,
+    /// Only events about resources of this kind (`invoice`).
     #[arg(long)]
     pub resource_kind: Option<String>,
+    /// Only events about the resource with this id.
     #[arg(long)]
     pub resource_id: Option<String>,
     /// Received at or after this unix time, milliseconds.
@@ -32,6 +37,7 @@ pub struct Filter {
     /// Received before this unix time, milliseconds.
     #[arg(long)]
     pub until_ms: Option<i64>,
+    /// At most this many events, oldest first (a listing shows 10,000 at most).
     #[arg(long)]
     pub limit: Option<u32>,
 }
