@@ -80,8 +80,10 @@ pub struct ForensicFilter {
     /// `failed` or `rejected`.
     #[arg(long)]
     pub kind: Option<String>,
-    /// At most this many requests, newest first (10,000 at most).
-    #[arg(long)]
+    #[arg(
+        long,
+        help = format!("At most this many requests, newest first ({} at most)", super::operator::LIST_CAP)
+    )]
     pub limit: Option<u32>,
 }
 

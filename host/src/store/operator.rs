@@ -37,8 +37,10 @@ pub struct Filter {
     /// Received before this unix time, milliseconds.
     #[arg(long)]
     pub until_ms: Option<i64>,
-    /// At most this many events, oldest first (a listing shows 10,000 at most).
-    #[arg(long)]
+    #[arg(
+        long,
+        help = format!("At most this many events, oldest first (a listing: {LIST_CAP} at most)")
+    )]
     pub limit: Option<u32>,
 }
 
