@@ -274,7 +274,7 @@ pub fn render(
 }
 
 /// The status-code contract, as the README states it.
-const STATUS_TABLE: &[(&str, &str, &str)] = &[
+pub(crate) const STATUS_TABLE: &[(&str, &str, &str)] = &[
     (
         "200",
         "`accepted`, `duplicate`, or `ignored` with a reason",
@@ -288,8 +288,14 @@ const STATUS_TABLE: &[(&str, &str, &str)] = &[
     ("403", "`handshake_refused`", "stop"),
     ("404", "`unknown_endpoint`", "stop"),
     ("405", "`method_not_allowed`", "stop"),
+    ("408", "`body_timeout`", "retry"),
     ("413", "`body_too_large`", "stop"),
     ("422", "`event_rejected`", "stop"),
+    (
+        "429",
+        "`overloaded` (the store is far behind), `rate_limited` (a tenant's rate), with `Retry-After`",
+        "back off, retry",
+    ),
     ("500", "`plugin_failed`", "retry"),
     ("503", "`store_unavailable`", "retry"),
 ];

@@ -486,6 +486,111 @@ async fn an_unreachable_store_answers_503_and_recovers() {
     assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")));
 }
 
+/// A store so far behind that its queue of receipts is full answers 429 `overloaded`
+/// with Retry-After at once (the status-code contract's "overloaded" row), not 503:
+/// the sender backs off. Every receipt that found room is stored once the store goes
+/// on, and the refused event is accepted when it comes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_receipt_queue_answers_429_overloaded_with_retry_after() {
+    use hookhost::store::{NewReceipt, Outcome, PUSHED, Reply, StoreError};
+    use std::sync::mpsc;
+    let server = Server::start(&stripe_config("")).await;
+    // Another connection holds the write lock: the writer's batch waits on it (for
+    // up to its 5 s busy timeout, far longer than filling the queue takes).
+    let mut lock = open_db(&server.db_path()).await;
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut lock)
+        .await
+        .expect("the write lock");
+    let store = server.app.store.clone();
+    let (answer, answered) = mpsc::channel();
+    let queued = std::thread::spawn(move || {
+        let here = std::thread::current().id();
+        for n in 0usize..100_000 {
+            let (full, on_full) = mpsc::channel();
+            let answer = answer.clone();
+            let receipt = Box::new(NewReceipt {
+                endpoint: "stripe".into(),
+                event_id: format!("evt_fill_{n}"),
+                body_sha256: [0; 32],
+                body: b"{}".to_vec(),
+                headers: Vec::new(),
+                secret_index: 0,
+                plugin: "stripe".into(),
+                plugin_version: "0".into(),
+                plugin_digest: "0".into(),
+                message_id: None,
+                event_type: "fill".into(),
+                resource: None,
+                occurred_at: None,
+                signed_at: None,
+                received_at_ms: 0,
+                ignore: None,
+                source: PUSHED,
+            });
+            store.queue(
+                receipt,
+                Reply::new(move |outcome| match outcome {
+                    Err(StoreError::Overloaded) if std::thread::current().id() == here => {
+                        let _ = full.send(());
+                    }
+                    outcome => drop(answer.send(outcome.map_err(|e| e.to_string()))),
+                }),
+            );
+            if on_full.try_recv().is_ok() {
+                return n; // receipts that found room
+            }
+        }
+        panic!("the receipt queue never filled");
+    });
+    let room = tokio::task::spawn_blocking(move || queued.join().expect("filled"))
+        .await
+        .expect("joined");
+
+    let t = now();
+    let body = stripe_event("evt_overloaded", "customer.updated", "cus_o", t);
+    let headers = stripe_headers(&[STRIPE_SECRET], t, &body);
+    let (status, answer_headers, bytes) = request_raw(
+        server.addr,
+        "POST",
+        "/webhooks/stripe",
+        &headers,
+        body.clone().into(),
+    )
+    .await;
+    let refused: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+    assert_eq!((status, refused), (429, json!({"error": "overloaded"})));
+    assert_eq!(
+        answer_headers
+            .get("retry-after")
+            .map(|v| v.to_str().expect("ASCII")),
+        Some("5")
+    );
+
+    sqlx::query("ROLLBACK")
+        .execute(&mut lock)
+        .await
+        .expect("the lock released");
+    let outcomes = tokio::task::spawn_blocking(move || {
+        (0..room)
+            .map(|_| {
+                answered
+                    .recv_timeout(std::time::Duration::from_secs(20))
+                    .expect("answered")
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .expect("collected");
+    assert!(outcomes.iter().all(|o| *o == Ok(Outcome::Accepted)));
+    assert_eq!(
+        server.count_receipts("stripe").await,
+        i64::try_from(room).expect("a count")
+    );
+    let (status, answer) = server.post("stripe", &headers, body).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")));
+}
+
 crate::both_stores! {
 async fn standard_webhooks_hmac_and_ed25519_and_svix_headers() {
     use ed25519_dalek::Signer;

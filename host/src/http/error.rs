@@ -37,12 +37,18 @@ pub enum IngestError {
     PluginFailed,
     #[error("the receipt could not be stored")]
     StoreUnavailable,
+    #[error("the store is too far behind to take the receipt now")]
+    Overloaded,
     #[error("the tenant's request rate is over its quota")]
     RateLimited {
         /// When the sender may try again.
         retry_after_seconds: u64,
     },
 }
+
+/// How long an overloaded receiver asks the sender to wait: the queue drains at the
+/// commit rate, thousands of receipts a second, once the store goes on.
+const OVERLOADED_RETRY_AFTER_SECONDS: u64 = 5;
 
 impl IngestError {
     /// The status and stable code for this error; one exhaustive match.
@@ -64,6 +70,7 @@ impl IngestError {
             IngestError::HandshakeRefused => (StatusCode::FORBIDDEN, "handshake_refused"),
             IngestError::PluginFailed => (StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed"),
             IngestError::StoreUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
+            IngestError::Overloaded => (StatusCode::TOO_MANY_REQUESTS, "overloaded"),
             IngestError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
         }
     }
@@ -85,10 +92,14 @@ impl IntoResponse for IngestError {
             IngestError::Rejected(reason) => serde_json::json!({ "error": code, "reason": reason }),
             _ => serde_json::json!({ "error": code }),
         };
-        if let IngestError::RateLimited {
-            retry_after_seconds,
-        } = self
-        {
+        let retry_after_seconds = match self {
+            IngestError::RateLimited {
+                retry_after_seconds,
+            } => Some(retry_after_seconds),
+            IngestError::Overloaded => Some(OVERLOADED_RETRY_AFTER_SECONDS),
+            _ => None,
+        };
+        if let Some(retry_after_seconds) = retry_after_seconds {
             let retry_after = [(
                 axum::http::header::RETRY_AFTER,
                 retry_after_seconds.to_string(),
@@ -103,9 +114,9 @@ impl IntoResponse for IngestError {
 mod tests {
     use super::*;
 
-    #[test]
-    fn every_error_has_its_status_and_no_signature_failure_is_5xx() {
-        let cases = [
+    /// Every error, with the status and code it must answer.
+    fn cases() -> [(IngestError, u16, &'static str); 16] {
+        [
             (IngestError::UnknownEndpoint, 404, "unknown_endpoint"),
             (IngestError::MethodNotAllowed, 405, "method_not_allowed"),
             (IngestError::BodyTooLarge, 413, "body_too_large"),
@@ -124,6 +135,7 @@ mod tests {
             (IngestError::HandshakeRefused, 403, "handshake_refused"),
             (IngestError::PluginFailed, 500, "plugin_failed"),
             (IngestError::StoreUnavailable, 503, "store_unavailable"),
+            (IngestError::Overloaded, 429, "overloaded"),
             (
                 IngestError::RateLimited {
                     retry_after_seconds: 1,
@@ -131,10 +143,48 @@ mod tests {
                 429,
                 "rate_limited",
             ),
-        ];
-        for (error, status, code) in cases {
+        ]
+    }
+
+    #[test]
+    fn every_error_has_its_status_and_no_signature_failure_is_5xx() {
+        for (error, status, code) in cases() {
             let (s, c) = error.status_and_code();
             assert_eq!((s.as_u16(), c), (status, code), "{error:?}");
         }
+    }
+
+    /// The README's status table and `hookhost spec`'s name every code a request can
+    /// be answered, with its status.
+    #[test]
+    fn the_readme_and_the_spec_state_every_code() {
+        let readme = include_str!("../../../README.md");
+        for (_, status, code) in cases() {
+            let row = format!("| {status} | `{{\"error\":\"{code}\"");
+            assert!(readme.contains(&row), "README.md has no row {row}");
+            let named = crate::spec::STATUS_TABLE.iter().any(|(s, answer, _)| {
+                *s == status.to_string() && answer.contains(&format!("`{code}`"))
+            });
+            assert!(named, "spec's status table does not name {status} {code}");
+        }
+    }
+
+    /// Both 429s say when to come back; no other answer carries Retry-After.
+    #[test]
+    fn only_the_429s_carry_retry_after() {
+        let retry_after = |error: IngestError| {
+            error
+                .into_response()
+                .headers()
+                .get(axum::http::header::RETRY_AFTER)
+                .map(|v| v.to_str().expect("ASCII").to_owned())
+        };
+        assert_eq!(retry_after(IngestError::Overloaded).as_deref(), Some("5"));
+        let limited = IngestError::RateLimited {
+            retry_after_seconds: 3,
+        };
+        assert_eq!(retry_after(limited).as_deref(), Some("3"));
+        assert_eq!(retry_after(IngestError::StoreUnavailable), None);
+        assert_eq!(retry_after(IngestError::PluginFailed), None);
     }
 }

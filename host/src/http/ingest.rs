@@ -175,9 +175,15 @@ async fn handle(
         app.secret_use
             .matched(tenant, event.secret_index, received_at_ms);
     }
-    let outcome = outcome.map_err(|error| {
-        tracing::error!(%error, "receipt not stored");
-        IngestError::StoreUnavailable
+    let outcome = outcome.map_err(|error| match error {
+        StoreError::Overloaded => {
+            tracing::warn!(%error, "receipt not stored");
+            IngestError::Overloaded
+        }
+        error => {
+            tracing::error!(%error, "receipt not stored");
+            IngestError::StoreUnavailable
+        }
     })?;
     if outcome != Outcome::Duplicate {
         app.metrics

@@ -121,7 +121,7 @@ impl Store {
     /// no async runtime): the receipt joins the next batch and `reply` is called once
     /// with its outcome, on the thread that commits it, so that nothing wakes in
     /// between. When thousands of receipts already wait for a batch (a stalled disk),
-    /// `reply` answers `Unavailable` at once: the caller never blocks.
+    /// `reply` answers `Overloaded` at once: the caller never blocks.
     pub fn queue(&self, receipt: Box<NewReceipt>, reply: Reply) {
         if let Some((receipt, reply)) = self.remembering(receipt, reply) {
             match &self.backend {
@@ -439,6 +439,10 @@ pub enum StoreError {
     /// The receipt could not be committed; the sender should retry.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The receipts waiting for a batch fill the queue: the store is far behind (a
+    /// stalled disk, say). The sender should back off and retry.
+    #[error("store overloaded: the receipt queue is full")]
+    Overloaded,
     /// The database's schema is not one this binary can use.
     #[error("{0}")]
     Schema(String),
@@ -534,11 +538,11 @@ mod tests {
     }
 
     /// While the writer is held up (here by another connection's write lock) and its
-    /// queue is full, a receipt queued without waiting is answered `Unavailable` at
+    /// queue is full, a receipt queued without waiting is answered `Overloaded` at
     /// once, on the queuing thread: a plugin thread never blocks on a stalled store.
     /// Every receipt that found room is stored once the writer can go on.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_full_receipt_queue_answers_unavailable_at_once() {
+    async fn a_full_receipt_queue_answers_overloaded_at_once() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("store.db");
         let store = Store::open_sqlite(&path).await.expect("open");
@@ -576,7 +580,7 @@ mod tests {
         assert!(
             full.iter().all(|answer| *answer
                 == (
-                    Err("store unavailable: the receipt queue is full".into()),
+                    Err("store overloaded: the receipt queue is full".into()),
                     true
                 )),
             "{full:?}"

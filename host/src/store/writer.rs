@@ -42,10 +42,10 @@ pub(super) async fn committed<T>(
 }
 
 /// The queue of receipts waiting for a batch is full: the store is far behind (a
-/// stalled disk, say), and the sender should retry later rather than have its
-/// request wait behind thousands of others.
+/// stalled disk, say), and the sender should back off and retry rather than have its
+/// request wait behind thousands of others (429, `overloaded`).
 pub(super) fn queue_full() -> StoreError {
-    StoreError::Unavailable("the receipt queue is full".into())
+    StoreError::Overloaded
 }
 
 /// The writer's queue is closed: it stopped.
@@ -128,7 +128,7 @@ impl Writer {
     }
 
     /// [`Writer::queue`] without waiting, from any thread: a full queue answers
-    /// `Unavailable` at once (see [`queue_full`]).
+    /// `Overloaded` at once (see [`queue_full`]).
     pub fn queue_now(&self, receipt: Box<NewReceipt>, reply: Reply) {
         if let Err(mpsc::error::TrySendError::Full(Job::Work(Work::Record(_, reply)))) =
             self.queue.try_send(Job::Work(Work::Record(receipt, reply)))

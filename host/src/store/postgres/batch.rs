@@ -75,7 +75,7 @@ impl Batcher {
     }
 
     /// [`Batcher::queue`] without waiting, from any thread: a full queue answers
-    /// `Unavailable` at once.
+    /// `Overloaded` at once.
     pub(in crate::store) fn queue_now(&self, receipt: Box<NewReceipt>, reply: Reply) {
         if let Err(mpsc::error::TrySendError::Full((_, reply))) =
             self.queue.try_send((receipt, reply))
