@@ -70,6 +70,11 @@ async fn every_rejection_row_of_the_status_table() {
     )
     .await;
     assert_eq!(get, (405, json!({"error": "method_not_allowed"})));
+    // 404 with a code of its own for a path that is no endpoint's at all.
+    for path in ["/", "/webhook/stripe", "/webhooks/stripe/extra", "/webhooks/"] {
+        let answer = request(server.addr, "POST", path, &signed, body.clone().into()).await;
+        assert_eq!(answer, (404, json!({"error": "not_found"})), "{path}");
+    }
     // 413: over the cap, whatever the signature.
     let big = "x".repeat(4097);
     assert_eq!(

@@ -63,5 +63,10 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/webhooks/{endpoint}", any(ingest::ingest))
         .route("/healthz", get(|| async { "ok\n" }))
+        // Any other path: a 404 with a stable code, like every other answer here.
+        .fallback(|| async {
+            let code = serde_json::json!({ "error": "not_found" });
+            (axum::http::StatusCode::NOT_FOUND, axum::Json(code))
+        })
         .with_state(app)
 }
