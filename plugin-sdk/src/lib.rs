@@ -81,9 +81,11 @@ pub trait Provider {
         Vec::new()
     }
     /// Check one endpoint's plugin configuration when the host loads it; name the
-    /// offending key. The default accepts any configuration and changes nothing.
+    /// offending key. The default is for a plugin that reads no configuration: only an
+    /// empty one passes, so a key set by mistake stops the start instead of being
+    /// ignored. A plugin that reads configuration checks it here, all of it.
     fn check_config(config: &serde_json::Value) -> Result<EndpointFacts, ConfigError> {
-        let _ = config;
+        ConfigError::only_keys(config, &[])?;
         Ok(EndpointFacts::default())
     }
     /// A GET reached the endpoint (the request's body is empty): the handshake to

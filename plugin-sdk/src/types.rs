@@ -207,6 +207,44 @@ impl ConfigError {
             message: message.into(),
         }
     }
+
+    /// The configuration as an object holding only `known` keys: anything else is
+    /// an error naming the first key outside them, so a misspelt key stops the start
+    /// instead of being ignored. With no known keys, only `{}` passes.
+    pub fn only_keys<'a>(
+        config: &'a serde_json::Value,
+        known: &[&str],
+    ) -> Result<&'a serde_json::Map<String, serde_json::Value>, ConfigError> {
+        ConfigError::only_keys_at("", config, known)
+    }
+
+    /// [`ConfigError::only_keys`] for the table at a dotted `path` of the
+    /// configuration (`signature`, `reconcile`), which errors name.
+    pub fn only_keys_at<'a>(
+        path: &str,
+        table: &'a serde_json::Value,
+        known: &[&str],
+    ) -> Result<&'a serde_json::Map<String, serde_json::Value>, ConfigError> {
+        let object = table
+            .as_object()
+            .ok_or_else(|| ConfigError::new(path, "must be a table"))?;
+        let Some(unknown) = object.keys().find(|k| !known.contains(&k.as_str())) else {
+            return Ok(object);
+        };
+        let key = if path.is_empty() {
+            unknown.clone()
+        } else {
+            format!("{path}.{unknown}")
+        };
+        Err(if known.is_empty() {
+            ConfigError::new(key, "unknown key: this plugin takes no configuration")
+        } else {
+            ConfigError::new(
+                key,
+                format!("unknown key; expected one of {}", known.join(", ")),
+            )
+        })
+    }
 }
 
 /// The event an authenticated body describes.
@@ -269,5 +307,61 @@ impl Event {
     pub fn answer(mut self, response: Response) -> Self {
         self.disposition = Disposition::Answer(response);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Provider;
+    use serde_json::json;
+
+    /// Reads no configuration: the trait's default check.
+    struct Plain;
+
+    impl Provider for Plain {
+        fn info() -> PluginInfo {
+            PluginInfo {
+                name: "plain".into(),
+                version: "0.0.0".into(),
+                provider: "Plain".into(),
+                key_formats: Vec::new(),
+                default_tolerance_seconds: None,
+                retry_behaviour: String::new(),
+            }
+        }
+        fn plan_verification(_: &crate::Request) -> Result<Plan, Rejection> {
+            Err(Rejection::Unsupported("never".into()))
+        }
+        fn describe_event(_: &crate::Request) -> Result<Event, Rejection> {
+            Err(Rejection::Unsupported("never".into()))
+        }
+    }
+
+    #[test]
+    fn a_plugin_that_reads_no_configuration_refuses_any_key() {
+        assert_eq!(
+            Plain::check_config(&json!({})),
+            Ok(EndpointFacts::default())
+        );
+        let refused = Plain::check_config(&json!({"tolerence": 300})).expect_err("a key");
+        assert_eq!(refused.key, "tolerence");
+        assert!(refused.message.contains("takes no configuration"));
+        assert_eq!(Plain::check_config(&json!([])).expect_err("a list").key, "");
+    }
+
+    #[test]
+    fn only_known_keys_pass_and_the_first_other_is_named_with_its_path() {
+        let config = json!({"a": 1, "b": {"c": 2, "d": 3}});
+        let top = ConfigError::only_keys(&config, &["a", "b"]).expect("known");
+        assert_eq!(top.len(), 2);
+        let nested = ConfigError::only_keys_at("b", &config["b"], &["c"]).expect_err("d");
+        assert_eq!(nested.key, "b.d");
+        assert_eq!(nested.message, "unknown key; expected one of c");
+        let not_a_table = ConfigError::only_keys_at("a", &config["a"], &[]).expect_err("1");
+        assert_eq!(
+            (not_a_table.key.as_str(), not_a_table.message.as_str()),
+            ("a", "must be a table")
+        );
     }
 }

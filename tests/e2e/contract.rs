@@ -130,3 +130,30 @@ async fn a_plugin_configuration_the_plugin_refuses_stops_the_start_naming_the_ke
         "{error}"
     );
 }
+
+/// A key the plugin does not read is a mistake, not a setting: a plugin that reads no
+/// configuration (stripe) refuses any key, and one that reads some (square) refuses
+/// a misspelling of it, each naming the endpoint and the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_key_the_plugin_does_not_read_stops_the_start() {
+    for (config, says) in [
+        (
+            "[[endpoint]]\nid = \"pay\"\nplugin = \"stripe\"\nsecrets = [\"whsec_k\"]\n\
+             [endpoint.config]\ntolerence = 600\n",
+            "endpoint \"pay\": config.tolerence: unknown key: this plugin takes no configuration \
+             (plugin stripe)",
+        ),
+        (
+            "[[endpoint]]\nid = \"sq\"\nplugin = \"square\"\nsecrets = [\"k\"]\n\
+             [endpoint.config]\nnotification_uri = \"https://a.example/sq\"\n",
+            "endpoint \"sq\": config.notification_uri: unknown key; expected one of \
+             notification_url (plugin square)",
+        ),
+    ] {
+        let error = match Server::start_in(tempfile::tempdir().expect("dir"), config).await {
+            Ok(_) => panic!("a stray key was accepted: {config}"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(error.contains(says), "{error}");
+    }
+}

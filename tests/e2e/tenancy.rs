@@ -221,6 +221,18 @@ async fn a_tenant_reaches_only_its_own_and_secrets_are_write_only_and_sealed() {
     )
     .await;
     assert_eq!((bad.0, &bad.1["error"]), (400, &json!("invalid_request")));
+    // A key the plugin does not read: the endpoint would not build, and says why.
+    let bad = call(
+        addr,
+        "POST",
+        "/v1/endpoints",
+        &acme,
+        json!({"name": "cfg", "plugin": "stripe", "secret": "s", "config": {"tolerence": 1}}),
+    )
+    .await;
+    assert_eq!((bad.0, &bad.1["error"]), (400, &json!("invalid_endpoint")));
+    let reason = bad.1["reason"].as_str().expect("reason");
+    assert!(reason.contains("config.tolerence: unknown key"), "{reason}");
 
     // Another tenant's endpoint reads exactly as one that does not exist, on every route.
     let (_, secrets) = call(

@@ -900,20 +900,10 @@ struct Table<'a> {
 
 impl<'a> Table<'a> {
     fn new(path: &str, value: &'a Value, allowed: &[&str]) -> Result<Table<'a>, ConfigError> {
-        let map = value
-            .as_object()
-            .ok_or_else(|| ConfigError::new(path, "must be a table"))?;
-        let table = Table {
+        Ok(Table {
             path: path.to_owned(),
-            map,
-        };
-        if let Some(unknown) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
-            return Err(table.error(
-                unknown,
-                format!("unknown key; expected one of {}", allowed.join(", ")),
-            ));
-        }
-        Ok(table)
+            map: ConfigError::only_keys_at(path, value, allowed)?,
+        })
     }
 
     fn key(&self, key: &str) -> String {

@@ -117,6 +117,7 @@ impl Provider for GitHub {
 
     /// Only `reconcile` is read (see the crate docs); other keys are left alone.
     fn check_config(config: &Value) -> Result<EndpointFacts, ConfigError> {
+        ConfigError::only_keys(config, &["reconcile"])?;
         Hook::from_config(config)?;
         Ok(EndpointFacts::default())
     }
@@ -259,10 +260,10 @@ enum Hook {
 impl Hook {
     /// The configured hook; `None` without a `reconcile` table.
     fn from_config(config: &Value) -> Result<Option<Hook>, ConfigError> {
-        let Some(table) = config.get("reconcile") else {
+        let Some(value) = config.get("reconcile") else {
             return Ok(None);
         };
-        let table = table.as_object().ok_or_else(|| {
+        let table = value.as_object().ok_or_else(|| {
             ConfigError::new(
                 "reconcile",
                 "must be a table: { repository = \"owner/repo\", hook_id = 123 }, \
@@ -270,12 +271,7 @@ impl Hook {
             )
         })?;
         const KEYS: &[&str] = &["repository", "organization", "app", "hook_id"];
-        if let Some(unknown) = table.keys().find(|k| !KEYS.contains(&k.as_str())) {
-            return Err(ConfigError::new(
-                format!("reconcile.{unknown}"),
-                format!("unknown key; expected one of {}", KEYS.join(", ")),
-            ));
-        }
+        ConfigError::only_keys_at("reconcile", value, KEYS)?;
         let chosen: Vec<&str> = ["repository", "organization", "app"]
             .into_iter()
             .filter(|k| table.contains_key(*k))
@@ -1014,8 +1010,15 @@ mod tests {
             "reconcile.organization",
             "repository is already set",
         );
-        // Other keys of the configuration are not the plugin's concern.
-        assert!(GitHub::check_config(&json!({"note": 1})).is_ok());
+        // Any other key is a mistake, named.
+        let misspelt =
+            GitHub::check_config(&json!({"reconcil": {"app": true}})).expect_err("a misspelt key");
+        assert_eq!(misspelt.key, "reconcil");
+        assert!(
+            misspelt.message.contains("unknown key"),
+            "{}",
+            misspelt.message
+        );
         assert!(
             GitHub::check_config(
                 &json!({"reconcile": {"repository": "Octo_EMU/my.repo-1", "hook_id": 1}})

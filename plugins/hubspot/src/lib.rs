@@ -271,19 +271,12 @@ fn id(field: Option<RawJson>) -> Option<String> {
 
 /// `legacy_signatures` from an endpoint's plugin configuration (false when absent).
 fn legacy_enabled(config: &Value) -> Result<bool, ConfigError> {
-    let Some(object) = config.as_object() else {
-        return Err(ConfigError::new("", "must be a JSON object"));
-    };
-    let mut legacy = false;
-    for (key, value) in object {
-        if key != LEGACY_KEY {
-            return Err(ConfigError::new(key.as_str(), "unknown key"));
-        }
-        legacy = value
+    match ConfigError::only_keys(config, &[LEGACY_KEY])?.get(LEGACY_KEY) {
+        None => Ok(false),
+        Some(value) => value
             .as_bool()
-            .ok_or_else(|| ConfigError::new(LEGACY_KEY, "must be true or false"))?;
+            .ok_or_else(|| ConfigError::new(LEGACY_KEY, "must be true or false")),
     }
-    Ok(legacy)
 }
 
 hookhost_plugin_sdk::export_provider!(HubSpot);

@@ -75,14 +75,8 @@ impl Provider for SendGrid {
     }
 
     fn check_config(config: &Value) -> Result<EndpointFacts, ConfigError> {
-        let Some(object) = config.as_object() else {
-            return Err(ConfigError::new("", "must be a JSON object"));
-        };
         let mut facts = EndpointFacts::default();
-        for (key, value) in object {
-            if key != WINDOW_KEY {
-                return Err(ConfigError::new(key.as_str(), "unknown key"));
-            }
+        if let Some(value) = ConfigError::only_keys(config, &[WINDOW_KEY])?.get(WINDOW_KEY) {
             let seconds = value
                 .as_u64()
                 .and_then(|s| u32::try_from(s).ok())

@@ -28,8 +28,8 @@
 use hookhost_plugin_sdk::prelude::*;
 
 use hookhost_plugin_sdk::{
-    Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
-    decode, serde_json::Value,
+    Algorithm, Candidate, ConfigError, EndpointFacts, Event, KeyFormat, Part, Plan, PluginInfo,
+    Provider, Rejection, Request, decode, serde_json::Value,
 };
 
 const SIGNATURE: &str = "x-square-hmacsha256-signature";
@@ -57,6 +57,18 @@ impl Provider for Square {
 
     fn algorithms() -> Vec<Algorithm> {
         vec![Algorithm::HmacSha256, Algorithm::HmacSha1]
+    }
+
+    fn check_config(config: &Value) -> Result<EndpointFacts, ConfigError> {
+        let object = ConfigError::only_keys(config, &[NOTIFICATION_URL])?;
+        match object.get(NOTIFICATION_URL) {
+            None => Ok(EndpointFacts::default()),
+            Some(Value::String(url)) if !url.is_empty() => Ok(EndpointFacts::default()),
+            Some(_) => Err(ConfigError::new(
+                NOTIFICATION_URL,
+                "must be a non-empty string: the URL configured in Square",
+            )),
+        }
     }
 
     fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
@@ -177,6 +189,28 @@ mod tests {
                 Square::plan_verification(&req(bad)),
                 Err(Rejection::Unsupported(_))
             ));
+        }
+    }
+
+    #[test]
+    fn configuration_is_checked_at_load_naming_the_key() {
+        assert_eq!(
+            Square::check_config(&json!({})),
+            Ok(EndpointFacts::default())
+        );
+        assert_eq!(
+            Square::check_config(&json!({"notification_url": "https://a.example/sq"})),
+            Ok(EndpointFacts::default())
+        );
+        for (bad, key) in [
+            (json!({"notification_url": 7}), "notification_url"),
+            (json!({"notification_url": ""}), "notification_url"),
+            (
+                json!({"notification_uri": "https://a.example/sq"}),
+                "notification_uri",
+            ),
+        ] {
+            assert_eq!(Square::check_config(&bad).expect_err("refused").key, key);
         }
     }
 

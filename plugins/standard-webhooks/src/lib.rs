@@ -32,8 +32,8 @@ use hookhost_plugin_sdk::prelude::*;
 use alloc::borrow::Cow;
 use hookhost_plugin_sdk::serde_json::Value;
 use hookhost_plugin_sdk::{
-    Algorithm, Candidate, Event, Json, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection,
-    Request, decode,
+    Algorithm, Candidate, ConfigError, EndpointFacts, Event, Json, KeyFormat, Part, Plan,
+    PluginInfo, Provider, Rejection, Request, decode,
 };
 
 pub struct StandardWebhooks;
@@ -58,6 +58,11 @@ impl Provider for StandardWebhooks {
 
     fn algorithms() -> Vec<Algorithm> {
         vec![Algorithm::HmacSha256, Algorithm::Ed25519]
+    }
+
+    fn check_config(config: &Value) -> Result<EndpointFacts, ConfigError> {
+        Resourcing::of(config)?;
+        Ok(EndpointFacts::default())
     }
 
     fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
@@ -118,35 +123,68 @@ fn header_prefix(req: &Request) -> &'static str {
 
 /// Adds the resource the plugin configuration points at, when it resolves.
 fn with_resource(event: Event, body: &Json, config: &Value) -> Result<Event, Rejection> {
-    let id_pointer = config_pointer(config, "resource_id_pointer")?;
-    let kind = config_str(config, "resource_kind")?;
-    let version_pointer = config_pointer(config, "version_pointer")?;
-    let Some(id) = id_pointer.and_then(|p| body.id(p)) else {
+    // Checked when the endpoint was loaded (`check_config`); checked again, as a
+    // rejection, should a request ever carry a configuration that was not.
+    let setting = Resourcing::of(config).map_err(|e| {
+        Rejection::Unsupported(format!("plugin configuration {}: {}", e.key, e.message))
+    })?;
+    let Some(id) = setting.id_pointer.and_then(|p| body.id(p)) else {
         return Ok(event);
     };
     let event_type = event.event_type.clone();
-    let kind = kind.unwrap_or_else(|| event_type.split('.').next().unwrap_or(&event_type));
-    let version = version_pointer.and_then(|p| body.u64(p).or_else(|| body.rfc3339_millis(p)));
+    let kind = setting
+        .kind
+        .unwrap_or_else(|| event_type.split('.').next().unwrap_or(&event_type));
+    let version = setting
+        .version_pointer
+        .and_then(|p| body.u64(p).or_else(|| body.rfc3339_millis(p)));
     Ok(event
         .resource(kind, id)
         .version(version)
         .deleted(event_type.ends_with(".deleted")))
 }
 
-fn config_str<'a>(config: &'a Value, key: &str) -> Result<Option<&'a str>, Rejection> {
-    match config.get(key) {
-        None => Ok(None),
-        Some(value) => value.as_str().map(Some).ok_or_else(|| {
-            Rejection::Unsupported(format!("plugin configuration {key} must be a string"))
-        }),
+const RESOURCE_ID_POINTER: &str = "resource_id_pointer";
+const RESOURCE_KIND: &str = "resource_kind";
+const VERSION_POINTER: &str = "version_pointer";
+
+/// The plugin configuration: where the resource is, all three keys optional.
+struct Resourcing<'a> {
+    id_pointer: Option<&'a str>,
+    kind: Option<&'a str>,
+    version_pointer: Option<&'a str>,
+}
+
+impl<'a> Resourcing<'a> {
+    fn of(config: &'a Value) -> Result<Resourcing<'a>, ConfigError> {
+        ConfigError::only_keys(
+            config,
+            &[RESOURCE_ID_POINTER, RESOURCE_KIND, VERSION_POINTER],
+        )?;
+        Ok(Resourcing {
+            id_pointer: config_pointer(config, RESOURCE_ID_POINTER)?,
+            kind: config_str(config, RESOURCE_KIND)?,
+            version_pointer: config_pointer(config, VERSION_POINTER)?,
+        })
     }
 }
 
-fn config_pointer<'a>(config: &'a Value, key: &str) -> Result<Option<&'a str>, Rejection> {
+fn config_str<'a>(config: &'a Value, key: &str) -> Result<Option<&'a str>, ConfigError> {
+    match config.get(key) {
+        None => Ok(None),
+        Some(value) => value
+            .as_str()
+            .map(Some)
+            .ok_or_else(|| ConfigError::new(key, "must be a string")),
+    }
+}
+
+fn config_pointer<'a>(config: &'a Value, key: &str) -> Result<Option<&'a str>, ConfigError> {
     match config_str(config, key)? {
-        Some(p) if !p.is_empty() && !p.starts_with('/') => Err(Rejection::Unsupported(format!(
-            "plugin configuration {key} must be a JSON Pointer starting with /"
-        ))),
+        Some(p) if !p.is_empty() && !p.starts_with('/') => Err(ConfigError::new(
+            key,
+            "must be a JSON Pointer starting with /",
+        )),
         other => Ok(other),
     }
 }
@@ -272,6 +310,30 @@ mod tests {
             StandardWebhooks::describe_event(&req(bad)),
             Err(Rejection::Unsupported(_))
         ));
+    }
+
+    #[test]
+    fn configuration_is_checked_at_load_naming_the_key() {
+        let check = |text: &str| StandardWebhooks::check_config(&config(text));
+        assert_eq!(check("{}"), Ok(EndpointFacts::default()));
+        assert_eq!(
+            check(
+                r#"{"resource_id_pointer":"/data/id","resource_kind":"person","version_pointer":"/v"}"#
+            ),
+            Ok(EndpointFacts::default())
+        );
+        let key = |text: &str| check(text).expect_err(text).key;
+        assert_eq!(
+            key(r#"{"resource_id_pointer":"data.id"}"#),
+            "resource_id_pointer"
+        );
+        assert_eq!(key(r#"{"version_pointer":7}"#), "version_pointer");
+        assert_eq!(key(r#"{"resource_kind":true}"#), "resource_kind");
+        // A misspelt key is named, not ignored.
+        assert_eq!(
+            key(r#"{"resource_id_pointr":"/data/id"}"#),
+            "resource_id_pointr"
+        );
     }
 
     #[test]

@@ -22,9 +22,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use hookhost_plugin_sdk::{
-    Algorithm, Answer, Candidate, Event, Fetched, KeyFormat, Page, Part, Plan, PluginInfo,
-    Provider, ReconcileInfo, Rejection, RemoteEvent, Repair, Request, RequestPlan, StoredEvent,
-    decode, serde_json,
+    Algorithm, Answer, Candidate, ConfigError, EndpointFacts, Event, Fetched, KeyFormat, Page,
+    Part, Plan, PluginInfo, Provider, ReconcileInfo, Rejection, RemoteEvent, Repair, Request,
+    RequestPlan, StoredEvent, decode, serde_json,
 };
 
 pub struct Hostile;
@@ -128,6 +128,19 @@ impl Provider for Hostile {
             default_tolerance_seconds: None,
             retry_behaviour: "none".into(),
         }
+    }
+
+    fn check_config(config: &serde_json::Value) -> Result<EndpointFacts, ConfigError> {
+        const KEYS: &[&str] = &[
+            "mode",
+            "phase",
+            "port",
+            "reconcile_target",
+            "reconcile_cursor",
+            "thin",
+        ];
+        ConfigError::only_keys(config, KEYS)?;
+        Ok(EndpointFacts::default())
     }
 
     fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
