@@ -735,6 +735,7 @@ pub fn router(app: Arc<App>, tenancy: TenancyConfig) -> axum::Router {
         )
         // No fallback: it is merged into the admin router, whose fallback (behind the
         // admin token) answers every other path.
+        .layer(middleware::map_response(crate::http::json_refusal))
         .layer(middleware::from_fn_with_state(api.clone(), authenticate))
         .with_state(api)
 }
@@ -801,7 +802,8 @@ fn not_found() -> ApiError {
 type Answer = Result<Response, ApiError>;
 
 /// A JSON request body; one that does not parse is 400 `invalid_request`, with the
-/// reason, like every other refusal of this API.
+/// reason, like every other refusal of this API, and one over the route's limit
+/// (2 MiB; for a plugin, what its size quota needs) is 413 `body_too_large`.
 struct Body<T>(T);
 
 impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<S> for Body<T> {
@@ -810,6 +812,11 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
         match <Json<T> as axum::extract::FromRequest<S>>::from_request(request, state).await {
             Ok(Json(value)) => Ok(Body(value)),
+            Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                Some(rejection.body_text()),
+            )),
             Err(rejection) => Err(error(
                 StatusCode::BAD_REQUEST,
                 "invalid_request",

@@ -130,3 +130,129 @@ async fn probes_answer_without_the_token_and_metrics_need_it() {
     assert_eq!(get(admin, "/metrics", Some("wrong")).await.0, 401);
 }
 }
+
+/// A replay the store cannot make is the store's 503, as on every other admin route
+/// (a replay refused for a reason of its own is 422 `replay_failed`), and the same
+/// replay answers once the store is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_the_store_cannot_make_answers_503() {
+    let server = Server::start(&stripe_config("")).await;
+    let admin = admin(&server).await;
+    let t = now();
+    let body = stripe_event("evt_r", "customer.updated", "cus_r", t);
+    let (status, _) = server.post_stripe(&[STRIPE_SECRET], t, &body).await;
+    assert_eq!(status, 200);
+    let sql = |statement: &'static str| {
+        let db = server.db_path();
+        async move {
+            let mut conn = open_db(&db).await;
+            sqlx::query(statement)
+                .execute(&mut conn)
+                .await
+                .expect("alter");
+        }
+    };
+    let token = vec![
+        ("authorization", format!("Bearer {ADMIN_TOKEN}")),
+        ("content-type", "application/json".to_string()),
+    ];
+    let replays = [
+        ("/admin/events/stripe/evt_r/replay", ""),
+        ("/admin/replay", r#"{"endpoint": "stripe"}"#),
+        ("/admin/replay", r#"{"endpoint": "stripe", "remap": true}"#),
+    ];
+    sql("ALTER TABLE receipts RENAME TO receipts_moved").await;
+    for (path, body) in replays {
+        let answer = request(admin, "POST", path, &token, body.into()).await;
+        let unavailable = (503, serde_json::json!({"error": "store_unavailable"}));
+        assert_eq!(answer, unavailable, "{path} {body}");
+    }
+    sql("ALTER TABLE receipts_moved RENAME TO receipts").await;
+    for (path, body) in replays {
+        let (status, answer) = request(admin, "POST", path, &token, body.into()).await;
+        assert_eq!(status, 200, "{path} {body}: {answer}");
+        assert!(answer["replayed"].is_u64(), "{answer}");
+    }
+}
+
+/// What does not parse, on the admin API, is refused in JSON with a stable code and
+/// axum's reason, like every other refusal there, never a line of plain text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_refusals_are_json_with_a_stable_code() {
+    let server = Server::start(&stripe_config("")).await;
+    let admin = admin(&server).await;
+    let bearer = ("authorization", format!("Bearer {ADMIN_TOKEN}"));
+    let json = ("content-type", "application/json".to_string());
+    let discard = "/admin/events/stripe/evt_x/discard";
+    let cases = [
+        (
+            "POST",
+            discard,
+            vec![bearer.clone(), json.clone()],
+            "{not json",
+            400,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            discard,
+            vec![bearer.clone(), json.clone()],
+            r#"{"why": 1}"#,
+            400,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            discard,
+            vec![bearer.clone()],
+            r#"{"reason": "x"}"#,
+            415,
+            "invalid_request",
+        ),
+        (
+            "GET",
+            "/admin/forensics/seven",
+            vec![bearer.clone()],
+            "",
+            400,
+            "invalid_request",
+        ),
+        (
+            "GET",
+            "/admin/events?limit=many",
+            vec![bearer.clone()],
+            "",
+            400,
+            "invalid_request",
+        ),
+        (
+            "DELETE",
+            "/admin/events",
+            vec![bearer.clone()],
+            "",
+            405,
+            "method_not_allowed",
+        ),
+    ];
+    for (method, path, headers, body, status, code) in cases {
+        let (got, answer_headers, bytes) =
+            request_raw(admin, method, path, &headers, body.to_string().into()).await;
+        let answer: serde_json::Value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}: {bytes:?}"));
+        assert_eq!(
+            (got, answer["error"].as_str()),
+            (status, Some(code)),
+            "{method} {path}: {answer}"
+        );
+        assert_eq!(
+            answer_headers.get("content-type").map(|v| v.as_bytes()),
+            Some(&b"application/json"[..])
+        );
+        if status != 405 {
+            assert!(
+                answer["reason"].as_str().is_some_and(|r| !r.is_empty()),
+                "{answer}"
+            );
+        }
+    }
+}

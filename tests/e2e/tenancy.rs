@@ -221,6 +221,17 @@ async fn a_tenant_reaches_only_its_own_and_secrets_are_write_only_and_sealed() {
     )
     .await;
     assert_eq!((bad.0, &bad.1["error"]), (400, &json!("invalid_request")));
+    // Over the route's 2 MiB limit: 413, not a body that "does not parse".
+    let huge = "s".repeat(3 << 20);
+    let bad = call(
+        addr,
+        "POST",
+        "/v1/endpoints",
+        &acme,
+        json!({"name": "big", "plugin": "stripe", "secret": huge}),
+    )
+    .await;
+    assert_eq!((bad.0, &bad.1["error"]), (413, &json!("body_too_large")));
     // A key the plugin does not read: the endpoint would not build, and says why.
     let bad = call(
         addr,

@@ -51,6 +51,7 @@ pub fn router(app: Arc<App>, token: Secret) -> axum::Router {
         .route("/admin/endpoints/{endpoint}/resume", post(resume))
         .route("/metrics", get(metrics))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found") })
+        .layer(middleware::map_response(super::json_refusal))
         // Outermost, so it also guards the fallback: no token, no information.
         .layer(middleware::from_fn_with_state(admin.clone(), authorize))
         // Probes carry no token and learn nothing but up or ready.
@@ -336,10 +337,13 @@ async fn replay_filtered(State(admin): State<Admin>, Json(body): Json<ReplayBody
 async fn replay(admin: &Admin, filter: &Filter, remap: bool) -> Response {
     match crate::replay(&admin.app, filter, remap).await {
         Ok(replayed) => Json(serde_json::json!({ "replayed": replayed })).into_response(),
-        Err(e) => {
-            tracing::error!(error = %e, "admin API: replay failed");
-            error(StatusCode::UNPROCESSABLE_ENTITY, "replay_failed")
-        }
+        Err(e) => match e.downcast::<crate::store::StoreError>() {
+            Ok(e) => store_error(e),
+            Err(e) => {
+                tracing::error!(error = %e, "admin API: replay failed");
+                error(StatusCode::UNPROCESSABLE_ENTITY, "replay_failed")
+            }
+        },
     }
 }
 

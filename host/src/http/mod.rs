@@ -16,6 +16,7 @@ pub use error::IngestError;
 use crate::endpoints::Registry;
 use crate::store::Store;
 use axum::Router;
+use axum::response::Response;
 use axum::routing::{any, get};
 use std::sync::Arc;
 
@@ -57,6 +58,48 @@ pub struct App {
     pub metrics: crate::metrics::Metrics,
     /// Endpoints being reconciled now.
     pub reconciling: crate::reconcile::InProgress,
+}
+
+/// axum's own refusals (a path, query or body that does not parse, a body that is not
+/// JSON, a method the route does not take) come as plain text or empty. On the admin
+/// and tenant APIs they answer like every other refusal there: JSON with a stable
+/// code (`invalid_request`, `method_not_allowed`, `body_too_large`) and the reason.
+pub(crate) async fn json_refusal(response: Response) -> Response {
+    use axum::http::{HeaderValue, StatusCode, header};
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    let (status, code) = match response.status() {
+        _ if is_json => return response,
+        StatusCode::METHOD_NOT_ALLOWED => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+        StatusCode::PAYLOAD_TOO_LARGE => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+            (StatusCode::UNSUPPORTED_MEDIA_TYPE, "invalid_request")
+        }
+        StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => {
+            (StatusCode::BAD_REQUEST, "invalid_request")
+        }
+        _ => return response,
+    };
+    let (mut parts, body) = response.into_parts();
+    // axum's reasons are a line of text; more than this is not one of them.
+    let reason = axum::body::to_bytes(body, 16 * 1024)
+        .await
+        .map(|text| String::from_utf8_lossy(&text).trim().to_owned())
+        .unwrap_or_default();
+    let answer = if reason.is_empty() {
+        serde_json::json!({ "error": code })
+    } else {
+        serde_json::json!({ "error": code, "reason": reason })
+    };
+    parts.status = status;
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, axum::body::Body::from(answer.to_string()))
 }
 
 pub fn router(app: Arc<App>) -> Router {
