@@ -470,23 +470,12 @@ async fn an_unreachable_store_answers_503_and_recovers() {
     let t = now();
     let body = stripe_event("evt_503", "customer.updated", "cus_s", t);
     let headers = stripe_headers(&[STRIPE_SECRET], t, &body);
-    // Break the store underneath the running server: its receipts table disappears.
-    let sql = |statement: &'static str| {
-        let db = server.db_path();
-        async move {
-            let mut conn = open_db(&db).await;
-            sqlx::query(statement)
-                .execute(&mut conn)
-                .await
-                .expect("alter");
-        }
-    };
-    sql("ALTER TABLE receipts RENAME TO receipts_moved").await;
+    server.break_store().await;
     assert_eq!(
         server.post("stripe", &headers, body.clone()).await,
         (503, json!({"error": "store_unavailable"}))
     );
-    sql("ALTER TABLE receipts_moved RENAME TO receipts").await;
+    server.mend_store().await;
     let (status, answer) = server.post("stripe", &headers, body.clone()).await;
     assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")));
 }

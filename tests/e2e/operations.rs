@@ -142,16 +142,6 @@ async fn a_replay_the_store_cannot_make_answers_503() {
     let body = stripe_event("evt_r", "customer.updated", "cus_r", t);
     let (status, _) = server.post_stripe(&[STRIPE_SECRET], t, &body).await;
     assert_eq!(status, 200);
-    let sql = |statement: &'static str| {
-        let db = server.db_path();
-        async move {
-            let mut conn = open_db(&db).await;
-            sqlx::query(statement)
-                .execute(&mut conn)
-                .await
-                .expect("alter");
-        }
-    };
     let token = vec![
         ("authorization", format!("Bearer {ADMIN_TOKEN}")),
         ("content-type", "application/json".to_string()),
@@ -161,13 +151,13 @@ async fn a_replay_the_store_cannot_make_answers_503() {
         ("/admin/replay", r#"{"endpoint": "stripe"}"#),
         ("/admin/replay", r#"{"endpoint": "stripe", "remap": true}"#),
     ];
-    sql("ALTER TABLE receipts RENAME TO receipts_moved").await;
+    server.break_store().await;
     for (path, body) in replays {
         let answer = request(admin, "POST", path, &token, body.into()).await;
         let unavailable = (503, serde_json::json!({"error": "store_unavailable"}));
         assert_eq!(answer, unavailable, "{path} {body}");
     }
-    sql("ALTER TABLE receipts_moved RENAME TO receipts").await;
+    server.mend_store().await;
     for (path, body) in replays {
         let (status, answer) = request(admin, "POST", path, &token, body.into()).await;
         assert_eq!(status, 200, "{path} {body}: {answer}");

@@ -234,6 +234,27 @@ impl Server {
         self.dir.path().join("hookhost.db")
     }
 
+    /// Break the SQLite store underneath the running server: its receipts table
+    /// disappears (renamed, from a connection of its own), until [`Server::mend_store`].
+    pub async fn break_store(&self) {
+        self.execute("ALTER TABLE receipts RENAME TO receipts_moved")
+            .await;
+    }
+
+    /// Undo [`Server::break_store`].
+    pub async fn mend_store(&self) {
+        self.execute("ALTER TABLE receipts_moved RENAME TO receipts")
+            .await;
+    }
+
+    async fn execute(&self, statement: &str) {
+        let mut conn = open_db(&self.db_path()).await;
+        sqlx::query(statement)
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+
     /// POST to `/webhooks/{endpoint}`; returns the status and the JSON body.
     pub async fn post(
         &self,
