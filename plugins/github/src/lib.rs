@@ -115,7 +115,7 @@ impl Provider for GitHub {
         vec![Algorithm::HmacSha256, Algorithm::HmacSha1]
     }
 
-    /// Only `reconcile` is read (see the crate docs); other keys are left alone.
+    /// Only `reconcile` is read (see the crate docs); any other key is refused, named.
     fn check_config(config: &Value) -> Result<EndpointFacts, ConfigError> {
         ConfigError::only_keys(config, &["reconcile"])?;
         Hook::from_config(config)?;
