@@ -553,6 +553,36 @@ pub async fn reingest(app: &App, id: i64) -> Result<Reingested, ForensicsError> 
 mod tests {
     use super::*;
 
+    /// The README's list of the forensics routes' errors names every one, with its
+    /// status.
+    #[test]
+    fn the_readme_states_every_forensics_error() {
+        let readme = include_str!("../../README.md");
+        let start = readme
+            .find("`POST /admin/forensics/{id}/reingest` (errors:")
+            .expect("the forensics routes in the README");
+        let list = &readme[start..start + readme[start..].find(").").expect("list end")];
+        let every = [
+            ForensicsError::Unknown(1),
+            ForensicsError::EndpointGone("e".into()),
+            ForensicsError::BodyNotKept,
+            ForensicsError::NotAnEvent,
+            ForensicsError::BodyUnreadable("no".into()),
+            ForensicsError::StillRefused("no".into()),
+            ForensicsError::Store(crate::store::StoreError::Overloaded),
+        ];
+        for error in every {
+            let (status, code) = error.status_and_code();
+            let at = list
+                .find(&format!("`{code}`"))
+                .unwrap_or_else(|| panic!("README's forensics errors lack {status} {code}"));
+            let status_before = list[..at]
+                .rfind(|c: char| c.is_ascii_digit())
+                .map(|i| &list[i - 2..=i]);
+            assert_eq!(status_before, Some(status.to_string().as_str()), "{code}");
+        }
+    }
+
     fn codes(headers: &[(&str, &str)], body: &[u8]) -> Vec<String> {
         let headers = crate::verify::owned_headers(headers.iter().copied());
         hints(&headers, body).into_iter().map(|h| h.code).collect()
