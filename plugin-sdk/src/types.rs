@@ -247,6 +247,26 @@ impl ConfigError {
     }
 }
 
+/// `plugin configuration: <key>: <message>`, as a request or a reconcile run reports
+/// a configuration the load check would have refused.
+impl core::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "plugin configuration: {}", self.message)
+        } else {
+            write!(f, "plugin configuration: {}: {}", self.key, self.message)
+        }
+    }
+}
+
+/// A request that meets a configuration the plugin cannot work with: the host checked
+/// it at load, so this answers only a configuration that check never saw.
+impl From<ConfigError> for Rejection {
+    fn from(e: ConfigError) -> Rejection {
+        Rejection::Unsupported(e.to_string())
+    }
+}
+
 /// The event an authenticated body describes.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Event {
@@ -348,6 +368,19 @@ mod tests {
         assert_eq!(refused.key, "tolerence");
         assert!(refused.message.contains("takes no configuration"));
         assert_eq!(Plain::check_config(&json!([])).expect_err("a list").key, "");
+    }
+
+    #[test]
+    fn a_configuration_error_met_by_a_request_is_unsupported_and_names_the_key() {
+        let keyed = Rejection::from(ConfigError::new("a.b", "must be a string"));
+        let whole = Rejection::from(ConfigError::new("", "must be a table"));
+        assert_eq!(
+            (keyed, whole),
+            (
+                Rejection::Unsupported("plugin configuration: a.b: must be a string".into()),
+                Rejection::Unsupported("plugin configuration: must be a table".into())
+            )
+        );
     }
 
     #[test]

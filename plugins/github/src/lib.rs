@@ -263,15 +263,15 @@ impl Hook {
         let Some(value) = config.get("reconcile") else {
             return Ok(None);
         };
-        let table = value.as_object().ok_or_else(|| {
-            ConfigError::new(
+        if !value.is_object() {
+            return Err(ConfigError::new(
                 "reconcile",
                 "must be a table: { repository = \"owner/repo\", hook_id = 123 }, \
                  { organization = \"org\", hook_id = 123 } or { app = true }",
-            )
-        })?;
+            ));
+        }
         const KEYS: &[&str] = &["repository", "organization", "app", "hook_id"];
-        ConfigError::only_keys_at("reconcile", value, KEYS)?;
+        let table = ConfigError::only_keys_at("reconcile", value, KEYS)?;
         let chosen: Vec<&str> = ["repository", "organization", "app"]
             .into_iter()
             .filter(|k| table.contains_key(*k))
@@ -376,7 +376,7 @@ impl Hook {
         match Hook::from_config(config) {
             Ok(Some(hook)) => Ok(hook),
             Ok(None) => Err("the plugin configuration has no reconcile table".into()),
-            Err(e) => Err(format!("plugin configuration: {}: {}", e.key, e.message)),
+            Err(e) => Err(e.to_string()),
         }
     }
 

@@ -120,8 +120,7 @@ impl Provider for HubSpot {
                 message_id: None,
             });
         }
-        let legacy = legacy_enabled(req.config())
-            .map_err(|e| Rejection::Unsupported(format!("plugin configuration: {}", e.message)))?;
+        let legacy = legacy_enabled(req.config())?;
         let signature = match req.optional_signature_header(LEGACY)? {
             Some(signature) if legacy => signature,
             _ => return Err(Rejection::MissingSignature(V3.into())),

@@ -60,15 +60,8 @@ impl Provider for Square {
     }
 
     fn check_config(config: &Value) -> Result<EndpointFacts, ConfigError> {
-        let object = ConfigError::only_keys(config, &[NOTIFICATION_URL])?;
-        match object.get(NOTIFICATION_URL) {
-            None => Ok(EndpointFacts::default()),
-            Some(Value::String(url)) if !url.is_empty() => Ok(EndpointFacts::default()),
-            Some(_) => Err(ConfigError::new(
-                NOTIFICATION_URL,
-                "must be a non-empty string: the URL configured in Square",
-            )),
-        }
+        configured_url(config)?;
+        Ok(EndpointFacts::default())
     }
 
     fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
@@ -117,11 +110,20 @@ impl Provider for Square {
 
 /// The notification URL Square signed: the configured override, else the addressed URL.
 fn notification_url(req: &Request) -> Result<Part, Rejection> {
-    match req.config().get(NOTIFICATION_URL) {
-        None | Some(Value::Null) => Ok(Part::Url),
-        Some(Value::String(url)) if !url.is_empty() => Ok(Part::Text(url.clone())),
-        Some(_) => Err(Rejection::Unsupported(
-            "plugin configuration notification_url must be a non-empty string".into(),
+    Ok(match configured_url(req.config())? {
+        Some(url) => Part::Text(url.into()),
+        None => Part::Url,
+    })
+}
+
+/// The plugin configuration: `notification_url`, when set, a non-empty string.
+fn configured_url(config: &Value) -> Result<Option<&str>, ConfigError> {
+    match ConfigError::only_keys(config, &[NOTIFICATION_URL])?.get(NOTIFICATION_URL) {
+        None => Ok(None),
+        Some(Value::String(url)) if !url.is_empty() => Ok(Some(url)),
+        Some(_) => Err(ConfigError::new(
+            NOTIFICATION_URL,
+            "must be a non-empty string: the URL configured in Square",
         )),
     }
 }

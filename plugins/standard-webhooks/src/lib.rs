@@ -125,9 +125,7 @@ fn header_prefix(req: &Request) -> &'static str {
 fn with_resource(event: Event, body: &Json, config: &Value) -> Result<Event, Rejection> {
     // Checked when the endpoint was loaded (`check_config`); checked again, as a
     // rejection, should a request ever carry a configuration that was not.
-    let setting = Resourcing::of(config).map_err(|e| {
-        Rejection::Unsupported(format!("plugin configuration {}: {}", e.key, e.message))
-    })?;
+    let setting = Resourcing::of(config)?;
     let Some(id) = setting.id_pointer.and_then(|p| body.id(p)) else {
         return Ok(event);
     };
