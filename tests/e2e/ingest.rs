@@ -486,7 +486,7 @@ async fn an_unreachable_store_answers_503_and_recovers() {
 /// on, and the refused event is accepted when it comes again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_receipt_queue_answers_429_overloaded_with_retry_after() {
-    use hookhost::store::{NewReceipt, Outcome, PUSHED, Reply, StoreError};
+    use hookhost::store::{Outcome, Reply, StoreError};
     use std::sync::mpsc;
     let server = Server::start(&stripe_config("")).await;
     // Another connection holds the write lock: the writer's batch waits on it (for
@@ -503,25 +503,8 @@ async fn a_full_receipt_queue_answers_429_overloaded_with_retry_after() {
         for n in 0usize..100_000 {
             let (full, on_full) = mpsc::channel();
             let answer = answer.clone();
-            let receipt = Box::new(NewReceipt {
-                endpoint: "stripe".into(),
-                event_id: format!("evt_fill_{n}"),
-                body_sha256: [0; 32],
-                body: b"{}".to_vec(),
-                headers: Vec::new(),
-                secret_index: 0,
-                plugin: "stripe".into(),
-                plugin_version: "0".into(),
-                plugin_digest: "0".into(),
-                message_id: None,
-                event_type: "fill".into(),
-                resource: None,
-                occurred_at: None,
-                signed_at: None,
-                received_at_ms: 0,
-                ignore: None,
-                source: PUSHED,
-            });
+            let id = format!("evt_fill_{n}");
+            let receipt = new_receipt(&id, &id, None, 0);
             store.queue(
                 receipt,
                 Reply::new(move |outcome| match outcome {

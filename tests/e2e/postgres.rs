@@ -249,41 +249,6 @@ async fn two_stores_recording_the_same_events_at_once_judge_each_once() {
     b.close().await;
 }
 
-/// A receipt as ingest would record it, for driving a store directly.
-fn new_receipt(
-    id: &str,
-    resource: &str,
-    version: Option<u64>,
-    received_at_ms: i64,
-) -> Box<NewReceipt> {
-    let body = format!("{{\"id\":\"{id}\"}}").into_bytes();
-    let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(&body).into();
-    Box::new(NewReceipt {
-        endpoint: "stripe".into(),
-        event_id: id.into(),
-        body_sha256: digest,
-        body,
-        headers: vec![],
-        secret_index: 0,
-        plugin: "stripe".into(),
-        plugin_version: "test".into(),
-        plugin_digest: "test".into(),
-        message_id: None,
-        event_type: "customer.updated".into(),
-        resource: Some(Resource {
-            kind: "customer".into(),
-            id: resource.into(),
-            version,
-            deleted: false,
-        }),
-        occurred_at: None,
-        signed_at: None,
-        received_at_ms,
-        ignore: None,
-        source: hookhost::store::PUSHED,
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_are_delivered_to_the_downstream() {
     let db = PgDatabase::create();

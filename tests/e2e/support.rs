@@ -4,6 +4,7 @@ use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use hookhost::config::Config;
 use hookhost::http::App;
+use hookhost::store::{NewReceipt, Resource};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use serde_json::Value;
@@ -542,6 +543,41 @@ pub async fn request_raw(
         .expect("body")
         .to_bytes();
     (status, answer_headers, bytes)
+}
+
+/// A receipt as ingest would record it, for driving a store directly.
+pub fn new_receipt(
+    id: &str,
+    resource: &str,
+    version: Option<u64>,
+    received_at_ms: i64,
+) -> Box<NewReceipt> {
+    let body = format!("{{\"id\":\"{id}\"}}").into_bytes();
+    let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(&body).into();
+    Box::new(NewReceipt {
+        endpoint: "stripe".into(),
+        event_id: id.into(),
+        body_sha256: digest,
+        body,
+        headers: vec![],
+        secret_index: 0,
+        plugin: "stripe".into(),
+        plugin_version: "test".into(),
+        plugin_digest: "test".into(),
+        message_id: None,
+        event_type: "customer.updated".into(),
+        resource: Some(Resource {
+            kind: "customer".into(),
+            id: resource.into(),
+            version,
+            deleted: false,
+        }),
+        occurred_at: None,
+        signed_at: None,
+        received_at_ms,
+        ignore: None,
+        source: hookhost::store::PUSHED,
+    })
 }
 
 /// A connection of its own to a store file, beside whoever else has it open.
