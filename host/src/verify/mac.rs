@@ -47,19 +47,57 @@ impl<'a> MessageSource<'a> {
 
 /// Resolve the plan's parts to byte slices, in order. A part naming a header the
 /// request lacks means the signature cannot be checked: `missing_signature`.
+///
+/// The parts that refer to the request may add up to no more than the request holds
+/// (plus [`MESSAGE_SLACK`]): a plan that names the body, a header or the URL again and
+/// again would make the host hash or copy gigabytes for one request. Such a plan is
+/// the plugin's failure.
 fn parts<'a>(plan: &'a Plan, source: &MessageSource<'a>) -> Result<Vec<&'a [u8]>, IngestError> {
-    plan.message
+    let mut referenced = 0usize;
+    let parts = plan
+        .message
         .iter()
-        .map(|part| match part {
-            Part::Text(text) => Ok(text.as_bytes()),
-            Part::Bytes(bytes) => Ok(bytes.as_slice()),
-            Part::Body => Ok(source.body),
-            Part::Header(name) => source.header(name).ok_or(IngestError::MissingSignature),
-            Part::Url => Ok(source.url.as_bytes()),
-            Part::Method => Ok(source.method.as_bytes()),
+        .map(|part| -> Result<&'a [u8], IngestError> {
+            let bytes = match part {
+                Part::Text(text) => return Ok(text.as_bytes()),
+                Part::Bytes(bytes) => return Ok(bytes.as_slice()),
+                Part::Body => source.body,
+                Part::Header(name) => source.header(name).ok_or(IngestError::MissingSignature)?,
+                Part::Url => source.url.as_bytes(),
+                Part::Method => source.method.as_bytes(),
+            };
+            referenced = referenced.saturating_add(bytes.len());
+            Ok(bytes)
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    let request = source.method.len()
+        + source.url.len()
+        + source.body.len()
+        + source
+            .headers
+            .iter()
+            .map(|(n, v)| n.len() + v.len())
+            .sum::<usize>();
+    if referenced > request.saturating_add(MESSAGE_SLACK) {
+        tracing::error!(
+            referenced,
+            request,
+            "plugin's signed message refers to more bytes than the request holds"
+        );
+        return Err(IngestError::PluginFailed);
+    }
+    Ok(parts)
 }
+
+/// How far a signed message's references to the request may exceed the request's own
+/// size: room for a small header or the URL named twice.
+const MESSAGE_SLACK: usize = 64 * 1024;
+
+/// At most this many candidate signatures are checked for one request; a request
+/// that carries more is refused before any is checked. Senders send one per active
+/// signing key and algorithm (two or three during a rotation); each public-key
+/// candidate costs a pass over the message.
+pub const MAX_CANDIDATES: usize = 16;
 
 /// SHA-256 of the signed message (used to derive an event id when the plugin has none).
 pub fn message_digest(plan: &Plan, source: &MessageSource<'_>) -> Result<[u8; 32], IngestError> {
@@ -72,45 +110,64 @@ pub fn message_digest(plan: &Plan, source: &MessageSource<'_>) -> Result<[u8; 32
 
 /// The index of the first key that verifies any candidate, or `None`.
 ///
-/// Work done does not depend on where a match is: every key is tried against every
+/// Work done does not depend on where a match is: every key is compared with every
 /// candidate of its kind, and the result is selected with constant-time operations.
+/// Each key's MAC (per algorithm) is computed once and compared with every candidate,
+/// so the work grows with the message, not with the message times the candidates. A
+/// plan with more than [`MAX_CANDIDATES`] candidates is `invalid_signature`.
 pub fn matching_key(
     keys: &[Key],
     plan: &Plan,
     source: &MessageSource<'_>,
 ) -> Result<Option<usize>, IngestError> {
+    if plan.candidates.len() > MAX_CANDIDATES {
+        return Err(IngestError::InvalidSignature);
+    }
     let parts = parts(plan, source)?;
     let mut found = Choice::from(0);
     let mut index = 0u64;
-    let mut joined: Option<Vec<u8>> = None; // signatures need the message in one piece
+    let mut joined: Option<Vec<u8>> = None; // Ed25519 needs the message in one piece
+    let mut digest: Option<sha2::digest::Output<sha2::Sha256>> = None; // ECDSA's prehash
     for (i, key) in keys.iter().enumerate() {
         let mut matched = Choice::from(0);
+        // This key's tags, each computed when a candidate first needs it.
+        let (mut sha1, mut sha256, mut sha512, mut prefixed) = (None, None, None, None);
         for candidate in &plan.candidates {
+            let signature = candidate.signature.as_slice();
             matched |= match (key, candidate.algorithm) {
-                (Key::Hmac(k), Algorithm::HmacSha1) => {
-                    hmac_eq::<Hmac<sha1::Sha1>>(k, &parts, &candidate.signature)
-                }
-                (Key::Hmac(k), Algorithm::HmacSha256) => {
-                    hmac_eq::<Hmac<sha2::Sha256>>(k, &parts, &candidate.signature)
-                }
-                (Key::Hmac(k), Algorithm::HmacSha512) => {
-                    hmac_eq::<Hmac<sha2::Sha512>>(k, &parts, &candidate.signature)
-                }
-                (Key::Hmac(k), Algorithm::Token) => k.as_slice().ct_eq(&candidate.signature),
-                (Key::Hmac(k), Algorithm::Sha256SecretPrefix) => {
-                    let mut hash = sha2::Sha256::new_with_prefix(k);
-                    for part in &parts {
-                        hash.update(part);
-                    }
-                    hash.finalize().as_slice().ct_eq(&candidate.signature)
-                }
+                (Key::Hmac(k), Algorithm::HmacSha1) => sha1
+                    .get_or_insert_with(|| hmac_tag::<Hmac<sha1::Sha1>>(k, &parts))
+                    .ct_eq(signature),
+                (Key::Hmac(k), Algorithm::HmacSha256) => sha256
+                    .get_or_insert_with(|| hmac_tag::<Hmac<sha2::Sha256>>(k, &parts))
+                    .ct_eq(signature),
+                (Key::Hmac(k), Algorithm::HmacSha512) => sha512
+                    .get_or_insert_with(|| hmac_tag::<Hmac<sha2::Sha512>>(k, &parts))
+                    .ct_eq(signature),
+                (Key::Hmac(k), Algorithm::Token) => k.as_slice().ct_eq(signature),
+                (Key::Hmac(k), Algorithm::Sha256SecretPrefix) => prefixed
+                    .get_or_insert_with(|| {
+                        let mut hash = sha2::Sha256::new_with_prefix(k);
+                        for part in &parts {
+                            hash.update(part);
+                        }
+                        hash.finalize()
+                    })
+                    .as_slice()
+                    .ct_eq(signature),
                 (Key::Ed25519(k), Algorithm::Ed25519) => {
                     let message = joined.get_or_insert_with(|| parts.concat());
-                    ed25519_ok(k, message, &candidate.signature)
+                    ed25519_ok(k, message, signature)
                 }
                 (Key::EcdsaP256(k), Algorithm::EcdsaP256Sha256) => {
-                    let message = joined.get_or_insert_with(|| parts.concat());
-                    ecdsa_p256_ok(k, message, &candidate.signature)
+                    let digest = digest.get_or_insert_with(|| {
+                        let mut hash = sha2::Sha256::new();
+                        for part in &parts {
+                            hash.update(part);
+                        }
+                        hash.finalize()
+                    });
+                    ecdsa_p256_ok(k, digest, signature)
                 }
                 // A key of one kind never verifies a signature of another.
                 (Key::Hmac(_), Algorithm::Ed25519 | Algorithm::EcdsaP256Sha256)
@@ -125,20 +182,27 @@ pub fn matching_key(
     Ok(bool::from(found).then_some(index as usize))
 }
 
-fn hmac_eq<M: Mac + hmac::digest::KeyInit>(
-    key: &[u8],
-    parts: &[&[u8]],
-    candidate: &[u8],
-) -> Choice {
+/// A key's MAC over the parts. Slices of different lengths compare unequal (a tag's
+/// length is not secret).
+fn hmac_tag<M: Mac + hmac::digest::KeyInit>(key: &[u8], parts: &[&[u8]]) -> Tag {
     let Ok(mut mac) = <M as Mac>::new_from_slice(key) else {
-        return Choice::from(0);
+        return Tag(None);
     };
     for part in parts {
         mac.update(part);
     }
-    let expected = mac.finalize().into_bytes();
-    // Slices of different lengths compare unequal (length is not secret).
-    expected.as_slice().ct_eq(candidate)
+    Tag(Some(mac.finalize().into_bytes().to_vec()))
+}
+
+/// An expected MAC; `None` (a key the MAC cannot take) equals no candidate.
+struct Tag(Option<Vec<u8>>);
+
+impl Tag {
+    fn ct_eq(&self, candidate: &[u8]) -> Choice {
+        self.0
+            .as_deref()
+            .map_or(Choice::from(0), |tag| tag.ct_eq(candidate))
+    }
 }
 
 fn ed25519_ok(key: &ed25519_dalek::VerifyingKey, message: &[u8], signature: &[u8]) -> Choice {
@@ -148,14 +212,19 @@ fn ed25519_ok(key: &ed25519_dalek::VerifyingKey, message: &[u8], signature: &[u8
     Choice::from(u8::from(key.verify_strict(message, &signature).is_ok()))
 }
 
-/// ECDSA P-256 over SHA-256 of the message; the signature is DER-encoded. High-S
-/// signatures are accepted, as the senders' own verifiers accept them.
-fn ecdsa_p256_ok(key: &p256::ecdsa::VerifyingKey, message: &[u8], signature: &[u8]) -> Choice {
-    use p256::ecdsa::signature::Verifier as _;
+/// ECDSA P-256 over SHA-256 of the message (given as its digest); the signature is
+/// DER-encoded. High-S signatures are accepted, as the senders' own verifiers accept
+/// them.
+fn ecdsa_p256_ok(
+    key: &p256::ecdsa::VerifyingKey,
+    digest: &sha2::digest::Output<sha2::Sha256>,
+    signature: &[u8],
+) -> Choice {
+    use p256::ecdsa::signature::hazmat::PrehashVerifier as _;
     let Ok(signature) = p256::ecdsa::Signature::from_der(signature) else {
         return Choice::from(0);
     };
-    Choice::from(u8::from(key.verify(message, &signature).is_ok()))
+    Choice::from(u8::from(key.verify_prehash(digest, &signature).is_ok()))
 }
 
 #[cfg(test)]
@@ -281,6 +350,88 @@ mod tests {
         let p = plan(vec![Candidate::new(Algorithm::HmacSha256, vec![0; 32])]);
         let err = matching_key(&[Key::Hmac(b"k".to_vec())], &p, &source(&[], b"body"));
         assert!(matches!(err, Err(IngestError::MissingSignature)));
+    }
+
+    /// A sender cannot make one request cost a check per signature it lists: more than
+    /// the cap is refused before any MAC, and up to it the key's MAC is computed once.
+    #[test]
+    fn too_many_candidates_are_refused_and_the_cap_itself_is_checked() {
+        let headers = vec![("x-id".to_string(), b"42".to_vec())];
+        let good = hmac256(b"k", b"t.42body");
+        let keys = [Key::Hmac(b"k".to_vec())];
+        let mut candidates =
+            vec![Candidate::new(Algorithm::HmacSha256, vec![]); MAX_CANDIDATES - 1];
+        candidates.push(Candidate::new(Algorithm::HmacSha256, good.clone()));
+        let at_cap = plan(candidates.clone());
+        assert_eq!(
+            matching_key(&keys, &at_cap, &source(&headers, b"body")).expect("ok"),
+            Some(0)
+        );
+        candidates.insert(0, Candidate::new(Algorithm::HmacSha256, vec![]));
+        let over = plan(candidates);
+        assert!(matches!(
+            matching_key(&keys, &over, &source(&headers, b"body")),
+            Err(IngestError::InvalidSignature)
+        ));
+    }
+
+    /// A plan naming the body (or a header) over and over would have the host hash or
+    /// copy many times the request: the plugin's failure, before any MAC.
+    #[test]
+    fn a_message_referring_to_more_than_the_request_holds_is_the_plugins_failure() {
+        let body = vec![b'x'; 100 * 1024];
+        let keys = [Key::Hmac(b"k".to_vec())];
+        let candidates = vec![Candidate::new(Algorithm::HmacSha256, vec![0; 32])];
+        let twice = Plan {
+            message: vec![Part::Body, Part::Text(".".into()), Part::Body],
+            candidates: candidates.clone(),
+            ..Plan::default()
+        };
+        let err = matching_key(&keys, &twice, &source(&[], &body));
+        assert!(matches!(err, Err(IngestError::PluginFailed)), "{err:?}");
+        assert!(matches!(
+            message_digest(&twice, &source(&[], &body)),
+            Err(IngestError::PluginFailed)
+        ));
+        let headers = vec![("x-id".to_string(), b"42".to_vec())];
+        let small_twice = Plan {
+            message: vec![
+                Part::Header("x-id".into()),
+                Part::Header("x-id".into()),
+                Part::Body,
+            ],
+            candidates,
+            ..Plan::default()
+        };
+        assert_eq!(
+            matching_key(&keys, &small_twice, &source(&headers, &body)).expect("within slack"),
+            None
+        );
+    }
+
+    #[test]
+    fn ecdsa_p256_signatures_verify_over_the_whole_message() {
+        use p256::ecdsa::signature::Signer as _;
+        let signing = p256::ecdsa::SigningKey::from_slice(&[7u8; 32]).expect("scalar");
+        let headers = vec![("x-id".to_string(), b"42".to_vec())];
+        let signature: p256::ecdsa::Signature = signing.sign(b"t.42body");
+        let der = signature.to_der().as_bytes().to_vec();
+        let keys = [
+            Key::Hmac(b"k".to_vec()),
+            Key::EcdsaP256(*signing.verifying_key()),
+        ];
+        let p = plan(vec![
+            Candidate::new(Algorithm::EcdsaP256Sha256, vec![0x30, 0x00]),
+            Candidate::new(Algorithm::EcdsaP256Sha256, der),
+        ]);
+        assert_eq!(
+            matching_key(&keys, &p, &source(&headers, b"body")).expect("ok"),
+            Some(1)
+        );
+        assert_eq!(
+            matching_key(&keys, &p, &source(&headers, b"bodY")).expect("ok"),
+            None
+        );
     }
 
     #[test]
