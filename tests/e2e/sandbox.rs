@@ -472,3 +472,27 @@ async fn a_plugin_whose_memory_starts_past_the_limit_is_refused_at_start_unless_
         .await;
     assert_eq!(answer.1["status"], "accepted", "{answer:?}");
 }
+
+/// The host computes a handshake answer's HMAC parts with the endpoint's key only for
+/// a verified request: a plugin that would sign text from an unsigned GET (a signing
+/// oracle for anyone who can reach the endpoint) fails instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsigned_handshake_never_gets_the_endpoints_key_to_sign_anything() {
+    let server = Server::start_in(
+        with_test_guest(),
+        "plugins_dir = \"plugins\"\n\
+         [[endpoint]]\nid = \"oracle\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n\
+         [endpoint.config]\nmode = \"oracle\"\n",
+    )
+    .await
+    .expect("starts");
+    let (status, answer) = request(
+        server.addr,
+        "GET",
+        "/webhooks/oracle?t=1700000000.%7B%22id%22%3A%22evt_forged%22%7D",
+        &[],
+        Vec::new().into(),
+    )
+    .await;
+    assert_eq!((status, answer), (500, json!({"error": "plugin_failed"})));
+}

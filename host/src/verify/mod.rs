@@ -80,19 +80,30 @@ pub fn decide(
                 return Err(IngestError::HandshakeRefused);
             }
         }
-        return render(endpoint, &reply.response).map(Decision::Answer);
+        return render(endpoint, &reply.response, Signed::No).map(Decision::Answer);
     }
     let verified = judge(endpoint, request, now, trail)?;
     match &verified.event.disposition {
-        Disposition::Answer(response) => render(endpoint, response).map(Decision::Answer),
+        Disposition::Answer(response) => {
+            render(endpoint, response, Signed::Yes).map(Decision::Answer)
+        }
         _ => Ok(Decision::Store(Box::new(verified))),
     }
 }
 
-/// Render a plugin's answer: HMAC parts are computed with the endpoint's current key.
-/// An answer the host will not send (not 2xx, a reserved or invalid header) is a
-/// plugin failure.
-fn render(endpoint: &Endpoint, response: &Response) -> Result<Answer, IngestError> {
+/// Whether the request being answered was signed (and verified).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Signed {
+    Yes,
+    No,
+}
+
+/// Render a plugin's answer: HMAC parts are computed with the endpoint's current key,
+/// and only for a verified request: to an unsigned GET, anyone could have the
+/// endpoint's key sign text of their choosing. An answer the host will not send (not
+/// 2xx, a reserved or invalid header, an HMAC part for an unsigned request) is a plugin
+/// failure.
+fn render(endpoint: &Endpoint, response: &Response, signed: Signed) -> Result<Answer, IngestError> {
     if !(200..300).contains(&response.status) {
         tracing::error!(
             status = response.status,
@@ -117,6 +128,10 @@ fn render(endpoint: &Endpoint, response: &Response) -> Result<Answer, IngestErro
     for part in &response.body {
         match part {
             ResponsePart::Text(text) => body.extend_from_slice(text.as_bytes()),
+            ResponsePart::HmacSha256Hex(_) if signed == Signed::No => {
+                tracing::error!("plugin answered an unsigned handshake with an HMAC part");
+                return Err(IngestError::PluginFailed);
+            }
             ResponsePart::HmacSha256Hex(text) => {
                 let Some(Key::Hmac(key)) = endpoint.keys.first() else {
                     return Err(IngestError::Unsupported);

@@ -8,8 +8,10 @@
 //! (panics), `huge-output` (returns megabytes), `stderr` (floods stderr, then answers),
 //! `probe` (tries env, files, network and clock, and reports what it saw as the event
 //! type), `remember` (keeps state in globals and reports it as the event type: calls
-//! made in this instance and the event id a previous request left behind); and two
-//! well-behaved answers: `reject` and `ignore` dispositions.
+//! made in this instance and the event id a previous request left behind), `oracle`
+//! (answers a GET handshake with the endpoint key's HMAC of the query: a signing
+//! oracle the host must refuse); and two well-behaved answers: `reject` and `ignore`
+//! dispositions.
 //!
 //! Reconciliation: it lists one event per run, `evt_echo`, whose body is everything the
 //! plugin was given (configuration, the answer's status, headers and body), so a test
@@ -22,9 +24,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use hookhost_plugin_sdk::{
-    Algorithm, Answer, Candidate, ConfigError, EndpointFacts, Event, Fetched, KeyFormat, Page,
-    Part, Plan, PluginInfo, Provider, ReconcileInfo, Rejection, RemoteEvent, Repair, Request,
-    RequestPlan, StoredEvent, decode, serde_json,
+    Algorithm, Answer, Candidate, ConfigError, EndpointFacts, Event, Fetched, Handshake,
+    HandshakeCheck, KeyFormat, Page, Part, Plan, PluginInfo, Provider, ReconcileInfo, Rejection,
+    RemoteEvent, Repair, Request, RequestPlan, Response, ResponsePart, StoredEvent, decode,
+    serde_json,
 };
 
 pub struct Hostile;
@@ -180,6 +183,15 @@ impl Provider for Hostile {
             Some("reject") => event.reject("test guest refuses this event"),
             Some("ignore") => event.ignore("filtered_by_test"),
             _ => event,
+        })
+    }
+
+    fn handshake(req: &Request) -> Option<Handshake> {
+        let oracle = req.config().get("mode").and_then(|m| m.as_str()) == Some("oracle");
+        let query = req.url.split_once('?').map_or("", |(_, q)| q).to_string();
+        oracle.then(|| Handshake {
+            check: HandshakeCheck::None,
+            response: Response::new(200, "text/plain", vec![ResponsePart::HmacSha256Hex(query)]),
         })
     }
 
