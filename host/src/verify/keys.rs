@@ -76,13 +76,21 @@ pub fn decode_key(secret: &Secret, formats: &[KeyFormat]) -> Result<Key, KeyErro
         .or(formats.first())
         .ok_or(KeyError::NoFormat)?;
     let b64 = base64::engine::general_purpose::STANDARD;
+    // An HMAC key of no bytes (a bare `whsec_`) would let anyone sign.
+    let hmac = |bytes: Vec<u8>| {
+        if bytes.is_empty() {
+            Err(KeyError::Empty)
+        } else {
+            Ok(Key::Hmac(bytes))
+        }
+    };
     match format {
-        KeyFormat::Raw => Ok(Key::Hmac(text.as_bytes().to_vec())),
-        KeyFormat::Hex => hex::decode(text).map(Key::Hmac).map_err(|_| KeyError::Hex),
-        KeyFormat::Base64AfterPrefix(p) => b64
-            .decode(text.strip_prefix(p.as_str()).unwrap_or(text))
-            .map(Key::Hmac)
-            .map_err(|_| KeyError::Base64(p.clone())),
+        KeyFormat::Raw => hmac(text.as_bytes().to_vec()),
+        KeyFormat::Hex => hmac(hex::decode(text).map_err(|_| KeyError::Hex)?),
+        KeyFormat::Base64AfterPrefix(p) => hmac(
+            b64.decode(text.strip_prefix(p.as_str()).unwrap_or(text))
+                .map_err(|_| KeyError::Base64(p.clone()))?,
+        ),
         KeyFormat::Ed25519Hex => ed25519(&hex::decode(text).map_err(|_| KeyError::Hex)?),
         KeyFormat::Ed25519Base64AfterPrefix(p) => ed25519(
             &b64.decode(text.strip_prefix(p.as_str()).unwrap_or(text))
@@ -118,6 +126,16 @@ fn ed25519(bytes: &[u8]) -> Result<Key, KeyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prefix_with_no_key_after_it_is_an_empty_secret() {
+        let formats = [KeyFormat::Base64AfterPrefix("whsec_".into())];
+        let empty = decode_key(&Secret::new("whsec_"), &formats);
+        assert!(matches!(empty, Err(KeyError::Empty)), "{empty:?}");
+        assert!(
+            matches!(decode_key(&Secret::new("whsec_a2V5"), &formats), Ok(Key::Hmac(k)) if k == b"key")
+        );
+    }
 
     #[test]
     fn secrets_and_keys_never_print_their_value() {
