@@ -24,6 +24,7 @@ use crate::http::ingest::{Judged, judge};
 use crate::http::{App, IngestError};
 use crate::store::{ForensicRow, NewForensic, NewReceipt, Outcome, Store, StoreError};
 use crate::verify::Trail;
+use hookhost_plugin_sdk::{Algorithm, Candidate};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -47,6 +48,19 @@ pub const CREDENTIAL_HEADERS: &[&str] = &[
     "x-auth-token",
     "x-gitlab-token",
 ];
+
+/// Whether a header's value holds a token scheme's candidate. A token scheme's
+/// candidate is the secret itself, as sent, so the header that carries it is a
+/// credential like those in [`CREDENTIAL_HEADERS`], whatever its name.
+pub fn carries_token(candidates: &[Candidate], value: &[u8]) -> bool {
+    candidates.iter().any(|c| {
+        c.algorithm == Algorithm::Token
+            && !c.signature.is_empty()
+            && value
+                .windows(c.signature.len())
+                .any(|w| w == c.signature.as_slice())
+    })
+}
 
 /// Headers whose values carry nothing secret; shown when it is not known which
 /// headers carry signatures (the plugin made no plan).
@@ -163,10 +177,16 @@ pub async fn keep(
         let headers = text_headers(&refused.headers);
         crate::spec::carrying_headers(&headers, &plan.candidates)
     });
+    let candidates = refused
+        .trail
+        .plan
+        .as_ref()
+        .map_or(&[][..], |p| &p.candidates);
     let headers: Vec<(String, String)> = text_headers(&refused.headers)
         .into_iter()
         .map(|(name, value)| {
-            let credential = CREDENTIAL_HEADERS.contains(&name.as_str());
+            let credential = CREDENTIAL_HEADERS.contains(&name.as_str())
+                || carries_token(candidates, value.as_bytes());
             (name, if credential { REDACTED.into() } else { value })
         })
         .collect();
@@ -236,7 +256,7 @@ fn detail(endpoint: &Endpoint, refused: &Refused, arrived_s: i64) -> Detail {
         secrets_tried: trail.plan.as_ref().map(|_| trail.secrets),
         matched_secret: trail.secret_index,
         signed_at,
-        skew_seconds: signed_at.map(|signed| arrived_s - signed),
+        skew_seconds: signed_at.map(|signed| arrived_s.saturating_sub(signed)),
         tolerance_seconds: endpoint.tolerance_seconds,
         body_len: refused.body.len(),
         // A verified body arrived as signed: nothing changed it.
@@ -484,7 +504,9 @@ pub async fn reverify(
                 plugin_version: endpoint.plugin.info.version.clone(),
                 matched_secret: Some(receipt.secret_index),
                 signed_at: receipt.signed_at,
-                skew_seconds: receipt.signed_at.map(|t| received_at_ms / 1000 - t),
+                skew_seconds: receipt
+                    .signed_at
+                    .map(|t| (received_at_ms / 1000).saturating_sub(t)),
                 tolerance_seconds: endpoint.tolerance_seconds,
                 body_len: receipt.body.len(),
                 ..Detail::default()

@@ -157,3 +157,80 @@ async fn secret_prefixed_sha256_hubspot_v1_over_http() {
     )
     .await;
 }
+
+/// A token scheme's header carries the secret itself, whatever the header is called:
+/// never stored with the receipt, and redacted in what forensics keeps of a refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_in_a_header_of_any_name_is_not_stored_or_kept() {
+    let (token, wrong) = ("tok_live_5f1c2a9e", "tok_live_5f1c2a9f");
+    let config = format!(
+        "[[endpoint]]\nid = \"jobs\"\nplugin = \"generic\"\nsecrets = [\"{token}\"]\n\
+         [endpoint.config]\nalgorithm = \"token\"\n\
+         [endpoint.config.signature]\nheader = \"X-Webhook-Token\"\n\
+         [endpoint.config.event]\nrequired = [\"id\", \"type\"]\nid = \"{{/id}}\"\ntype = \"{{/type}}\"\n"
+    );
+    let server = Server::start(&config).await;
+    let post = |value: &str, id: &str| {
+        let headers = [("X-Webhook-Token", value.to_string())];
+        let body = format!("{{\"id\":\"{id}\",\"type\":\"job.finished\"}}");
+        let addr = server.addr;
+        async move {
+            request(
+                addr,
+                "POST",
+                "/webhooks/jobs",
+                &headers,
+                body.into_bytes().into(),
+            )
+            .await
+        }
+    };
+    let (status, answer) = post(token, "job_1").await;
+    assert_eq!(
+        (status, answer["status"].as_str()),
+        (200, Some("accepted")),
+        "{answer}"
+    );
+    let (status, answer) = post(wrong, "job_2").await;
+    assert_eq!(
+        (status, &answer["error"]),
+        (400, &serde_json::json!("invalid_signature"))
+    );
+
+    let mut db = open_db(&server.db_path()).await;
+    let stored: Vec<String> = sqlx::query_scalar("SELECT headers FROM receipts")
+        .fetch_all(&mut db)
+        .await
+        .expect("receipts");
+    assert_eq!(stored.len(), 1);
+    assert!(
+        !stored[0].contains(token),
+        "the token was stored: {}",
+        stored[0]
+    );
+    assert!(
+        !stored[0].to_ascii_lowercase().contains("x-webhook-token"),
+        "{}",
+        stored[0]
+    );
+    // Forensics are written behind the answer: wait for the row.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let kept = loop {
+        let kept: Vec<String> = sqlx::query_scalar("SELECT headers FROM forensics")
+            .fetch_all(&mut db)
+            .await
+            .expect("forensics");
+        if !kept.is_empty() {
+            break kept;
+        }
+        assert!(std::time::Instant::now() < deadline, "no forensics row");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(kept.len(), 1);
+    assert!(
+        !kept[0].contains(wrong),
+        "the presented token was kept: {}",
+        kept[0]
+    );
+    assert!(kept[0].contains("[redacted]"), "{}", kept[0]);
+}

@@ -163,7 +163,9 @@ async fn handle(
     let span = tracing::Span::current();
     span.record("event_id", event.id.as_str());
     span.record("event_type", event.event_type.as_str());
-    let skew = event.signed_at.map(|t| received_at_ms / 1000 - t);
+    let skew = event
+        .signed_at
+        .map(|t| (received_at_ms / 1000).saturating_sub(t));
     app.metrics.verified(
         &endpoint.id,
         endpoint.plugin.name(),
@@ -340,7 +342,10 @@ pub fn receipt(
         body: crate::tenancy::stored_body(endpoint, body),
         headers: headers
             .into_iter()
-            .filter(|(name, _)| !forensics::CREDENTIAL_HEADERS.contains(&name.as_str()))
+            .filter(|(name, value)| {
+                !forensics::CREDENTIAL_HEADERS.contains(&name.as_str())
+                    && !forensics::carries_token(&plan.candidates, value)
+            })
             .map(|(name, value)| {
                 let value = String::from_utf8(value)
                     .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
