@@ -568,6 +568,53 @@ async fn a_full_receipt_queue_answers_429_overloaded_with_retry_after() {
     assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")));
 }
 
+/// A body's room in the memory budget goes with its receipt: a sender that hangs up
+/// while the store is stalled does not free it, so receipts queued behind the stall
+/// count against `max_bodies_in_flight_bytes` until the store is done with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_receipt_holds_its_bodys_room_after_the_sender_hangs_up() {
+    let server = Server::start(&stripe_config("")).await;
+    let budget = &server.app.bodies;
+    let all = budget.available_bytes();
+    let mut lock = open_db(&server.db_path()).await;
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut lock)
+        .await
+        .expect("the write lock");
+    let t = now();
+    let body = stripe_event("evt_hung_up", "customer.updated", "cus_h", t);
+    let headers = stripe_headers(&[STRIPE_SECRET], t, &body);
+    let gave_up = tokio::time::timeout(
+        std::time::Duration::from_millis(500),
+        request(
+            server.addr,
+            "POST",
+            "/webhooks/stripe",
+            &headers,
+            body.clone().into(),
+        ),
+    )
+    .await;
+    assert!(gave_up.is_err(), "answered while the store was locked");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        budget.available_bytes() < all,
+        "the queued receipt's body no longer counts"
+    );
+    sqlx::query("ROLLBACK")
+        .execute(&mut lock)
+        .await
+        .expect("the lock released");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while budget.available_bytes() < all || server.count_receipts("stripe").await < 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the room never came back"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 crate::both_stores! {
 async fn standard_webhooks_hmac_and_ed25519_and_svix_headers() {
     use ed25519_dalek::Signer;

@@ -2,12 +2,15 @@
 //! max_bodies_in_flight_bytes`).
 //!
 //! A request reserves its declared length (or the body cap, when it declares none)
-//! before reading its body, and keeps the reservation until its answer is ready. When
+//! before reading its body, and keeps the reservation until its answer is ready; a
+//! receipt keeps it until the store is done with it (committed or failed), even when
+//! the sender stopped waiting, so receipts queued behind a stalled store count too. When
 //! the budget is spent, requests wait before reading: their bytes stay in the kernel's
 //! socket buffers and the senders are slowed by TCP, not refused. The cap per body
 //! (`max_body_bytes`) is never more than the budget, so every request fits eventually.
 
-use tokio::sync::{Semaphore, SemaphorePermit};
+use std::sync::Arc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Bytes per permit. A semaphore takes at most `u32::MAX` permits at once; counting in
 /// KiB lets one body be up to 4 TiB, at the price of rounding each body up to a KiB.
@@ -15,30 +18,30 @@ const PERMIT_BYTES: usize = 1024;
 
 #[derive(Debug)]
 pub struct BodyBudget {
-    permits: Semaphore,
+    permits: Arc<Semaphore>,
     /// Permits in all; no reservation asks for more, so none waits forever.
     total: usize,
 }
 
 /// Bytes of body a request holds; given back when dropped.
 #[derive(Debug)]
-pub struct Reservation<'a>(SemaphorePermit<'a>);
+pub struct Reservation(OwnedSemaphorePermit);
 
 impl BodyBudget {
     /// A budget of `bytes` (rounded up to a KiB).
     pub fn new(bytes: usize) -> BodyBudget {
         let total = permits(bytes).min(Semaphore::MAX_PERMITS);
         BodyBudget {
-            permits: Semaphore::new(total),
+            permits: Arc::new(Semaphore::new(total)),
             total,
         }
     }
 
     /// Reserve room for `bytes` of body, waiting while the budget is spent.
-    pub async fn reserve(&self, bytes: usize) -> Reservation<'_> {
+    pub async fn reserve(&self, bytes: usize) -> Reservation {
         let wanted = permits(bytes).min(self.total);
         let wanted = u32::try_from(wanted).unwrap_or(u32::MAX);
-        match self.permits.acquire_many(wanted).await {
+        match self.permits.clone().acquire_many_owned(wanted).await {
             Ok(permit) => Reservation(permit),
             // Only `close` makes acquiring fail, and this semaphore is never closed.
             Err(_) => unreachable!("the body budget is never closed"),
@@ -53,7 +56,7 @@ impl BodyBudget {
     }
 }
 
-impl Reservation<'_> {
+impl Reservation {
     /// Keep only what `bytes` needs; give the rest back (a body shorter than reserved).
     pub fn shrink_to(&mut self, bytes: usize) {
         let excess = self.0.num_permits().saturating_sub(permits(bytes));

@@ -86,9 +86,9 @@ async fn handle(
     }
 
     // 2. The raw body, capped while reading; nothing has parsed it yet. Its room in
-    // the budget for bodies in memory is held until the answer is ready.
-    let (body, _room) =
-        read_capped(&app.bodies, body, app.max_body_bytes, app.read_timeout).await?;
+    // the budget for bodies in memory is held until the answer is ready, and by a
+    // receipt until the store is done with it.
+    let (body, room) = read_capped(&app.bodies, body, app.max_body_bytes, app.read_timeout).await?;
     let received_at_ms = crate::clock::now_ms();
     let received = Instant::now();
     let url = format!(
@@ -126,12 +126,13 @@ async fn handle(
                 Ok(Judged::Store(receipt)) => {
                     let event = Event::of(&receipt, took);
                     let reply = Reply::new(move |outcome| {
+                        drop(room);
                         let _ = settle.send(Settled::Stored(event, outcome));
                     });
                     stored_by.store.queue(receipt, reply);
                 }
                 Ok(Judged::Answer(answer)) => drop(settle.send(Settled::Answer(answer))),
-                Err(refused) => drop(settle.send(Settled::Refused(refused))),
+                Err(refused) => drop(settle.send(Settled::Refused(refused, room))),
             }
         })
         .await
@@ -153,7 +154,8 @@ async fn handle(
         Settled::Answer(answer) => return Ok((handshake(answer), RequestOutcome::Handshake)),
         // Kept for forensics: what arrived, and why it was refused. Boxed: inline, this
         // rare path's future would be most of every request's (3,400 bytes, not 944).
-        Settled::Refused(refused) => {
+        // The body's room is held until forensics has its copy.
+        Settled::Refused(refused, _room) => {
             return Err(Box::pin(forensics::keep(app, &endpoint, received_at_ms, *refused)).await);
         }
     };
@@ -199,7 +201,7 @@ async fn handle(
 enum Settled {
     Stored(Event, Result<Outcome, StoreError>),
     Answer(Answer),
-    Refused(Box<Refused>),
+    Refused(Box<Refused>, Reservation),
 }
 
 /// What the request's task needs of a queued receipt, for its span, metrics and
@@ -279,12 +281,12 @@ pub(crate) fn judge(
 /// cap when none is declared, trimmed once read); the caller holds it while it keeps
 /// the body. The whole body must arrive within `timeout` of its room being granted
 /// (waiting for room is not the sender's delay); past it, 408.
-async fn read_capped<'a>(
-    budget: &'a BodyBudget,
+async fn read_capped(
+    budget: &BodyBudget,
     mut body: Body,
     cap: usize,
     timeout: std::time::Duration,
-) -> Result<(Vec<u8>, Reservation<'a>), IngestError> {
+) -> Result<(Vec<u8>, Reservation), IngestError> {
     let hint = body.size_hint();
     if hint.lower() > cap as u64 {
         return Err(IngestError::BodyTooLarge);
