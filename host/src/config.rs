@@ -278,6 +278,35 @@ pub enum ApiAuth {
 
 /// The default retry schedule: immediately, 30 s, 2 min, 10 min, 1 h, 6 h, 24 h.
 pub const DEFAULT_RETRY_SCHEDULE_SECONDS: [u64; 7] = [0, 30, 120, 600, 3600, 21_600, 86_400];
+/// The longest one step of a retry schedule may be: 30 days.
+pub const MAX_RETRY_DELAY_SECONDS: u64 = 30 * 86_400;
+/// The most attempts a retry schedule may hold.
+pub const MAX_RETRY_ATTEMPTS: usize = 100;
+
+/// A retry schedule as given (in the file or the tenant API): at least one attempt,
+/// at most [`MAX_RETRY_ATTEMPTS`], no step over [`MAX_RETRY_DELAY_SECONDS`]. The
+/// reason names the offending step as `[i]`.
+pub fn check_retry_schedule(schedule: &[u64]) -> Result<(), String> {
+    if schedule.is_empty() {
+        return Err("at least one attempt".into());
+    }
+    if schedule.len() > MAX_RETRY_ATTEMPTS {
+        return Err(format!(
+            "{} attempts; at most {MAX_RETRY_ATTEMPTS}",
+            schedule.len()
+        ));
+    }
+    match schedule
+        .iter()
+        .enumerate()
+        .find(|(_, s)| **s > MAX_RETRY_DELAY_SECONDS)
+    {
+        Some((i, s)) => Err(format!(
+            "[{i}] is {s} s; a step is at most {MAX_RETRY_DELAY_SECONDS} s (30 days)"
+        )),
+        None => Ok(()),
+    }
+}
 
 /// An HTTP destination: the user's own service.
 #[derive(Debug, Clone)]
@@ -842,12 +871,8 @@ impl Config {
             let schedule = e
                 .retry_schedule_seconds
                 .unwrap_or_else(|| DEFAULT_RETRY_SCHEDULE_SECONDS.to_vec());
-            if schedule.is_empty() {
-                return Err(invalid(
-                    &format!("{key}.retry_schedule_seconds"),
-                    "at least one attempt".into(),
-                ));
-            }
+            check_retry_schedule(&schedule)
+                .map_err(|reason| invalid(&format!("{key}.retry_schedule_seconds"), reason))?;
             let plugin_config = serde_json::to_value(e.config.unwrap_or_default())
                 .map_err(|err| invalid(&format!("{key}.config"), err.to_string()))?;
             let reconcile = match e.reconcile {
@@ -1115,6 +1140,32 @@ mod tests {
         assert!(
             error("[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = []")
                 .contains("at least one secret")
+        );
+        let schedule = |steps: &str| {
+            parse(&format!(
+                "[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"x\"]\n\
+                 retry_schedule_seconds = {steps}"
+            ))
+        };
+        let key = "/etc/hookhost/hookhost.toml: endpoint[0] (id \"a\").retry_schedule_seconds: ";
+        for (steps, reason) in [
+            ("[]", "at least one attempt".to_string()),
+            (
+                "[0, 9223372036854775807]",
+                "[1] is 9223372036854775807 s; a step is at most 2592000 s (30 days)".into(),
+            ),
+            (
+                &format!("[{}]", vec!["1"; 101].join(", ")),
+                "101 attempts; at most 100".into(),
+            ),
+        ] {
+            let message = schedule(steps).expect_err(steps).to_string();
+            assert_eq!(message, format!("{key}{reason}"));
+        }
+        let longest = schedule("[0, 2592000]").expect("30 days is allowed");
+        assert_eq!(
+            longest.endpoints[0].retry_schedule,
+            [Duration::ZERO, Duration::from_secs(2_592_000)]
         );
         assert!(
             error("[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"file:/nonexistent/s\"]")

@@ -1121,12 +1121,9 @@ async fn validate(
             Some(reason.into()),
         )
     };
-    if spec
-        .retry_schedule_seconds
-        .as_ref()
-        .is_some_and(Vec::is_empty)
-    {
-        return Err(invalid("retry_schedule_seconds: at least one attempt"));
+    if let Some(schedule) = &spec.retry_schedule_seconds {
+        crate::config::check_retry_schedule(schedule)
+            .map_err(|reason| invalid(&format!("retry_schedule_seconds: {reason}")))?;
     }
     if spec.destination.is_some() && destination_secret.is_none() {
         return Err(invalid(

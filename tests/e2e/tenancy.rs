@@ -589,6 +589,36 @@ async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_ap
         (400, &json!("invalid_endpoint")),
         "{refused:?}"
     );
+    // What would break delivery later is refused now, naming it: a step of the schedule
+    // past 30 days, credentials in the URL, a zero timeout.
+    for (bad, says) in [
+        (
+            json!({"retry_schedule_seconds": [0, u64::MAX], "destination": {"url": url, "secret": signing}}),
+            "retry_schedule_seconds: [1] is 18446744073709551615 s",
+        ),
+        (
+            json!({"destination": {"url": "http://u:p@127.0.0.1:9/hook", "secret": signing}}),
+            "destination url: a user name or password",
+        ),
+        (
+            json!({"destination": {"url": url, "secret": signing, "timeout_ms": 0}}),
+            "connect_timeout_ms and timeout_ms must be greater than 0",
+        ),
+    ] {
+        let mut body = json!({"name": "hook", "plugin": "stripe", "secret": SECRET});
+        for (k, v) in bad.as_object().expect("object") {
+            body[k] = v.clone();
+        }
+        let (status, refused) = call(addr, "POST", "/v1/endpoints", &acme, body).await;
+        assert_eq!(
+            (status, &refused["error"]),
+            (400, &json!("invalid_endpoint")),
+            "{refused}"
+        );
+        let reason = refused["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains(says), "{reason}");
+        assert!(!reason.contains("u:p"), "{reason}");
+    }
     let new = json!({"name": "hook", "plugin": "stripe", "secret": SECRET,
                      "destination": {"url": url, "secret": signing}});
     let (status, created) = call(addr, "POST", "/v1/endpoints", &acme, new).await;

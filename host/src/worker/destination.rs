@@ -88,6 +88,20 @@ impl HttpDestination {
             .parse()
             .map_err(|e| format!("destination url: {e}"))?;
         let host = uri.host().ok_or("destination url: no host")?.to_string();
+        // A user name or password in the URL would travel in the Host header, not as
+        // credentials: the destination authenticates hookhost by the signature.
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            return Err(
+                "destination url: a user name or password in the url is not sent as \
+                        credentials (the destination checks hookhost's signature)"
+                    .into(),
+            );
+        }
+        if config.connect_timeout.is_zero() || config.timeout.is_zero() {
+            return Err(
+                "destination: connect_timeout_ms and timeout_ms must be greater than 0".into(),
+            );
+        }
         let (tls, default_port) = match uri.scheme_str() {
             Some("http") => (None, 80),
             Some("https") => (Some(Tls::new(&host, config.ca.as_ref())?), 443),
@@ -358,6 +372,39 @@ mod tests {
         assert!(
             matches!(with_after, Answer::Retry { retry_after: Some(d), .. } if d == Duration::from_secs(3))
         );
+    }
+
+    #[test]
+    fn urls_with_credentials_and_zero_timeouts_are_refused() {
+        let config = |url: &str, connect_ms: u64, timeout_ms: u64| DestinationConfig {
+            url: url.into(),
+            ca: None,
+            secret: crate::verify::Secret::new("whsec_a2V5"),
+            connect_timeout: Duration::from_millis(connect_ms),
+            timeout: Duration::from_millis(timeout_ms),
+        };
+        let refused = |c: &DestinationConfig| HttpDestination::new(c).err().unwrap_or_default();
+        assert!(HttpDestination::new(&config("http://127.0.0.1:9/in", 1, 1)).is_ok());
+        for url in [
+            "http://u:p@127.0.0.1:9/in",
+            "https://user@hooks.internal/in",
+        ] {
+            let reason = refused(&config(url, 1, 1));
+            assert!(
+                reason.starts_with("destination url: a user name"),
+                "{url}: {reason}"
+            );
+            assert!(
+                !reason.contains("u:p") && !reason.contains("user@"),
+                "{reason}"
+            );
+        }
+        for (connect, total) in [(0, 1), (1, 0)] {
+            assert_eq!(
+                refused(&config("http://127.0.0.1:9/in", connect, total)),
+                "destination: connect_timeout_ms and timeout_ms must be greater than 0"
+            );
+        }
     }
 
     #[test]

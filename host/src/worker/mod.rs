@@ -281,7 +281,7 @@ pub fn next_step(
                 return Next::Dead;
             };
             let spread = base.mul_f64(JITTER * jitter_unit(event_id, attempt));
-            let mut delay = *base + spread;
+            let mut delay = base.saturating_add(spread);
             if let Some(after) = retry_after {
                 delay = delay.max((*after).min(MAX_RETRY_AFTER));
             }
