@@ -271,6 +271,73 @@ async fn retry_after_is_honoured() {
 }
 
 crate::both_stores! {
+async fn an_attempt_slower_than_its_lease_is_given_up_while_the_lease_holds() {
+    // A destination that takes connections and never answers; the attempt's own
+    // timeout (15 s by default) is far longer than the 1 s lease.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let accepted: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let seen = accepted.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            seen.lock().expect("lock").push(Instant::now());
+            held.push(socket);
+        }
+    });
+    let text = config(&format!("http://127.0.0.1:{port}/hook"), "[0, 0]", "")
+        .replace("lease_seconds = 30", "lease_seconds = 1");
+    let server = Server::start(&text).await;
+    accept(&server, "evt_slow").await;
+    settled(&server, "evt_slow", "dead").await;
+    // Each attempt ended at three quarters of the lease and was recorded under it; the
+    // next began only after: never two at once, never an expired lease's leftovers.
+    let attempts = server
+        .app
+        .store
+        .attempts("stripe", "evt_slow")
+        .await
+        .expect("attempts");
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    for (_, status, error) in &attempts {
+        assert_eq!(*status, None);
+        let error = error.as_deref().unwrap_or_default();
+        assert!(error.starts_with("no answer within 750 ms"), "{error}");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let accepted = accepted.lock().expect("lock").clone();
+    assert_eq!(accepted.len(), 2, "one connection per attempt");
+    let gap = accepted[1] - accepted[0];
+    assert!(gap >= Duration::from_millis(700), "second attempt after {gap:?}");
+}
+}
+
+crate::both_stores! {
+async fn a_stored_body_that_does_not_open_is_quarantined_not_retried() {
+    let (downstream, port) = Downstream::start().await;
+    let server = start(port, "[0, 0, 0]").await;
+    // A body marked sealed that no key opens (no [tenancy] here; an altered row would
+    // do the same): it can never be sent.
+    let mut receipt = new_receipt("evt_sealed", "cus_sealed", Some(1), now() * 1000);
+    receipt.body = [hookhost::tenancy::SEALED_BODY, b"not a sealed body".as_slice()].concat();
+    server.app.store.record(receipt).await.expect("record");
+    let row = settled(&server, "evt_sealed", "quarantined").await;
+    let error = row.last_error.unwrap_or_default();
+    assert!(error.starts_with("the sealed body does not open: "), "{error}");
+    let attempts = server
+        .app
+        .store
+        .attempts("stripe", "evt_sealed")
+        .await
+        .expect("attempts");
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert!(downstream.received("evt_sealed").is_empty());
+}
+}
+
+crate::both_stores! {
 async fn a_lease_that_expires_lets_another_worker_take_the_event() {
     // No destination: the server's own workers leave the event alone.
     let server = Server::start(&stripe_config("")).await;

@@ -25,6 +25,10 @@ pub struct Leased {
     pub attempts: u32,
     /// The provider's signed timestamp (unix seconds), when its scheme signs one.
     pub signed_at: Option<i64>,
+    /// When this lease expires (unix ms). It also names the lease: an attempt moves the
+    /// receipt on only while the receipt is still under this very lease, so a late
+    /// answer under an expired lease never overrides the attempt of a newer one.
+    pub lease_expires_at_ms: i64,
 }
 
 impl Leased {
@@ -106,8 +110,9 @@ impl SqliteStore {
             .await
     }
 
-    /// Record an attempt and move the receipt on, if `owner` still holds its lease
-    /// (a worker whose lease expired records its attempt but changes nothing else).
+    /// Record an attempt and move the receipt on, if `owner` still holds the lease the
+    /// attempt was made under (a worker whose lease expired records its attempt but
+    /// changes nothing else).
     pub async fn finish_attempt(
         &self,
         leased: &Leased,
@@ -202,6 +207,7 @@ pub(super) fn lease_in(tx: &Transaction<'_>, r: &LeaseRequest) -> Result<Vec<Lea
                     resource_version: row.get(8)?,
                     attempts: u32::try_from(row.get::<_, i64>(9)?).unwrap_or(0),
                     signed_at: row.get(10)?,
+                    lease_expires_at_ms: r.until_ms,
                 })
             },
         )?
@@ -233,6 +239,7 @@ pub(super) fn finish_all(
                 "endpoint": leased.endpoint,
                 "event_id": leased.event_id,
                 "owner": r.owner,
+                "lease": leased.lease_expires_at_ms,
                 "attempt": i64::from(leased.attempts) + 1,
                 "started": attempt.started_at_ms,
                 "ended": attempt.ended_at_ms,
@@ -253,18 +260,20 @@ pub(super) fn finish_all(
          FROM json_each(?1)",
     )?
     .execute([&rows])?;
-    // The receipt moves on only while the attempt's worker still holds its lease.
+    // The receipt moves on only while the attempt's worker still holds its lease: the
+    // same lease, not a later one the same worker took after this one expired.
     tx.prepare_cached(
         "UPDATE receipts SET attempts = f.attempt, state = f.state, next_attempt_at_ms = f.next_at,
             last_error = f.error, delivered_at_ms = f.delivered_at,
             lease_owner = NULL, lease_expires_at_ms = NULL
          FROM (SELECT value->>'endpoint' AS endpoint, value->>'event_id' AS event_id,
-                      value->>'owner' AS owner, value->>'attempt' AS attempt,
+                      value->>'owner' AS owner, value->>'lease' AS lease,
+                      value->>'attempt' AS attempt,
                       value->>'state' AS state, value->>'next_at' AS next_at,
                       value->>'error' AS error, value->>'delivered_at' AS delivered_at
                FROM json_each(?1)) AS f
          WHERE receipts.endpoint = f.endpoint AND receipts.event_id = f.event_id
-           AND receipts.lease_owner = f.owner",
+           AND receipts.lease_owner = f.owner AND receipts.lease_expires_at_ms = f.lease",
     )?
     .execute([&rows])?;
     Ok(())

@@ -216,11 +216,12 @@ impl PgStore {
         .fetch_all(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(rows.into_iter().map(leased).collect())
+        Ok(rows.into_iter().map(|row| leased(row, until_ms)).collect())
     }
 
-    /// Record an attempt and move the receipt on, if `owner` still holds its lease
-    /// (a worker whose lease expired records its attempt but changes nothing else).
+    /// Record an attempt and move the receipt on, if `owner` still holds the lease the
+    /// attempt was made under (a worker whose lease expired records its attempt but
+    /// changes nothing else).
     pub async fn finish_attempt(
         &self,
         leased: &Leased,
@@ -254,7 +255,8 @@ impl PgStore {
         sqlx::query(
             "UPDATE receipts SET attempts = $1, state = $2, next_attempt_at_ms = $3,
                 last_error = $4, delivered_at_ms = $5, lease_owner = NULL, lease_expires_at_ms = NULL
-             WHERE endpoint = $6 AND event_id = $7 AND lease_owner = $8",
+             WHERE endpoint = $6 AND event_id = $7 AND lease_owner = $8
+               AND lease_expires_at_ms = $9",
         )
         .bind(number)
         .bind(state)
@@ -264,6 +266,7 @@ impl PgStore {
         .bind(&leased.endpoint)
         .bind(&leased.event_id)
         .bind(owner)
+        .bind(leased.lease_expires_at_ms)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -504,7 +507,7 @@ impl PgStore {
     }
 }
 
-fn leased(row: PgRow) -> Leased {
+fn leased(row: PgRow, lease_expires_at_ms: i64) -> Leased {
     Leased {
         endpoint: row.get(0),
         event_id: row.get(1),
@@ -517,6 +520,7 @@ fn leased(row: PgRow) -> Leased {
         resource_version: row.get(8),
         attempts: u32::try_from(row.get::<i64, _>(9)).unwrap_or(0),
         signed_at: row.get(10),
+        lease_expires_at_ms,
     }
 }
 

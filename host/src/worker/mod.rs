@@ -105,17 +105,35 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
                         let Some(endpoint) = app.endpoints.get(&event.endpoint) else {
                             continue;
                         };
-                        // A sealing tenant's body is opened only to be sent.
+                        // A sealing tenant's body is opened only to be sent. One that does
+                        // not open (altered at rest) never will: quarantined, with the
+                        // reason, not leased again and again.
                         match crate::tenancy::plain_body(&app, &event.endpoint, &event.body) {
                             Ok(std::borrow::Cow::Owned(plain)) => event.body = plain,
                             Ok(std::borrow::Cow::Borrowed(_)) => {}
                             Err(error) => {
-                                tracing::error!(endpoint = %event.endpoint, %error, "body does not open; not delivered");
+                                tracing::error!(endpoint = %event.endpoint, %error, "body does not open; quarantined");
+                                let now_ms = crate::clock::now_ms();
+                                let record_unopened = Attempted {
+                                    record: AttemptRecord {
+                                        started_at_ms: now_ms,
+                                        ended_at_ms: now_ms,
+                                        status: None,
+                                        error: Some(format!(
+                                            "the sealed body does not open: {error}"
+                                        )),
+                                    },
+                                    next: Next::Quarantined,
+                                    event,
+                                };
+                                record(&mut recording, Some(record_unopened));
                                 continue;
                             }
                         }
                         let span = event.span();
-                        in_flight.spawn(deliver(app.clone(), endpoint, event).instrument(span));
+                        let within = answer_within(config.lease);
+                        in_flight
+                            .spawn(deliver(app.clone(), endpoint, event, within).instrument(span));
                     }
                 }
                 Err(error) => {
@@ -206,33 +224,31 @@ impl Attempted {
     }
 }
 
-async fn deliver(app: Arc<App>, endpoint: Arc<Endpoint>, event: Leased) -> Option<Attempted> {
+/// How long an attempt (a thin event's fetch included) may take: three quarters of the
+/// lease, so that its answer is recorded while the lease still holds and no other
+/// worker (nor this one, leasing again) can be delivering the same event meanwhile.
+fn answer_within(lease: Duration) -> Duration {
+    lease.mul_f64(0.75)
+}
+
+async fn deliver(
+    app: Arc<App>,
+    endpoint: Arc<Endpoint>,
+    event: Leased,
+    within: Duration,
+) -> Option<Attempted> {
     let destination = endpoint.destination.as_ref()?;
     let started_at_ms = crate::clock::now_ms();
-    // A thin event is delivered as its object's current state, fetched now.
-    let answer = match crate::reconcile::fetch_current(&app, &endpoint, &event).await {
-        Ok(None) => {
-            destination
-                .deliver(&endpoint.id, endpoint.plugin.name(), &event)
-                .await
-        }
-        Ok(Some(fetched)) => {
-            let mut current = event.clone();
-            current.body = fetched.body;
-            current.resource_version = fetched
-                .resource_version
-                .map(|v| i64::try_from(v).unwrap_or(i64::MAX));
-            tracing::info!(version = ?current.resource_version, "delivering the thin event's current object");
-            destination
-                .deliver(&endpoint.id, endpoint.plugin.name(), &current)
-                .await
-        }
-        Err(error) => Answer::Retry {
+    let answer = tokio::time::timeout(within, attempt(&app, &endpoint, destination, &event))
+        .await
+        .unwrap_or_else(|_| Answer::Retry {
             status: None,
-            error: format!("fetching the thin event's current object: {error}"),
+            error: format!(
+                "no answer within {} ms (three quarters of the lease); given up while the lease holds",
+                within.as_millis()
+            ),
             retry_after: None,
-        },
-    };
+        });
     let ended_at_ms = crate::clock::now_ms();
     let attempt = event.attempts + 1;
     let next = next_step(
@@ -261,6 +277,39 @@ async fn deliver(app: Arc<App>, endpoint: Arc<Endpoint>, event: Leased) -> Optio
         record,
         next,
     })
+}
+
+/// One attempt at the destination. A thin event is delivered as its object's current
+/// state, fetched now.
+async fn attempt(
+    app: &Arc<App>,
+    endpoint: &Arc<Endpoint>,
+    destination: &Arc<dyn Destination>,
+    event: &Leased,
+) -> Answer {
+    match crate::reconcile::fetch_current(app, endpoint, event).await {
+        Ok(None) => {
+            destination
+                .deliver(&endpoint.id, endpoint.plugin.name(), event)
+                .await
+        }
+        Ok(Some(fetched)) => {
+            let mut current = event.clone();
+            current.body = fetched.body;
+            current.resource_version = fetched
+                .resource_version
+                .map(|v| i64::try_from(v).unwrap_or(i64::MAX));
+            tracing::info!(version = ?current.resource_version, "delivering the thin event's current object");
+            destination
+                .deliver(&endpoint.id, endpoint.plugin.name(), &current)
+                .await
+        }
+        Err(error) => Answer::Retry {
+            status: None,
+            error: format!("fetching the thin event's current object: {error}"),
+            retry_after: None,
+        },
+    }
 }
 
 /// After attempt number `attempt` (1-based) came back as `answer`: delivered, retry at
