@@ -373,6 +373,36 @@ async fn a_lease_that_expires_lets_another_worker_take_the_event() {
 }
 
 crate::both_stores! {
+async fn events_of_one_resource_received_in_the_same_millisecond_are_leased_one_at_a_time() {
+    // No destination: the server's own workers leave the events alone.
+    let server = Server::start(&stripe_config("")).await;
+    let store = &server.app.store;
+    let now_ms = now() * 1000;
+    // Same resource, no version, same arrival: the event id breaks the tie.
+    for id in ["evt_tie_b", "evt_tie_a"] {
+        store
+            .record(new_receipt(id, "cus_tie", None, now_ms))
+            .await
+            .expect("record");
+    }
+    let endpoints = vec!["stripe".to_string()];
+    let lease = Duration::from_secs(60);
+    let first = store
+        .lease_due("w", &endpoints, now_ms, lease, 10)
+        .await
+        .expect("lease");
+    let ids: Vec<&str> = first.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(ids, ["evt_tie_a"]);
+    // While it is in flight its twin waits.
+    let held = store
+        .lease_due("w", &endpoints, now_ms + 1, lease, 10)
+        .await
+        .expect("lease");
+    assert!(held.is_empty(), "{held:?}");
+}
+}
+
+crate::both_stores! {
 async fn one_resource_is_delivered_one_event_at_a_time_in_version_order() {
     let (downstream, port) = Downstream::start().await;
     let server = start(port, "[0, 0, 0]").await;

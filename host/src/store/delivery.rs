@@ -179,7 +179,7 @@ pub(super) fn lease_in(tx: &Transaction<'_>, r: &LeaseRequest) -> Result<Vec<Lea
                     AND (o.lease_expires_at_ms > ?3
                          OR COALESCE(o.resource_version, -1) < COALESCE(r.resource_version, -1)
                          OR (COALESCE(o.resource_version, -1) = COALESCE(r.resource_version, -1)
-                             AND o.received_at_ms < r.received_at_ms))))
+                             AND (o.received_at_ms, o.event_id) < (r.received_at_ms, r.event_id)))))
             ORDER BY next_attempt_at_ms, received_at_ms
             LIMIT ?5)
          RETURNING endpoint, event_id, body, headers, event_type, plugin,
