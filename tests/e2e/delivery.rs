@@ -471,6 +471,53 @@ fn hookhost_cli(args: &[&str]) -> String {
 }
 
 crate::both_stores! {
+async fn a_replay_never_sends_an_old_version_over_a_newer_one() {
+    let (downstream, port) = Downstream::start().await;
+    let server = start(port, "[0]").await;
+    // cus_R: version 1 dies, version 2 is delivered after it. cus_S: version 1 is
+    // delivered, version 2 is refused by the destination (quarantined).
+    downstream.script("evt_r1", &[(500, None)]);
+    downstream.script("evt_s2", &[(422, None)]);
+    let t = now();
+    for (id, customer, version) in [
+        ("evt_r1", "cus_R", 1000),
+        ("evt_r2", "cus_R", 2000),
+        ("evt_s1", "cus_S", 1000),
+        ("evt_s2", "cus_S", 2000),
+    ] {
+        let body = stripe_event(id, "customer.updated", customer, version);
+        let (status, answer) = server.post_stripe(&[STRIPE_SECRET], t, &body).await;
+        assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")), "{id}");
+    }
+    for (id, state) in [
+        ("evt_r1", "dead"),
+        ("evt_r2", "delivered"),
+        ("evt_s1", "delivered"),
+        ("evt_s2", "quarantined"),
+    ] {
+        settled(&server, id, state).await;
+    }
+    let replay = |id: &str| {
+        let filter = hookhost::store::Filter {
+            endpoint: Some("stripe".into()),
+            event_id: Some(id.into()),
+            ..hookhost::store::Filter::default()
+        };
+        let store = server.app.store.clone();
+        async move { store.replay(&filter).await.expect("replay") }
+    };
+    // The destination has version 2 of cus_R: version 1 stays dead, unsent.
+    assert_eq!(replay("evt_r1").await, 0);
+    assert_eq!(server.receipt("stripe", "evt_r1").await.state, "dead");
+    // cus_S's version 2 never reached the destination: version 1 may be sent again.
+    assert_eq!(replay("evt_s1").await, 1);
+    settled(&server, "evt_s1", "delivered").await;
+    assert_eq!(downstream.received("evt_s1").len(), 2);
+    assert_eq!(downstream.received("evt_r1").len(), 1);
+}
+}
+
+crate::both_stores! {
 async fn dead_letters_are_listed_replayed_and_discarded_from_the_cli() {
     let (downstream, port) = Downstream::start().await;
     let server = start(port, "[0, 0, 0]").await;

@@ -298,8 +298,9 @@ forward! {
     fn attempts(&self, endpoint: &str, event_id: &str) -> Result<Vec<(i64, Option<i64>, Option<String>)>, StoreError>;
     /// Receipts matching a filter, oldest first.
     fn list(&self, filter: &Filter) -> Result<Vec<Summary>, StoreError>;
-    /// Make matching dead, quarantined or delivered receipts pending again, under
-    /// their original event ids.
+    /// Make matching dead, quarantined, delivered or discarded receipts pending again,
+    /// under their original event ids, unless their resource has a newer version
+    /// delivered or pending.
     fn replay(&self, filter: &Filter) -> Result<u64, StoreError>;
     /// One receipt with its attempts, as JSON.
     fn show(&self, endpoint: &str, event_id: &str) -> Result<Option<serde_json::Value>, StoreError>;

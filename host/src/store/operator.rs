@@ -121,13 +121,23 @@ impl SqliteStore {
 
     /// Queue dead, quarantined, delivered or discarded events again under their
     /// original event id (so the destination sees the same `webhook-id` and
-    /// idempotency key), with a fresh retry schedule. Returns how many.
+    /// idempotency key), with a fresh retry schedule; not one whose resource has a
+    /// newer version delivered or pending. Returns how many.
     pub async fn replay(&self, filter: &Filter) -> Result<u64, StoreError> {
         let sql = format!(
             "UPDATE receipts SET state = 'pending', state_reason = 'replayed', attempts = 0,
                 next_attempt_at_ms = 0, lease_owner = NULL, lease_expires_at_ms = NULL
              WHERE state IN {REPLAYABLE} AND rowid IN (
-                SELECT rowid FROM receipts WHERE {WHERE} ORDER BY received_at_ms LIMIT ?10)"
+                SELECT rowid FROM receipts WHERE {WHERE} ORDER BY received_at_ms LIMIT ?10)
+               -- An old version is not sent over a newer one its resource already
+               -- has delivered, or has on its way.
+               AND NOT EXISTS (
+                SELECT 1 FROM receipts AS newer
+                WHERE newer.endpoint = receipts.endpoint
+                  AND newer.resource_kind = receipts.resource_kind
+                  AND newer.resource_id = receipts.resource_id
+                  AND newer.resource_version > receipts.resource_version
+                  AND newer.state IN ('pending', 'delivered'))"
         );
         let done = filtered(&sql, filter, filter.limit.unwrap_or(u32::MAX))
             .execute(&self.worker)
