@@ -136,7 +136,7 @@ enum ReconcileCommand {
         endpoint: Option<String>,
         /// At most this many runs.
         #[arg(long, default_value_t = 50)]
-        limit: i64,
+        limit: u32,
     },
     /// One run and the events it repaired.
     Show {
@@ -829,7 +829,7 @@ fn reconcile(command: Option<ReconcileCommand>, args: ReconcileArgs) -> anyhow::
             limit,
         }) => runtime.block_on(async move {
             let store = crate::store::Store::open(&Config::load(&config)?.store).await?;
-            let runs = store.runs(endpoint.as_deref(), limit).await;
+            let runs = store.runs(endpoint.as_deref(), i64::from(limit)).await;
             store.close().await;
             println!("{}", serde_json::to_string_pretty(&runs?)?);
             Ok(())
@@ -901,7 +901,7 @@ fn shadow(config_path: PathBuf, id: &str, plugin: &str, last: u32) -> anyhow::Re
                 Some(file) => {
                     let mut candidate = file.clone();
                     candidate.plugin = plugin.to_string();
-                    let chosen = if plugin.ends_with(".wasm") {
+                    let chosen = if plugin.ends_with(".wasm") || plugin.contains('/') {
                         Some(Arc::new(Plugin::load_file(
                             std::path::Path::new(plugin),
                             config.limits.plugin,

@@ -454,11 +454,31 @@ fn reconcile_config(
 }
 
 /// `store = "PATH or URL"`, or a `[store]` table.
-#[derive(Deserialize)]
-#[serde(untagged)]
 enum RawStore {
     Location(String),
     Table(RawStoreTable),
+}
+
+/// By the value's kind, so that an error inside the table (a misspelt key, a wrong
+/// type) is reported as it is, not as "did not match any variant".
+impl<'de> Deserialize<'de> for RawStore {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Kind;
+        impl<'de> serde::de::Visitor<'de> for Kind {
+            type Value = RawStore;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a path or URL, or a [store] table")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<RawStore, E> {
+                Ok(RawStore::Location(text.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<RawStore, A::Error> {
+                let table = serde::de::value::MapAccessDeserializer::new(map);
+                RawStoreTable::deserialize(table).map(RawStore::Table)
+            }
+        }
+        deserializer.deserialize_any(Kind)
+    }
 }
 
 #[derive(Deserialize)]
@@ -780,10 +800,15 @@ impl Config {
         let mut endpoints = Vec::new();
         let mut literal_secrets = Vec::new();
         let mut resolve_secret = |source: &str, skey: &str| -> Result<Secret, ConfigError> {
+            // A trailing newline (a secret written to a file, or put in the environment
+            // from one) is not part of the secret.
             let value = if let Some(name) = source.strip_prefix("env:") {
-                env(name).ok_or_else(|| {
-                    invalid(skey, format!("environment variable {name} is not set"))
-                })?
+                env(name)
+                    .ok_or_else(|| {
+                        invalid(skey, format!("environment variable {name} is not set"))
+                    })?
+                    .trim_end_matches(['\r', '\n'])
+                    .to_string()
             } else if let Some(file) = source.strip_prefix("file:") {
                 let file = beside(Path::new(file));
                 std::fs::read_to_string(&file)
@@ -897,6 +922,12 @@ impl Config {
             });
         }
         let admin = match raw.admin_token.as_deref() {
+            None if raw.admin_listen.is_some() => {
+                return Err(invalid(
+                    "admin_listen",
+                    "applies only with admin_token (the admin API is off without it)".into(),
+                ));
+            }
             None => None,
             Some(source) => {
                 let token = resolve_secret(source, "admin_token")?;
@@ -998,9 +1029,16 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
-        Config::parse(Path::new("/etc/hookhost/hookhost.toml"), text, &|name| {
-            (name == "STRIPE_SECRET").then(|| "whsec_from_env".to_string())
-        })
+        Config::parse(
+            Path::new("/etc/hookhost/hookhost.toml"),
+            text,
+            &|name| match name {
+                "STRIPE_SECRET" => Some("whsec_from_env".to_string()),
+                "FROM_A_FILE" => Some("whsec_from_a_file\r\n".to_string()),
+                "ONLY_A_NEWLINE" => Some("\n".to_string()),
+                _ => None,
+            },
+        )
     }
 
     const GOOD: &str = r#"
@@ -1108,6 +1146,20 @@ mod tests {
         assert!(error("listen = \"nowhere\"").contains("listen: "));
         assert!(error("store = \"\"").contains("store: empty path"));
         assert!(error("[store]\nmax_connections = 4").contains("store: "));
+        for (table, says) in [
+            (
+                "url = \"postgres://db/h\"\nmax_conections = 4",
+                "unknown field `max_conections`",
+            ),
+            (
+                "url = \"postgres://db/h\"\nconnect_timeout_ms = \"1500\"",
+                "invalid type: string",
+            ),
+        ] {
+            let message = error(&format!("[store]\n{table}"));
+            assert!(message.contains(says), "{table}: {message}");
+        }
+        assert!(error("store = 5").contains("a path or URL, or a [store] table"));
         assert!(error("[retention]\ndelivered_days = 0").contains("retention.delivered_days: "));
         assert!(error("[retention]\ndelivered_days = 3").contains("longest provider retry window"));
         assert!(error("[retention]\ndead_days = 0").contains("retention.dead_days: "));
@@ -1170,6 +1222,19 @@ mod tests {
         assert!(
             error("[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"file:/nonexistent/s\"]")
                 .contains("cannot read /nonexistent/s")
+        );
+        // A variable filled from a file keeps no trailing newline; one that is only a
+        // newline is an empty secret.
+        let from_file =
+            parse("[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"env:FROM_A_FILE\"]")
+                .expect("valid");
+        assert_eq!(
+            from_file.endpoints[0].secrets,
+            [Secret::new("whsec_from_a_file")]
+        );
+        assert!(
+            error("[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"env:ONLY_A_NEWLINE\"]")
+                .ends_with("secrets[0]: the secret is empty")
         );
     }
 
@@ -1257,6 +1322,9 @@ mod tests {
             }
         );
         assert!(error("[forensics]\nrejected_days = 0").contains("forensics.rejected_days: "));
+        assert!(error("admin_listen = \"0.0.0.0:9000\"").ends_with(
+            "admin_listen: applies only with admin_token (the admin API is off without it)"
+        ));
         let tenancy = "[tenancy]\noperator_token = \"op\"\nmaster_key = \"c2hvcnQ=\"";
         assert!(error(tenancy).contains("tenancy: the tenant API is served on the admin listener"));
         let with_admin = format!("admin_token = \"a\"\n{tenancy}");

@@ -376,7 +376,7 @@ fn retry_window(note: &str) -> Option<Duration> {
                 "week" => 7 * 86_400,
                 _ => return None,
             };
-            Some(Duration::from_secs(n * unit))
+            Some(Duration::from_secs(n.saturating_mul(unit)))
         })
         .max()
 }
@@ -414,5 +414,10 @@ mod tests {
             Some(Duration::from_secs(48 * 3_600))
         );
         assert_eq!(retry_window("no retries"), None);
+        // A drop-in plugin's note is its author's text: no number overflows it.
+        assert_eq!(
+            retry_window("for 18446744073709551615 weeks"),
+            Some(Duration::from_secs(u64::MAX))
+        );
     }
 }
