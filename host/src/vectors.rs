@@ -54,7 +54,17 @@ struct Expect {
     event: Option<serde_json::Map<String, Value>>,
     status: Option<u16>,
     error: Option<String>,
-    response: Option<Value>,
+    response: Option<ExpectResponse>,
+}
+
+/// `expect.response`: a handshake's answer, its status and its exact body text or the
+/// JSON it parses to.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectResponse {
+    status: u16,
+    body: Option<String>,
+    json: Option<Value>,
 }
 
 /// What the receiver decided for one vector, and whether that is what was expected.
@@ -100,8 +110,16 @@ fn parse(elements: Vec<Value>, shown: &str) -> Result<Vec<Vector>, String> {
             .and_then(Value::as_str)
             .unwrap_or("?")
             .to_string();
-        let vector: Vector = serde_json::from_value(element)
-            .map_err(|e| format!("{shown}: element {i} ({name:?}): {e}"))?;
+        // The error names the field: `expect.status: invalid type: …`.
+        let vector: Vector = serde_path_to_error::deserialize(element).map_err(|e| {
+            let field = e.path().to_string();
+            let at = if field == "." {
+                String::new()
+            } else {
+                format!("{field}: ")
+            };
+            format!("{shown}: element {i} ({name:?}): {at}{}", e.into_inner())
+        })?;
         check_shape(&vector).map_err(|e| format!("{shown}: element {i} ({name:?}): {e}"))?;
         if !names.insert(vector.name.clone()) {
             return Err(format!(
@@ -221,8 +239,27 @@ fn check_shape(vector: &Vector) -> Result<(), String> {
     if vector.request.body.is_some() == vector.request.body_base64.is_some() {
         return Err("request: exactly one of body and body_base64".into());
     }
-    match vector.expect.outcome.as_str() {
-        "accept" | "reject" => Ok(()),
+    if let Some(b64) = &vector.request.body_base64 {
+        base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .map_err(|e| format!("request.body_base64: {e}"))?;
+    }
+    let expect = &vector.expect;
+    if let Some(response) = &expect.response
+        && response.body.is_some() == response.json.is_some()
+    {
+        return Err("expect.response: exactly one of body and json".into());
+    }
+    // What only one outcome has: a check that could never be made is refused, not
+    // passed over.
+    let only = |field: &str, outcome: &str| Err(format!("expect.{field}: only for \"{outcome}\""));
+    match expect.outcome.as_str() {
+        "accept" if expect.error.is_some() => only("error", "reject"),
+        "accept" => Ok(()),
+        "reject" if expect.secret_index.is_some() => only("secret_index", "accept"),
+        "reject" if expect.event.is_some() => only("event", "accept"),
+        "reject" if expect.response.is_some() => only("response", "accept"),
+        "reject" => Ok(()),
         other => Err(format!(
             "expect.outcome: {other:?} is neither \"accept\" nor \"reject\""
         )),
@@ -368,18 +405,19 @@ fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
 }
 
 /// `expect.response`: `status`, and the exact `body` text or the `json` it parses to.
-fn compare_response(want: &Value, status: u16, body: &str, diffs: &mut Vec<String>) {
-    if let Some(s) = want.get("status").and_then(Value::as_u64)
-        && s != u64::from(status)
-    {
-        diffs.push(format!("response.status: expected {s}, got {status}"));
+fn compare_response(want: &ExpectResponse, status: u16, body: &str, diffs: &mut Vec<String>) {
+    if want.status != status {
+        diffs.push(format!(
+            "response.status: expected {}, got {status}",
+            want.status
+        ));
     }
-    if let Some(text) = want.get("body").and_then(Value::as_str)
+    if let Some(text) = &want.body
         && text != body
     {
         diffs.push(format!("response.body: expected {text:?}, got {body:?}"));
     }
-    if let Some(json) = want.get("json") {
+    if let Some(json) = &want.json {
         match serde_json::from_str::<Value>(body) {
             Ok(got) if &got == json => {}
             Ok(got) => diffs.push(format!("response.json: expected {json}, got {got}")),

@@ -127,6 +127,54 @@ fn a_malformed_vector_file_names_the_file_the_element_and_the_field() {
         )),
         "{stderr}"
     );
+    // A field deep in the vector is named by its path; a check that could never be
+    // made (an event expected of a refusal, a handshake answer with nothing to compare)
+    // is refused, not passed over.
+    let request = r#""request": {"method": "POST", "url": "https://x", "headers": [], "body": ""}"#;
+    for (expect, says) in [
+        (
+            r#"{"outcome": "reject", "status": "401"}"#,
+            "expect.status: invalid type: string \"401\", expected u16",
+        ),
+        (
+            r#"{"outcome": "reject", "error": "invalid_signature", "event": {"disposition": "ignore"}}"#,
+            "expect.event: only for \"accept\"",
+        ),
+        (
+            r#"{"outcome": "accept", "error": "x"}"#,
+            "expect.error: only for \"reject\"",
+        ),
+        (
+            r#"{"outcome": "accept", "response": {"status": 200}}"#,
+            "expect.response: exactly one of body and json",
+        ),
+        (
+            r#"{"outcome": "accept", "response": {"status": 200, "text": "ok"}}"#,
+            "expect.response.text: unknown field `text`",
+        ),
+    ] {
+        let text = format!(
+            r#"[{{"name": "v", "plugin": "stripe", "source": "s", {request},
+                 "secrets": ["s"], "now": 1, "expect": {expect}}}]"#
+        );
+        std::fs::write(&file, text).expect("write");
+        let (ok, _, stderr) = hookhost(&["plugin", "test", "--vectors", &path]);
+        assert!(!ok, "{expect}");
+        assert!(
+            stderr.contains(&format!("{path}: element 0 (\"v\"): {says}")),
+            "{expect}: {stderr}"
+        );
+    }
+    let text = r#"[{"name": "v", "plugin": "stripe", "source": "s",
+             "request": {"method": "POST", "url": "https://x", "headers": [], "body_base64": "no!"},
+             "secrets": ["s"], "now": 1, "expect": {"outcome": "accept"}}]"#;
+    std::fs::write(&file, text).expect("write");
+    let (ok, _, stderr) = hookhost(&["plugin", "test", "--vectors", &path]);
+    assert!(!ok);
+    assert!(
+        stderr.contains(&format!("{path}: element 0 (\"v\"): request.body_base64: ")),
+        "{stderr}"
+    );
 }
 
 #[test]
