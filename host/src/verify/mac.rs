@@ -8,7 +8,7 @@
 use super::Key;
 use crate::http::IngestError;
 use hmac::{Hmac, Mac};
-use hookhost_plugin_sdk::{Algorithm, Part, Plan};
+use hookhost_plugin_sdk::{Algorithm, Candidate, Part, Plan};
 use sha2::Digest as _;
 use subtle::{Choice, ConditionallySelectable, ConstantTimeEq};
 
@@ -95,9 +95,13 @@ const MESSAGE_SLACK: usize = 64 * 1024;
 
 /// At most this many candidate signatures are checked for one request; a request
 /// that carries more is refused before any is checked. Senders send one per active
-/// signing key and algorithm (two or three during a rotation); each public-key
-/// candidate costs a pass over the message.
-pub const MAX_CANDIDATES: usize = 16;
+/// signing key and algorithm: two or three during a rotation, one per active key for
+/// DocuSign (up to 100 Connect keys). An HMAC or token candidate costs one comparison
+/// (each key's MAC is computed once); a public-key one costs a pass over the message,
+/// so those are capped lower, at [`MAX_PUBLIC_KEY_CANDIDATES`].
+pub const MAX_CANDIDATES: usize = 100;
+/// At most this many Ed25519 or ECDSA candidates per request.
+pub const MAX_PUBLIC_KEY_CANDIDATES: usize = 16;
 
 /// SHA-256 of the signed message (used to derive an event id when the plugin has none).
 pub fn message_digest(plan: &Plan, source: &MessageSource<'_>) -> Result<[u8; 32], IngestError> {
@@ -114,13 +118,18 @@ pub fn message_digest(plan: &Plan, source: &MessageSource<'_>) -> Result<[u8; 32
 /// candidate of its kind, and the result is selected with constant-time operations.
 /// Each key's MAC (per algorithm) is computed once and compared with every candidate,
 /// so the work grows with the message, not with the message times the candidates. A
-/// plan with more than [`MAX_CANDIDATES`] candidates is `invalid_signature`.
+/// plan with more than [`MAX_CANDIDATES`] candidates, or more than
+/// [`MAX_PUBLIC_KEY_CANDIDATES`] public-key ones, is `invalid_signature`.
 pub fn matching_key(
     keys: &[Key],
     plan: &Plan,
     source: &MessageSource<'_>,
 ) -> Result<Option<usize>, IngestError> {
-    if plan.candidates.len() > MAX_CANDIDATES {
+    let public_key =
+        |c: &&Candidate| matches!(c.algorithm, Algorithm::Ed25519 | Algorithm::EcdsaP256Sha256);
+    if plan.candidates.len() > MAX_CANDIDATES
+        || plan.candidates.iter().filter(public_key).count() > MAX_PUBLIC_KEY_CANDIDATES
+    {
         return Err(IngestError::InvalidSignature);
     }
     let parts = parts(plan, source)?;
@@ -231,7 +240,6 @@ fn ecdsa_p256_ok(
 mod tests {
     use super::*;
     use ed25519_dalek::Signer;
-    use hookhost_plugin_sdk::Candidate;
 
     fn source<'a>(headers: &'a [(String, Vec<u8>)], body: &'a [u8]) -> MessageSource<'a> {
         MessageSource {
@@ -353,26 +361,36 @@ mod tests {
     }
 
     /// A sender cannot make one request cost a check per signature it lists: more than
-    /// the cap is refused before any MAC, and up to it the key's MAC is computed once.
+    /// the caps is refused before any check, and up to them the key's MAC is computed
+    /// once.
     #[test]
-    fn too_many_candidates_are_refused_and_the_cap_itself_is_checked() {
+    fn too_many_candidates_are_refused_and_the_caps_themselves_are_checked() {
         let headers = vec![("x-id".to_string(), b"42".to_vec())];
         let good = hmac256(b"k", b"t.42body");
         let keys = [Key::Hmac(b"k".to_vec())];
+        let check = |candidates: &[Candidate]| {
+            matching_key(
+                &keys,
+                &plan(candidates.to_vec()),
+                &source(&headers, b"body"),
+            )
+        };
         let mut candidates =
             vec![Candidate::new(Algorithm::HmacSha256, vec![]); MAX_CANDIDATES - 1];
         candidates.push(Candidate::new(Algorithm::HmacSha256, good.clone()));
-        let at_cap = plan(candidates.clone());
-        assert_eq!(
-            matching_key(&keys, &at_cap, &source(&headers, b"body")).expect("ok"),
-            Some(0)
-        );
+        assert_eq!(check(&candidates).expect("ok"), Some(0));
         candidates.insert(0, Candidate::new(Algorithm::HmacSha256, vec![]));
-        let over = plan(candidates);
         assert!(matches!(
-            matching_key(&keys, &over, &source(&headers, b"body")),
+            check(&candidates),
             Err(IngestError::InvalidSignature)
         ));
+        // Public-key candidates, a pass over the message each, have a cap of their own.
+        let mut mixed =
+            vec![Candidate::new(Algorithm::Ed25519, vec![0; 64]); MAX_PUBLIC_KEY_CANDIDATES];
+        mixed.push(Candidate::new(Algorithm::HmacSha256, good));
+        assert_eq!(check(&mixed).expect("ok"), Some(0));
+        mixed.push(Candidate::new(Algorithm::EcdsaP256Sha256, vec![0x30, 0x00]));
+        assert!(matches!(check(&mixed), Err(IngestError::InvalidSignature)));
     }
 
     /// A plan naming the body (or a header) over and over would have the host hash or
