@@ -49,17 +49,13 @@ pub const CREDENTIAL_HEADERS: &[&str] = &[
     "x-gitlab-token",
 ];
 
-/// Whether a header's value holds a token scheme's candidate. A token scheme's
-/// candidate is the secret itself, as sent, so the header that carries it is a
-/// credential like those in [`CREDENTIAL_HEADERS`], whatever its name.
+/// Whether a header's value holds a token scheme's candidate (as sent, or hex or
+/// base64 of it). A token scheme's candidate is the secret itself, so the header that
+/// carries it is a credential like those in [`CREDENTIAL_HEADERS`], whatever its name.
 pub fn carries_token(candidates: &[Candidate], value: &[u8]) -> bool {
-    candidates.iter().any(|c| {
-        c.algorithm == Algorithm::Token
-            && !c.signature.is_empty()
-            && value
-                .windows(c.signature.len())
-                .any(|w| w == c.signature.as_slice())
-    })
+    candidates
+        .iter()
+        .any(|c| c.algorithm == Algorithm::Token && crate::spec::holds(value, &c.signature))
 }
 
 /// Headers whose values carry nothing secret; shown when it is not known which

@@ -337,26 +337,36 @@ pub(crate) fn carrying_headers(
 ) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for candidate in candidates.iter().filter(|c| !c.signature.is_empty()) {
-        let mut encodings = vec![
-            hex::encode(&candidate.signature),
-            base64::engine::general_purpose::STANDARD.encode(&candidate.signature),
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&candidate.signature),
-        ];
-        // A token scheme's candidate is the token itself, as the sender sent it.
-        if let Ok(text) = std::str::from_utf8(&candidate.signature) {
-            encodings.push(text.to_string());
-        }
         for (name, value) in headers {
-            let lower = value.to_ascii_lowercase();
-            let found = encodings
-                .iter()
-                .any(|e| value.contains(e.as_str()) || lower.contains(e.as_str()));
-            if found && !names.contains(name) {
+            if holds(value.as_bytes(), &candidate.signature) && !names.contains(name) {
                 names.push(name.clone());
             }
         }
     }
     names
+}
+
+/// Whether a header value holds a candidate signature as senders write one: hex (either
+/// case), base64 (standard or URL-safe), or as it is (a token scheme's token).
+pub(crate) fn holds(value: &[u8], signature: &[u8]) -> bool {
+    if signature.is_empty() {
+        return false;
+    }
+    let contains =
+        |haystack: &[u8], needle: &[u8]| haystack.windows(needle.len()).any(|w| w == needle);
+    let lower = value.to_ascii_lowercase();
+    [
+        hex::encode(signature).into_bytes(),
+        base64::engine::general_purpose::STANDARD
+            .encode(signature)
+            .into_bytes(),
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(signature)
+            .into_bytes(),
+    ]
+    .iter()
+    .any(|e| contains(value, e) || contains(&lower, e))
+        || contains(value, signature)
 }
 
 /// The longest span a retry note names ("up to 3 days", "over 72 hours").
