@@ -273,7 +273,7 @@ async fn retry_after_is_honoured() {
 crate::both_stores! {
 async fn an_attempt_slower_than_its_lease_is_given_up_while_the_lease_holds() {
     // A destination that takes connections and never answers; the attempt's own
-    // timeout (15 s by default) is far longer than the 1 s lease.
+    // timeout (15 s by default) is far longer than the 3 s lease.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -288,7 +288,7 @@ async fn an_attempt_slower_than_its_lease_is_given_up_while_the_lease_holds() {
         }
     });
     let text = config(&format!("http://127.0.0.1:{port}/hook"), "[0, 0]", "")
-        .replace("lease_seconds = 30", "lease_seconds = 1");
+        .replace("lease_seconds = 30", "lease_seconds = 3");
     let server = Server::start(&text).await;
     accept(&server, "evt_slow").await;
     settled(&server, "evt_slow", "dead").await;
@@ -304,13 +304,14 @@ async fn an_attempt_slower_than_its_lease_is_given_up_while_the_lease_holds() {
     for (_, status, error) in &attempts {
         assert_eq!(*status, None);
         let error = error.as_deref().unwrap_or_default();
-        assert!(error.starts_with("no answer within 750 ms"), "{error}");
+        assert!(error.starts_with("no answer within "), "{error}");
+        assert!(error.contains("by three quarters of the lease"), "{error}");
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let accepted = accepted.lock().expect("lock").clone();
     assert_eq!(accepted.len(), 2, "one connection per attempt");
     let gap = accepted[1] - accepted[0];
-    assert!(gap >= Duration::from_millis(700), "second attempt after {gap:?}");
+    assert!(gap >= Duration::from_millis(2_000), "second attempt after {gap:?}");
 }
 }
 

@@ -130,7 +130,8 @@ impl SqliteStore {
              WHERE state IN {REPLAYABLE} AND rowid IN (
                 SELECT rowid FROM receipts WHERE {WHERE} ORDER BY received_at_ms LIMIT ?10)
                -- An old version is not sent over a newer one its resource already
-               -- has delivered, or has on its way.
+               -- has delivered, or has on its way. As at receipt, versions decide:
+               -- events without one are never stale.
                AND NOT EXISTS (
                 SELECT 1 FROM receipts AS newer
                 WHERE newer.endpoint = receipts.endpoint

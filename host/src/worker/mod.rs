@@ -131,7 +131,7 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
                             }
                         }
                         let span = event.span();
-                        let within = answer_within(config.lease);
+                        let within = answer_within(&event, config.lease);
                         in_flight
                             .spawn(deliver(app.clone(), endpoint, event, within).instrument(span));
                     }
@@ -224,11 +224,16 @@ impl Attempted {
     }
 }
 
-/// How long an attempt (a thin event's fetch included) may take: three quarters of the
-/// lease, so that its answer is recorded while the lease still holds and no other
-/// worker (nor this one, leasing again) can be delivering the same event meanwhile.
-fn answer_within(lease: Duration) -> Duration {
-    lease.mul_f64(0.75)
+/// How long an attempt (a thin event's fetch included) may take: until three quarters
+/// of its lease have passed, counted from the lease's own start (the lease statement
+/// may have waited on the store), so that its answer is recorded while the lease still
+/// holds and no other worker (nor this one, leasing again) can be delivering the same
+/// event meanwhile.
+fn answer_within(event: &Leased, lease: Duration) -> Duration {
+    let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    let give_up_at = event.lease_expires_at_ms.saturating_sub(lease_ms / 4);
+    let left = give_up_at.saturating_sub(crate::clock::now_ms());
+    Duration::from_millis(u64::try_from(left).unwrap_or(0))
 }
 
 async fn deliver(
@@ -244,7 +249,7 @@ async fn deliver(
         .unwrap_or_else(|_| Answer::Retry {
             status: None,
             error: format!(
-                "no answer within {} ms (three quarters of the lease); given up while the lease holds",
+                "no answer within {} ms, by three quarters of the lease; given up while it holds",
                 within.as_millis()
             ),
             retry_after: None,
