@@ -241,7 +241,8 @@ pub struct EndpointConfig {
     pub plugin_config: serde_json::Value,
     /// Where accepted events go; none keeps them pending in the inbox.
     pub destination: Option<DestinationConfig>,
-    /// Delay before each delivery attempt; after the last, the event is a dead letter.
+    /// Delay before each delivery attempt, the first 0 (at once); after the last, the
+    /// event is a dead letter.
     pub retry_schedule: Vec<Duration>,
     /// Pulling from the provider's API (`[endpoint.reconcile]`), when configured.
     pub reconcile: Option<ReconcileConfig>,
@@ -284,11 +285,18 @@ pub const MAX_RETRY_DELAY_SECONDS: u64 = 30 * 86_400;
 pub const MAX_RETRY_ATTEMPTS: usize = 100;
 
 /// A retry schedule as given (in the file or the tenant API): at least one attempt,
-/// at most [`MAX_RETRY_ATTEMPTS`], no step over [`MAX_RETRY_DELAY_SECONDS`]. The
-/// reason names the offending step as `[i]`.
+/// at most [`MAX_RETRY_ATTEMPTS`], the first at once (step 0 is 0: an accepted event
+/// is delivered as soon as it is stored), no step over [`MAX_RETRY_DELAY_SECONDS`].
+/// The reason names the offending step as `[i]`.
 pub fn check_retry_schedule(schedule: &[u64]) -> Result<(), String> {
-    if schedule.is_empty() {
+    let Some(first) = schedule.first() else {
         return Err("at least one attempt".into());
+    };
+    if *first != 0 {
+        return Err(format!(
+            "[0] is {first} s; the first attempt is made as soon as the event is stored, \
+             so the first step is 0"
+        ));
     }
     if schedule.len() > MAX_RETRY_ATTEMPTS {
         return Err(format!(
@@ -1207,8 +1215,14 @@ mod tests {
                 "[1] is 9223372036854775807 s; a step is at most 2592000 s (30 days)".into(),
             ),
             (
-                &format!("[{}]", vec!["1"; 101].join(", ")),
+                &format!("[0, {}]", vec!["1"; 100].join(", ")),
                 "101 attempts; at most 100".into(),
+            ),
+            (
+                "[300, 600]",
+                "[0] is 300 s; the first attempt is made as soon as the event is stored, \
+                 so the first step is 0"
+                    .into(),
             ),
         ] {
             let message = schedule(steps).expect_err(steps).to_string();
