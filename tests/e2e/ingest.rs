@@ -583,16 +583,9 @@ async fn a_queued_receipt_holds_its_bodys_room_after_the_sender_hangs_up() {
         .expect("the write lock");
     let t = now();
     let body = stripe_event("evt_hung_up", "customer.updated", "cus_h", t);
-    let headers = stripe_headers(&[STRIPE_SECRET], t, &body);
     let gave_up = tokio::time::timeout(
         std::time::Duration::from_millis(500),
-        request(
-            server.addr,
-            "POST",
-            "/webhooks/stripe",
-            &headers,
-            body.clone().into(),
-        ),
+        server.post_stripe(&[STRIPE_SECRET], t, &body),
     )
     .await;
     assert!(gave_up.is_err(), "answered while the store was locked");
