@@ -515,6 +515,17 @@ async fn a_replay_never_sends_an_old_version_over_a_newer_one() {
     settled(&server, "evt_s1", "delivered").await;
     assert_eq!(downstream.received("evt_s1").len(), 2);
     assert_eq!(downstream.received("evt_r1").len(), 1);
+    // A limit counts what is replayed: the first match by arrival (evt_r1) is left
+    // alone, so one replay of dead or quarantined events takes the next, evt_s2.
+    let first = hookhost::store::Filter {
+        endpoint: Some("stripe".into()),
+        states: vec!["dead".into(), "quarantined".into()],
+        limit: Some(1),
+        ..hookhost::store::Filter::default()
+    };
+    assert_eq!(server.app.store.replay(&first).await.expect("replay"), 1);
+    settled(&server, "evt_s2", "delivered").await;
+    assert_eq!(server.receipt("stripe", "evt_r1").await.state, "dead");
 }
 }
 

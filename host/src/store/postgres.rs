@@ -322,20 +322,21 @@ impl PgStore {
         let sql = format!(
             "UPDATE receipts SET state = 'pending', state_reason = 'replayed', attempts = 0,
                 next_attempt_at_ms = 0, lease_owner = NULL, lease_expires_at_ms = NULL
-             WHERE state IN {REPLAYABLE}
-               AND (endpoint, event_id) IN (
-                SELECT endpoint, event_id FROM receipts WHERE {WHERE}
-                ORDER BY received_at_ms LIMIT $10)
-               -- An old version is not sent over a newer one its resource already
-               -- has delivered, or has on its way. As at receipt, versions decide:
-               -- events without one are never stale.
-               AND NOT EXISTS (
-                SELECT 1 FROM receipts AS newer
-                WHERE newer.endpoint = receipts.endpoint
-                  AND newer.resource_kind = receipts.resource_kind
-                  AND newer.resource_id = receipts.resource_id
-                  AND newer.resource_version > receipts.resource_version
-                  AND newer.state IN ('pending', 'delivered'))"
+             WHERE (endpoint, event_id) IN (
+                -- The limit counts what is replayed, not what the filter matches.
+                SELECT r.endpoint, r.event_id FROM receipts AS r
+                WHERE {WHERE} AND r.state IN {REPLAYABLE}
+                  -- An old version is not sent over a newer one its resource already
+                  -- has delivered, or has on its way. As at receipt, versions decide:
+                  -- events without one are never stale.
+                  AND NOT EXISTS (
+                    SELECT 1 FROM receipts AS newer
+                    WHERE newer.endpoint = r.endpoint
+                      AND newer.resource_kind = r.resource_kind
+                      AND newer.resource_id = r.resource_id
+                      AND newer.resource_version > r.resource_version
+                      AND newer.state IN ('pending', 'delivered'))
+                ORDER BY r.received_at_ms LIMIT $10)"
         );
         let done = filtered(&sql, filter, filter.limit.unwrap_or(u32::MAX))
             .execute(&self.pool)
