@@ -362,11 +362,13 @@ pub enum ConfigError {
     },
     #[error("{path}: {message}")]
     Parse { path: String, message: String },
-    #[error("{path}: {key}: {reason}")]
+    #[error("{path}: {key}: {reason}{}", line.map(|n| format!(" (line {n})")).unwrap_or_default())]
     Invalid {
         path: String,
         key: String,
         reason: String,
+        /// Where the file spells out what `key` names; none for a default.
+        line: Option<usize>,
     },
 }
 
@@ -459,6 +461,49 @@ fn reconcile_config(
         every: raw.every_seconds.map(Duration::from_secs),
         requests_per_second,
     })
+}
+
+/// The line (1-based) of `text` that holds what a validation error's key names: the
+/// key itself (`limits.read_timeout_seconds`, `endpoint[2] (id "x").destination.url`),
+/// an element of an array (`secrets[1]`), or as much of the path as the file spells
+/// out. None when the file does not have it (a default was refused).
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    let doc = toml_edit::ImDocument::parse(text).ok()?;
+    // An endpoint's id, shown in its key as ` (id "x")`, is not part of the path.
+    let mut path = key.to_string();
+    while let Some(open) = path.find(" (id ") {
+        let close = open + path[open..].find("\")")? + 2;
+        path.replace_range(open..close, "");
+    }
+    let mut table: &dyn toml_edit::TableLike = doc.as_table();
+    let mut at = None;
+    for segment in path.split('.') {
+        let (name, index) = match segment.split_once('[') {
+            Some((name, rest)) => (name, rest.strip_suffix(']')?.parse::<usize>().ok()),
+            None => (segment, None),
+        };
+        let Some((found, item)) = table.get_key_value(name) else {
+            break;
+        };
+        at = found.span().map(|s| s.start).or(at);
+        match (item, index) {
+            (toml_edit::Item::ArrayOfTables(tables), Some(i)) => {
+                let Some(element) = tables.get(i) else { break };
+                at = element.span().map(|s| s.start).or(at);
+                table = element;
+            }
+            (toml_edit::Item::Value(toml_edit::Value::Array(values)), Some(i)) => {
+                at = values.get(i).and_then(|v| v.span()).map(|s| s.start).or(at);
+                break;
+            }
+            (item, None) => match item.as_table_like() {
+                Some(inner) => table = inner,
+                None => break,
+            },
+            _ => break,
+        }
+    }
+    Some(text.get(..at?)?.matches('\n').count() + 1)
 }
 
 /// `store = "PATH or URL"`, or a `[store]` table.
@@ -594,6 +639,7 @@ impl Config {
             path: shown.clone(),
             key: key.to_string(),
             reason,
+            line: line_of(text, key),
         };
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let beside = |p: &Path| {
@@ -1141,7 +1187,7 @@ mod tests {
             error("[[endpoint]]\nid = \"a\"\nplugin = \"stripe\"\nsecrets = [\"env:NOPE\"]\n");
         assert_eq!(
             missing_env,
-            "/etc/hookhost/hookhost.toml: endpoint[0] (id \"a\").secrets[0]: environment variable NOPE is not set"
+            "/etc/hookhost/hookhost.toml: endpoint[0] (id \"a\").secrets[0]: environment variable NOPE is not set (line 4)"
         );
         let unknown = error("listen = \"127.0.0.1:1\"\nlisten_port = 3\n");
         assert!(
@@ -1189,7 +1235,8 @@ mod tests {
         assert_eq!(
             error("[limits]\nmax_body_bytes = 2048\nmax_bodies_in_flight_bytes = 2047"),
             "/etc/hookhost/hookhost.toml: limits.max_bodies_in_flight_bytes: must be at least \
-             limits.max_body_bytes (2048): a body of the largest size must fit in the budget"
+             limits.max_body_bytes (2048): a body of the largest size must fit in the budget \
+             (line 3)"
         );
         let dup = "[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"x\"]\n";
         assert!(error(&format!("{dup}{dup}")).contains("duplicate endpoint id"));
@@ -1226,7 +1273,7 @@ mod tests {
             ),
         ] {
             let message = schedule(steps).expect_err(steps).to_string();
-            assert_eq!(message, format!("{key}{reason}"));
+            assert_eq!(message, format!("{key}{reason} (line 5)"));
         }
         let longest = schedule("[0, 2592000]").expect("30 days is allowed");
         assert_eq!(
@@ -1248,8 +1295,29 @@ mod tests {
         );
         assert!(
             error("[[endpoint]]\nid = \"a\"\nplugin = \"p\"\nsecrets = [\"env:ONLY_A_NEWLINE\"]")
-                .ends_with("secrets[0]: the secret is empty")
+                .ends_with("secrets[0]: the secret is empty (line 4)")
         );
+    }
+
+    #[test]
+    fn a_refused_value_is_found_on_its_line() {
+        let text = "listen = \"127.0.0.1:1\"\n\
+                    [limits]\nread_timeout_seconds = 0\n\
+                    [[endpoint]]\nid = \"a\"\nsecrets = [\"x\",\n  \"y\"]\n\
+                    [[endpoint]]\nid = \"b.c\"\n\
+                    [endpoint.destination]\nurl = \"ftp://x\"\ntimeout_ms = 0\n";
+        for (key, line) in [
+            ("listen", Some(1)),
+            ("limits.read_timeout_seconds", Some(3)),
+            ("endpoint[0] (id \"a\").secrets[1]", Some(7)),
+            ("endpoint[1] (id \"b.c\").destination.url", Some(11)),
+            ("endpoint[1] (id \"b.c\").destination.timeout_ms", Some(12)),
+            // Not in the file: as much of the path as it has (the endpoint's header).
+            ("endpoint[0] (id \"a\").retry_schedule_seconds", Some(4)),
+            ("admin_listen", None),
+        ] {
+            assert_eq!(line_of(text, key), line, "{key}");
+        }
     }
 
     #[test]
@@ -1336,7 +1404,7 @@ mod tests {
             }
         );
         assert!(error("[forensics]\nrejected_days = 0").contains("forensics.rejected_days: "));
-        assert!(error("admin_listen = \"0.0.0.0:9000\"").ends_with(
+        assert!(error("admin_listen = \"0.0.0.0:9000\"").contains(
             "admin_listen: applies only with admin_token (the admin API is off without it)"
         ));
         let tenancy = "[tenancy]\noperator_token = \"op\"\nmaster_key = \"c2hvcnQ=\"";
@@ -1396,11 +1464,13 @@ mod tests {
         let key = "/etc/hookhost/hookhost.toml: endpoint[0] (id \"x\").destination";
         assert_eq!(
             refused("url = \"ftp://hooks.internal/in\""),
-            format!("{key}.url: \"ftp://hooks.internal/in\" must start with http:// or https://")
+            format!(
+                "{key}.url: \"ftp://hooks.internal/in\" must start with http:// or https:// (line 7)"
+            )
         );
         assert_eq!(
             refused("url = \"http://hooks.internal/in\"\nca_file = \"ca.pem\""),
-            format!("{key}.ca_file: applies only to an https:// url")
+            format!("{key}.ca_file: applies only to an https:// url (line 8)")
         );
         let missing = refused("url = \"https://hooks.internal/in\"\nca_file = \"tls/ca.pem\"");
         assert!(
