@@ -49,13 +49,15 @@ pub const CREDENTIAL_HEADERS: &[&str] = &[
     "x-gitlab-token",
 ];
 
-/// Whether a header's value holds a token scheme's candidate (as sent, or hex or
-/// base64 of it). A token scheme's candidate is the secret itself, so the header that
-/// carries it is a credential like those in [`CREDENTIAL_HEADERS`], whatever its name.
-pub fn carries_token(candidates: &[Candidate], value: &[u8]) -> bool {
-    candidates
-        .iter()
-        .any(|c| c.algorithm == Algorithm::Token && crate::spec::holds(value, &c.signature))
+/// Whether a header is a credential: one of [`CREDENTIAL_HEADERS`], or one whose value
+/// holds a token scheme's candidate (as sent, or hex or base64 of it), whatever its
+/// name, since a token scheme's candidate is the secret itself. Never stored with a
+/// receipt; redacted in what forensics keeps.
+pub fn is_credential(name: &str, value: &[u8], candidates: &[Candidate]) -> bool {
+    CREDENTIAL_HEADERS.contains(&name)
+        || candidates
+            .iter()
+            .any(|c| c.algorithm == Algorithm::Token && crate::spec::holds(value, &c.signature))
 }
 
 /// Headers whose values carry nothing secret; shown when it is not known which
@@ -181,8 +183,7 @@ pub async fn keep(
     let headers: Vec<(String, String)> = text_headers(&refused.headers)
         .into_iter()
         .map(|(name, value)| {
-            let credential = CREDENTIAL_HEADERS.contains(&name.as_str())
-                || carries_token(candidates, value.as_bytes());
+            let credential = is_credential(&name, value.as_bytes(), candidates);
             (name, if credential { REDACTED.into() } else { value })
         })
         .collect();

@@ -344,10 +344,7 @@ pub fn receipt(
         body: crate::tenancy::stored_body(endpoint, body),
         headers: headers
             .into_iter()
-            .filter(|(name, value)| {
-                !forensics::CREDENTIAL_HEADERS.contains(&name.as_str())
-                    && !forensics::carries_token(&plan.candidates, value)
-            })
+            .filter(|(name, value)| !forensics::is_credential(name, value, &plan.candidates))
             .map(|(name, value)| {
                 let value = String::from_utf8(value)
                     .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
