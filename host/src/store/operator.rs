@@ -96,6 +96,16 @@ pub struct Summary {
 
 /// States a replay takes an event out of.
 pub(super) const REPLAYABLE: &str = "('dead', 'quarantined', 'delivered', 'discarded')";
+/// A replay's rule, the same in both dialects, on a receipt aliased `r`: an old version
+/// is not sent over a newer one its resource already has delivered, or has on its way.
+/// As at receipt, versions decide: events without one are never stale.
+pub(super) const NOT_SUPERSEDED: &str = "NOT EXISTS (
+    SELECT 1 FROM receipts AS newer
+    WHERE newer.endpoint = r.endpoint
+      AND newer.resource_kind = r.resource_kind
+      AND newer.resource_id = r.resource_id
+      AND newer.resource_version > r.resource_version
+      AND newer.state IN ('pending', 'delivered'))";
 /// The same, for filtering in Rust.
 pub const REPLAYABLE_STATES: [&str; 4] = ["dead", "quarantined", "delivered", "discarded"];
 /// Most rows one listing returns.
@@ -130,16 +140,7 @@ impl SqliteStore {
              WHERE rowid IN (
                 -- The limit counts what is replayed, not what the filter matches.
                 SELECT rowid FROM receipts AS r WHERE {WHERE} AND r.state IN {REPLAYABLE}
-                  -- An old version is not sent over a newer one its resource already
-                  -- has delivered, or has on its way. As at receipt, versions decide:
-                  -- events without one are never stale.
-                  AND NOT EXISTS (
-                    SELECT 1 FROM receipts AS newer
-                    WHERE newer.endpoint = r.endpoint
-                      AND newer.resource_kind = r.resource_kind
-                      AND newer.resource_id = r.resource_id
-                      AND newer.resource_version > r.resource_version
-                      AND newer.state IN ('pending', 'delivered'))
+                  AND {NOT_SUPERSEDED}
                 ORDER BY r.received_at_ms LIMIT ?10)"
         );
         let done = filtered(&sql, filter, filter.limit.unwrap_or(u32::MAX))

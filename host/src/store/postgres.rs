@@ -11,7 +11,7 @@ mod batch;
 
 use super::delivery::cap;
 use super::judge::version_i64;
-use super::operator::{LIST_CAP, REPLAYABLE};
+use super::operator::{LIST_CAP, NOT_SUPERSEDED, REPLAYABLE};
 use super::{
     AttemptRecord, Filter, Leased, Next, Purged, ReceiptRow, Resource, StoreError, Summary,
 };
@@ -326,16 +326,7 @@ impl PgStore {
                 -- The limit counts what is replayed, not what the filter matches.
                 SELECT r.endpoint, r.event_id FROM receipts AS r
                 WHERE {WHERE} AND r.state IN {REPLAYABLE}
-                  -- An old version is not sent over a newer one its resource already
-                  -- has delivered, or has on its way. As at receipt, versions decide:
-                  -- events without one are never stale.
-                  AND NOT EXISTS (
-                    SELECT 1 FROM receipts AS newer
-                    WHERE newer.endpoint = r.endpoint
-                      AND newer.resource_kind = r.resource_kind
-                      AND newer.resource_id = r.resource_id
-                      AND newer.resource_version > r.resource_version
-                      AND newer.state IN ('pending', 'delivered'))
+                  AND {NOT_SUPERSEDED}
                 ORDER BY r.received_at_ms LIMIT $10)"
         );
         let done = filtered(&sql, filter, filter.limit.unwrap_or(u32::MAX))
