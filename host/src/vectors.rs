@@ -44,6 +44,9 @@ struct VectorRequest {
     headers: Vec<(String, String)>,
     body: Option<String>,
     body_base64: Option<String>,
+    /// The body's bytes, from `body` or `body_base64`: decoded once, by [`check_shape`].
+    #[serde(skip)]
+    raw: Vec<u8>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -111,7 +114,7 @@ fn parse(elements: Vec<Value>, shown: &str) -> Result<Vec<Vector>, String> {
             .unwrap_or("?")
             .to_string();
         // The error names the field: `expect.status: invalid type: …`.
-        let vector: Vector = serde_path_to_error::deserialize(element).map_err(|e| {
+        let mut vector: Vector = serde_path_to_error::deserialize(element).map_err(|e| {
             let field = e.path().to_string();
             let at = if field == "." {
                 String::new()
@@ -120,7 +123,8 @@ fn parse(elements: Vec<Value>, shown: &str) -> Result<Vec<Vector>, String> {
             };
             format!("{shown}: element {i} ({name:?}): {at}{}", e.into_inner())
         })?;
-        check_shape(&vector).map_err(|e| format!("{shown}: element {i} ({name:?}): {e}"))?;
+        vector.request.raw =
+            check_shape(&vector).map_err(|e| format!("{shown}: element {i} ({name:?}): {e}"))?;
         if !names.insert(vector.name.clone()) {
             return Err(format!(
                 "{shown}: element {i}: name: {name:?} is not unique in the file"
@@ -232,18 +236,21 @@ impl Runner {
     }
 }
 
-fn check_shape(vector: &Vector) -> Result<(), String> {
+/// What serde cannot check of a vector; the request's body bytes when it is sound.
+fn check_shape(vector: &Vector) -> Result<Vec<u8>, String> {
     if vector.source.trim().is_empty() {
         return Err("source: must say where the vector comes from".into());
     }
     if vector.request.body.is_some() == vector.request.body_base64.is_some() {
         return Err("request: exactly one of body and body_base64".into());
     }
-    if let Some(b64) = &vector.request.body_base64 {
-        base64::engine::general_purpose::STANDARD
+    let raw = match (&vector.request.body, &vector.request.body_base64) {
+        (Some(text), _) => text.as_bytes().to_vec(),
+        (None, Some(b64)) => base64::engine::general_purpose::STANDARD
             .decode(b64)
-            .map_err(|e| format!("request.body_base64: {e}"))?;
-    }
+            .map_err(|e| format!("request.body_base64: {e}"))?,
+        (None, None) => Vec::new(), // refused above
+    };
     let expect = &vector.expect;
     if let Some(response) = &expect.response
         && response.body.is_some() == response.json.is_some()
@@ -255,11 +262,11 @@ fn check_shape(vector: &Vector) -> Result<(), String> {
     let only = |field: &str, outcome: &str| Err(format!("expect.{field}: only for \"{outcome}\""));
     match expect.outcome.as_str() {
         "accept" if expect.error.is_some() => only("error", "reject"),
-        "accept" => Ok(()),
+        "accept" => Ok(raw),
         "reject" if expect.secret_index.is_some() => only("secret_index", "accept"),
         "reject" if expect.event.is_some() => only("event", "accept"),
         "reject" if expect.response.is_some() => only("response", "accept"),
-        "reject" => Ok(()),
+        "reject" => Ok(raw),
         other => Err(format!(
             "expect.outcome: {other:?} is neither \"accept\" nor \"reject\""
         )),
@@ -277,17 +284,6 @@ fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
         secret_index: None,
         event: None,
         response: None,
-    };
-    let body = match (&vector.request.body, &vector.request.body_base64) {
-        (Some(text), _) => text.as_bytes().to_vec(),
-        (None, Some(b64)) => match base64::engine::general_purpose::STANDARD.decode(b64) {
-            Ok(bytes) => bytes,
-            Err(e) => {
-                judged.differences.push(format!("request.body_base64: {e}"));
-                return judged;
-            }
-        },
-        (None, None) => Vec::new(),
     };
     let config = EndpointConfig {
         id: "vector".into(),
@@ -318,7 +314,7 @@ fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
         method: &method,
         url: &vector.request.url,
         headers: &headers,
-        body: &body,
+        body: &vector.request.raw,
     };
     let expect = &vector.expect;
     let diffs = &mut judged.differences;
