@@ -189,8 +189,9 @@ pub fn render(
     line(
         "- events naming a resource and a version: an older version than the one accepted \
          is stored as `stale_version` and never delivered; the same version under another \
-         id is `same_version`; after a delete, older events are `stale_version` and \
-         unversioned ones `resource_deleted`"
+         id is accepted and delivered after it; after a delete, older events are \
+         `stale_version`, and unversioned ones and those at the delete's version \
+         `resource_deleted`"
             .to_string(),
     );
     line(

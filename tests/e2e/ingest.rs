@@ -430,9 +430,16 @@ async fn the_version_gate_refuses_old_state_and_honours_tombstones() {
         post("evt_v1", "customer.updated", 1000).await,
         ignored("stale_version", "evt_v1")
     );
+    // The same version under another id is another change stamped in the same
+    // second (`invoice.created`, then `invoice.paid`): accepted, not lost.
     assert_eq!(
-        post("evt_v2b", "customer.updated", 2000).await,
-        ignored("same_version", "evt_v2b")
+        post("evt_v2b", "customer.updated", 2000).await.1["status"],
+        "accepted"
+    );
+    let same = server.receipt("stripe", "evt_v2b").await;
+    assert_eq!(
+        (same.state.as_str(), same.resource_version),
+        ("pending", Some(2000))
     );
     assert_eq!(
         post("evt_v3", "customer.updated", 3000).await.1["status"],
@@ -446,6 +453,11 @@ async fn the_version_gate_refuses_old_state_and_honours_tombstones() {
     assert_eq!(
         post("evt_late", "customer.updated", 3500).await,
         ignored("stale_version", "evt_late")
+    );
+    // An update stamped with the delete's own version does not bring it back.
+    assert_eq!(
+        post("evt_del_same", "customer.updated", 4000).await,
+        ignored("resource_deleted", "evt_del_same")
     );
     let stale = server.receipt("stripe", "evt_late").await;
     assert_eq!(

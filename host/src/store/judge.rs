@@ -100,7 +100,6 @@ pub(super) fn judge<'a: 'h, 'h>(receipts: &[&'a NewReceipt], held: Held<'a, 'h>)
 pub(super) enum Verdict {
     Pending,
     Stale,
-    SameVersion,
     ResourceDeleted,
     Ignored(String),
 }
@@ -111,7 +110,6 @@ impl Verdict {
         match self {
             Verdict::Pending => ("pending", None),
             Verdict::Stale => ("stale", Some("stale_version")),
-            Verdict::SameVersion => ("ignored", Some("same_version")),
             Verdict::ResourceDeleted => ("ignored", Some("resource_deleted")),
             Verdict::Ignored(reason) => ("ignored", Some(reason)),
         }
@@ -123,7 +121,6 @@ impl From<Verdict> for Outcome {
         match verdict {
             Verdict::Pending => Outcome::Accepted,
             Verdict::Stale => Outcome::StaleVersion,
-            Verdict::SameVersion => Outcome::SameVersion,
             Verdict::ResourceDeleted => Outcome::ResourceDeleted,
             Verdict::Ignored(reason) => Outcome::Ignored(reason),
         }
@@ -131,8 +128,11 @@ impl From<Verdict> for Outcome {
 }
 
 /// The version gate for one resource, given its `current` (version, tombstone): older →
-/// stale, equal under another event id → ignored, newer → accepted, and the version to
-/// record for the resource (a delete leaves a tombstone at its version).
+/// stale, otherwise accepted, and the version to record for the resource (a delete
+/// leaves a tombstone at its version). The same version under another event id is
+/// another change the provider stamped alike (two events of one object in the same
+/// second): it is accepted and delivered after the first, in arrival order, unless
+/// that version is a tombstone.
 fn gate(resource: &Resource, current: Option<(i64, bool)>) -> (Verdict, Option<i64>) {
     let Some(version) = resource.version.map(version_i64) else {
         // No version to order it by: only a tombstone can refuse it.
@@ -144,7 +144,11 @@ fn gate(resource: &Resource, current: Option<(i64, bool)>) -> (Verdict, Option<i
     };
     match current {
         Some((accepted, _)) if version < accepted => (Verdict::Stale, None),
-        Some((accepted, _)) if version == accepted => (Verdict::SameVersion, None),
+        Some((accepted, true)) if version == accepted => (Verdict::ResourceDeleted, None),
+        // Only a delete changes what is recorded at the same version: its tombstone.
+        Some((accepted, false)) if version == accepted => {
+            (Verdict::Pending, resource.deleted.then_some(version))
+        }
         _ => (Verdict::Pending, Some(version)),
     }
 }
@@ -207,6 +211,7 @@ pub(super) mod fixture {
             receipt("evt_2", "TWO", Some(2), false),   // same id, other body
             receipt("evt_2b", "2b", Some(2), false),   // same version, other id
             receipt("evt_3", "three", Some(3), true),  // newer: a delete
+            receipt("evt_3b", "3b", Some(3), false),   // the delete's own version
             receipt("evt_none", "none", None, false),  // unversioned, after it
         ]
     }
@@ -219,19 +224,21 @@ pub(super) mod fixture {
             Outcome::StaleVersion,
             Outcome::Duplicate,
             Outcome::Conflict,
-            Outcome::SameVersion,
             Outcome::Accepted,
+            Outcome::Accepted,
+            Outcome::ResourceDeleted,
             Outcome::ResourceDeleted,
         ]
     }
 
     /// (event id, state) of every receipt stored, in insertion order.
-    pub const STATES: [(&str, &str); 6] = [
+    pub const STATES: [(&str, &str); 7] = [
         ("evt_0", "pending"),
         ("evt_2", "pending"),
         ("evt_old", "stale"),
-        ("evt_2b", "ignored"),
+        ("evt_2b", "pending"),
         ("evt_3", "pending"),
+        ("evt_3b", "ignored"),
         ("evt_none", "ignored"),
     ];
 

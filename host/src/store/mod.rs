@@ -412,9 +412,8 @@ pub enum Outcome {
     Conflict,
     /// Older than the resource's accepted version: stored as stale.
     StaleVersion,
-    /// Same version as the accepted one under another event id.
-    SameVersion,
-    /// The resource was deleted and the event carries no version to order it.
+    /// The resource was deleted and the event is not newer than the delete: it carries
+    /// no version to order it, or the delete's own.
     ResourceDeleted,
     /// The plugin's ignore disposition.
     Ignored(String),
@@ -428,7 +427,6 @@ impl Outcome {
             Outcome::Accepted | Outcome::Duplicate => None,
             Outcome::Conflict => Some("conflicting_duplicate"),
             Outcome::StaleVersion => Some("stale_version"),
-            Outcome::SameVersion => Some("same_version"),
             Outcome::ResourceDeleted => Some("resource_deleted"),
             Outcome::Ignored(reason) => Some(reason),
         }
