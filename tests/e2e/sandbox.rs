@@ -14,6 +14,7 @@ fn config(probe_port: u16) -> String {
         ("loop", "loop", "plan"),
         ("memory", "memory", "plan"),
         ("trap", "trap", "plan"),
+        ("sleep", "sleep", "plan"),
         ("huge", "huge-output", "plan"),
         ("loop-late", "loop", "describe"),
         ("stderr", "stderr", "plan"),
@@ -51,7 +52,7 @@ async fn misbehaving_plugins_fail_alone_and_within_their_limits() {
     };
     assert_eq!(good("g0").await.1["status"], "accepted");
 
-    for endpoint in ["loop", "memory", "trap", "huge", "loop-late"] {
+    for endpoint in ["loop", "memory", "trap", "sleep", "huge", "loop-late"] {
         let started = Instant::now();
         let answer = server
             .post(endpoint, &guest_headers("s", endpoint, body), &body[..])
@@ -76,9 +77,9 @@ async fn misbehaving_plugins_fail_alone_and_within_their_limits() {
         assert_eq!(server.count_receipts(endpoint).await, 0);
     }
 
-    // Each failure is counted by its kind, and every call is timed: six good
-    // requests (both calls), four failing in plan-verification and one in
-    // describe-event.
+    // Each failure is counted by its kind, and every call is timed: seven good
+    // requests (both calls), five failing in plan-verification (a refused wait is a
+    // trap) and one in describe-event.
     {
         use crate::operations::{ADMIN_TOKEN, admin, get, value};
         let admin = admin(&server).await;
@@ -94,7 +95,7 @@ async fn misbehaving_plugins_fail_alone_and_within_their_limits() {
             ),
             (
                 r#"hookhost_plugin_failures_total{plugin="hostile",kind="trap"}"#,
-                1.0,
+                2.0,
             ),
             (
                 r#"hookhost_plugin_failures_total{plugin="hostile",kind="output_too_large"}"#,
@@ -102,11 +103,11 @@ async fn misbehaving_plugins_fail_alone_and_within_their_limits() {
             ),
             (
                 r#"hookhost_plugin_call_seconds_count{plugin="hostile",call="plan-verification"}"#,
-                11.0,
+                13.0,
             ),
             (
                 r#"hookhost_plugin_call_seconds_count{plugin="hostile",call="describe-event"}"#,
-                7.0,
+                8.0,
             ),
         ] {
             assert_eq!(value(&text, sample), Some(want), "{sample} in:\n{text}");

@@ -520,8 +520,33 @@ fn linker() -> &'static Linker<State> {
         // that reaches for files, env or sockets gets nothing.
         #[allow(clippy::expect_used)] // fixed set of interfaces: failure is a build bug
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).expect("WASI links");
+        #[allow(clippy::expect_used)] // as above
+        refuse_waiting(&mut linker).expect("WASI clocks shadowed");
         linker
     })
+}
+
+/// The monotonic clock's `subscribe-duration` and `subscribe-instant` trap instead of
+/// making a pollable that waits. The time limit interrupts wasm code, not a host call:
+/// a plugin blocking on a sleep (`std::thread::sleep`) would hold its plugin thread
+/// for as long as it asked, past every limit. A plugin is a pure function of the
+/// request and has nothing to wait for; no other pollable it can make ever waits (its
+/// stdin is empty, its stderr always takes what it is given).
+fn refuse_waiting(linker: &mut Linker<State>) -> wasmtime::Result<()> {
+    use wasmtime::component::Resource;
+    use wasmtime_wasi::p2::DynPollable;
+    type Subscribed = wasmtime::Result<(Resource<DynPollable>,)>;
+    const REFUSED: &str = "plugins may not wait: the monotonic clock's subscribe is refused";
+    linker.allow_shadowing(true);
+    let mut clock = linker.instance("wasi:clocks/monotonic-clock@0.2.12")?;
+    clock.func_wrap("subscribe-duration", |_, (_,): (u64,)| -> Subscribed {
+        Err(wasmtime::format_err!(REFUSED))
+    })?;
+    clock.func_wrap("subscribe-instant", |_, (_,): (u64,)| -> Subscribed {
+        Err(wasmtime::format_err!(REFUSED))
+    })?;
+    linker.allow_shadowing(false);
+    Ok(())
 }
 
 /// Compiled components of built-ins and drop-ins, shared by every catalog in the

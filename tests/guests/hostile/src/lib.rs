@@ -5,7 +5,7 @@
 //! hex HMAC-SHA256 of the body with the raw secret, `x-test-id` the event id.
 //!
 //! Modes: `ok`, `loop` (spins forever), `memory` (allocates without end), `trap`
-//! (panics), `huge-output` (returns megabytes), `stderr` (floods stderr, then answers),
+//! (panics), `sleep` (waits 30 s on the clock), `huge-output` (returns megabytes), `stderr` (floods stderr, then answers),
 //! `probe` (tries env, files, network and clock, and reports what it saw as the event
 //! type), `remember` (keeps state in globals and reports it as the event type: calls
 //! made in this instance and the event id a previous request left behind), `oracle`
@@ -78,6 +78,12 @@ fn misbehave(req: &Request, phase: &str) -> Option<String> {
             }
         }
         "trap" => panic!("hostile guest traps on purpose"),
+        "sleep" => {
+            // A host call that waits, which the time limit cannot interrupt. Bounded,
+            // so that a host letting it wait fails its test in 30 s, not never.
+            std::thread::sleep(std::time::Duration::from_secs(30));
+            None
+        }
         "huge-output" => Some("x".repeat(4 * 1024 * 1024)),
         "stderr" => {
             // ~30 KiB: fifteen times the host's 2 KiB cap, and a few milliseconds of
