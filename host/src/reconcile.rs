@@ -287,6 +287,11 @@ async fn page(
         let (result, repaired) = match (run.dry_run, remote.repair) {
             (true, Repair::Store(_)) => ("would_repair".to_string(), true),
             (true, Repair::Redeliver(_)) => ("would_redeliver".to_string(), true),
+            // Not storable in both stores (a NUL, an id past 1 KiB): left for the
+            // operator, as a push of it would be refused.
+            (false, Repair::Store(_)) if crate::verify::storable(&remote.event, None).is_err() => {
+                ("malformed_event".to_string(), false)
+            }
             (false, Repair::Store(body)) => {
                 match app
                     .store

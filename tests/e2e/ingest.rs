@@ -476,6 +476,35 @@ async fn the_version_gate_refuses_old_state_and_honours_tombstones() {
 }
 }
 
+crate::both_stores! {
+async fn an_event_naming_what_a_store_cannot_keep_is_a_malformed_body() {
+    let server = Server::start(&stripe_config("")).await;
+    let t = now();
+    // A NUL (JSON `\u0000`) in the id, the type or the resource id, or an id past
+    // 1 KiB: PostgreSQL's `text` and indexes refuse them, and the group commit the
+    // receipt shares with other requests would fail with it.
+    let long = format!("evt_{}", "x".repeat(1100));
+    for (id, kind, customer) in [
+        ("evt_nul\u{0}", "customer.updated", "cus_n"),
+        ("evt_nul_type", "customer.updated\u{0}", "cus_n"),
+        ("evt_nul_resource", "customer.updated", "cus_\u{0}"),
+        (long.as_str(), "customer.updated", "cus_n"),
+    ] {
+        let body = stripe_event(id, kind, customer, t);
+        assert!(body.len() > 1100 || body.contains("\\u0000"), "{body}");
+        assert_eq!(
+            server.post_stripe(&[STRIPE_SECRET], t, &body).await,
+            (400, json!({"error": "malformed_body"})),
+            "{kind} {customer}"
+        );
+    }
+    let body = stripe_event("evt_fine", "customer.updated", "cus_n", t);
+    let (status, answer) = server.post_stripe(&[STRIPE_SECRET], t, &body).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")));
+    assert_eq!(server.count_receipts("stripe").await, 1);
+}
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_store_answers_503_and_recovers() {
     let server = Server::start(&stripe_config("")).await;

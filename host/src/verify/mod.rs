@@ -210,6 +210,7 @@ pub fn judge(
         return Err(IngestError::Rejected(reason.clone()));
     }
     let plan = trail.plan.take().ok_or(IngestError::PluginFailed)?;
+    storable(&event, plan.message_id.as_ref())?;
     let event_id = match &event.id {
         Some(id) if !id.is_empty() => id.clone(),
         _ => format!("sha256:{}", hex::encode(message_digest(&plan, request)?)),
@@ -222,6 +223,37 @@ pub fn judge(
     })
 }
 
+/// Longest text of an event that the store keeps: an id, type, resource or reason.
+/// Real providers' are under 100 bytes; the bound keeps a key (endpoint, resource kind,
+/// resource id) inside what PostgreSQL's indexes take.
+pub const MAX_STORED_TEXT: usize = 1024;
+
+/// Every text a receipt keeps from the event is storable in both stores: at most
+/// [`MAX_STORED_TEXT`] bytes and without NUL, which PostgreSQL's `text` refuses (one
+/// such receipt would fail the whole group commit it shares with other requests). A
+/// body whose event names such a thing is not what a provider sends: 400
+/// `malformed_body`.
+pub fn storable(event: &Event, message_id: Option<&String>) -> Result<(), IngestError> {
+    let reason = match &event.disposition {
+        Disposition::Ignore(reason) => Some(reason),
+        _ => None,
+    };
+    let texts = [
+        event.id.as_ref(),
+        Some(&event.event_type),
+        event.resource_kind.as_ref(),
+        event.resource_id.as_ref(),
+        message_id,
+        reason,
+    ];
+    let fits = |text: &&String| text.len() <= MAX_STORED_TEXT && !text.contains('\0');
+    if texts.iter().flatten().all(fits) {
+        Ok(())
+    } else {
+        Err(IngestError::MalformedBody)
+    }
+}
+
 /// Re-run the endpoint's current plugin's `describe-event` on a stored request (a
 /// replay that remaps). Verification is not repeated: the receipt proves it passed.
 pub fn redescribe(
@@ -231,7 +263,9 @@ pub fn redescribe(
     body: &[u8],
 ) -> Result<Event, IngestError> {
     on_stored(endpoint, public_url, headers, body, |call| {
-        call.describe_event()?.map_err(rejection_to_error)
+        let event = call.describe_event()?.map_err(rejection_to_error)?;
+        storable(&event, None)?;
+        Ok(event)
     })
 }
 
