@@ -233,56 +233,70 @@ async fn purge_periodically(app: Arc<http::App>, mut stop: tokio::sync::watch::R
 
 /// Replay events under their original ids. With `remap`, each event's mapping is
 /// produced again by its endpoint's current plugin first (for a plugin that mapped
-/// it wrongly); otherwise the stored mapping is kept. Returns how many were queued.
+/// it wrongly); otherwise the stored mapping is kept. Either way the filter's `limit`
+/// counts the events replayed, and an old version is not replayed over a newer one.
+/// Returns how many were queued.
 pub async fn replay(app: &http::App, filter: &store::Filter, remap: bool) -> anyhow::Result<u64> {
     if !remap {
         return Ok(app.store.replay(filter).await?);
     }
+    /// Events read from the store at a time.
+    const PAGE: u32 = 500;
+    let limit = filter.limit.map_or(u64::MAX, u64::from);
     let mut replayed = 0;
-    for event in app.store.list(filter).await? {
-        if !store::REPLAYABLE_STATES.contains(&event.state.as_str()) {
-            continue;
+    let mut after = None;
+    while replayed < limit {
+        let page = app.store.replayable(filter, after.as_ref(), PAGE).await?;
+        let Some(last) = page.last().cloned() else {
+            break;
+        };
+        for (_, endpoint, event_id) in &page {
+            if replayed == limit {
+                break;
+            }
+            replayed += remap_replay(app, endpoint, event_id)
+                .await
+                .with_context(|| {
+                    format!("{endpoint}/{event_id} ({replayed} replayed before it)")
+                })?;
         }
-        let endpoint = app.endpoints.get(&event.endpoint).ok_or_else(|| {
-            anyhow::anyhow!("endpoint {:?} is no longer configured", event.endpoint)
-        })?;
-        let Some(receipt) = app.store.receipt(&event.endpoint, &event.event_id).await? else {
-            continue;
-        };
-        let headers: Vec<(String, String)> =
-            serde_json::from_str(&receipt.headers).unwrap_or_default();
-        let body = tenancy::plain_body(app, &event.endpoint, &receipt.body)
-            .map_err(|e| anyhow::anyhow!("{}/{}: {e}", event.endpoint, event.event_id))?
-            .into_owned();
-        // A plugin call: on a plugin thread, as at ingest.
-        let (on_thread, public_url) = (endpoint.clone(), app.public_url.clone());
-        let described = app
-            .plugin_threads
-            .run(move || verify::redescribe(&on_thread, &public_url, &headers, &body))
-            .await
-            .map_err(http::IngestError::from)
-            .and_then(|described| described)
-            .map_err(|e| {
-                anyhow::anyhow!("{}/{}: describe-event: {e}", event.endpoint, event.event_id)
-            })?;
-        let resource = store::Resource::of(&described);
-        let info = &endpoint.plugin.info;
-        app.store
-            .remap(
-                &event.endpoint,
-                &event.event_id,
-                &described.event_type,
-                resource.as_ref(),
-                &info.version,
-                &endpoint.plugin.digest,
-            )
-            .await?;
-        let one = store::Filter {
-            endpoint: Some(event.endpoint.clone()),
-            event_id: Some(event.event_id.clone()),
-            ..store::Filter::default()
-        };
-        replayed += app.store.replay(&one).await?;
+        after = Some(last);
     }
     Ok(replayed)
+}
+
+/// Map one stored event again with its endpoint's current plugin and replay it.
+async fn remap_replay(app: &http::App, endpoint_id: &str, event_id: &str) -> anyhow::Result<u64> {
+    let endpoint = app
+        .endpoints
+        .get(endpoint_id)
+        .ok_or_else(|| anyhow::anyhow!("the endpoint is no longer configured"))?;
+    let Some(receipt) = app.store.receipt(endpoint_id, event_id).await? else {
+        return Ok(0);
+    };
+    let headers: Vec<(String, String)> = serde_json::from_str(&receipt.headers).unwrap_or_default();
+    let body = tenancy::plain_body(app, endpoint_id, &receipt.body)
+        .map_err(anyhow::Error::msg)?
+        .into_owned();
+    // A plugin call: on a plugin thread, as at ingest.
+    let (on_thread, public_url) = (endpoint.clone(), app.public_url.clone());
+    let described = app
+        .plugin_threads
+        .run(move || verify::redescribe(&on_thread, &public_url, &headers, &body))
+        .await
+        .map_err(http::IngestError::from)
+        .and_then(|described| described)
+        .map_err(|e| anyhow::anyhow!("describe-event: {e}"))?;
+    let info = &endpoint.plugin.info;
+    Ok(app
+        .store
+        .remap_replay(
+            endpoint_id,
+            event_id,
+            &described.event_type,
+            store::Resource::of(&described).as_ref(),
+            &info.version,
+            &endpoint.plugin.digest,
+        )
+        .await?)
 }

@@ -526,6 +526,23 @@ async fn a_replay_never_sends_an_old_version_over_a_newer_one() {
     assert_eq!(server.app.store.replay(&first).await.expect("replay"), 1);
     settled(&server, "evt_s2", "delivered").await;
     assert_eq!(server.receipt("stripe", "evt_r1").await.state, "dead");
+    // A replay that maps again counts the same way: evt_r1, first by arrival, is
+    // still superseded, so a limit of one replays the next, delivered evt_r2.
+    let remapped = hookhost::store::Filter {
+        endpoint: Some("stripe".into()),
+        limit: Some(1),
+        ..hookhost::store::Filter::default()
+    };
+    let replayed = hookhost::replay(&server.app, &remapped, true).await;
+    assert_eq!(replayed.expect("remap"), 1);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while downstream.received("evt_r2").len() < 2 {
+        assert!(Instant::now() < deadline, "evt_r2 not replayed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    settled(&server, "evt_r2", "delivered").await;
+    assert_eq!(server.receipt("stripe", "evt_r1").await.state, "dead");
+    assert_eq!(downstream.received("evt_r1").len(), 1);
 }
 }
 
@@ -740,6 +757,24 @@ async fn the_admin_api_refuses_every_call_without_the_token_and_replays_with_it(
     let body = r#"{"state": "dead,bogus"}"#;
     let (status, _) = request(admin, "POST", "/admin/replay", &token, body.into()).await;
     assert_eq!(status, 400);
+    // A misspelled key is refused by name, never dropped (which would widen the
+    // replay to every event); so is a `remap` that is not a boolean.
+    for (body, named) in [
+        (r#"{"endpoint": "stripe", "states": "dead"}"#, "states"),
+        (r#"{"endpoint": "stripe", "remap": "yes"}"#, "remap"),
+    ] {
+        let (status, refused) =
+            request(admin, "POST", "/admin/replay", &token, body.into()).await;
+        assert_eq!(
+            (status, refused["error"].as_str()),
+            (400, Some("invalid_request")),
+            "{body}"
+        );
+        assert!(
+            refused["reason"].as_str().unwrap_or("").contains(named),
+            "{refused}"
+        );
+    }
     let config = server.config_path();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
         .args([
@@ -855,6 +890,35 @@ async fn a_replay_can_map_the_event_again_with_the_current_plugin() {
     assert_eq!(
         server.receipt("stripe", "evt_remap").await.event_type,
         "customer.updated"
+    );
+
+    // Superseded under its new mapping, it is not replayed, and keeps the old one:
+    // the new mapping and the replay are one transaction.
+    let newer = stripe_event("evt_newer", "customer.updated", "cus_evt_remap", now() + 10);
+    let (status, _) = server.post_stripe(&[STRIPE_SECRET], now(), &newer).await;
+    assert_eq!(status, 200);
+    settled(&server, "evt_newer", "delivered").await;
+    {
+        let mut conn = open_db(&server.db_path()).await;
+        sqlx::query("UPDATE receipts SET state = 'dead', event_type = 'wrong.type' WHERE event_id = 'evt_remap'")
+            .execute(&mut conn)
+            .await
+            .expect("update");
+    }
+    let skipped = hookhost_cli(&[
+        "events",
+        "replay",
+        "--config",
+        &config,
+        "--event-id",
+        "evt_remap",
+        "--remap",
+    ]);
+    assert_eq!(skipped.trim(), "0 replayed");
+    let kept = server.receipt("stripe", "evt_remap").await;
+    assert_eq!(
+        (kept.state.as_str(), kept.event_type.as_str()),
+        ("dead", "wrong.type")
     );
 }
 

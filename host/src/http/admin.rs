@@ -124,6 +124,15 @@ fn invalid_filter(reason: &str) -> Response {
         .into_response()
 }
 
+/// 400 `{"error":"invalid_request","reason":…}`: a body that does not parse.
+fn invalid_request(reason: String) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(serde_json::json!({"error": "invalid_request", "reason": reason})),
+    )
+        .into_response()
+}
+
 fn store_error(e: crate::store::StoreError) -> Response {
     tracing::error!(error = %e, "admin API: store error");
     error(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
@@ -146,13 +155,6 @@ async fn reconcile_now(
     body: axum::body::Bytes,
 ) -> Response {
     use crate::reconcile::ReconcileError as E;
-    let invalid = |reason: String| {
-        (
-            StatusCode::BAD_REQUEST,
-            Json(serde_json::json!({"error": "invalid_request", "reason": reason})),
-        )
-            .into_response()
-    };
     let request = if body.iter().all(u8::is_ascii_whitespace) {
         ReconcileRequest {
             since: None,
@@ -161,7 +163,7 @@ async fn reconcile_now(
     } else {
         match serde_json::from_slice::<ReconcileRequest>(&body) {
             Ok(request) => request,
-            Err(e) => return invalid(e.to_string()),
+            Err(e) => return invalid_request(e.to_string()),
         }
     };
     let Some(served) = admin.app.endpoints.get(&endpoint) else {
@@ -174,7 +176,7 @@ async fn reconcile_now(
     let since = match &request.since {
         Some(text) => match crate::reconcile::parse_since(text, now) {
             Ok(since) => since,
-            Err(reason) => return invalid(format!("since: {reason}")),
+            Err(reason) => return invalid_request(format!("since: {reason}")),
         },
         None => now - i64::try_from(settings.lookback.as_secs()).unwrap_or(i64::MAX),
     };
@@ -310,28 +312,32 @@ async fn replay_one(
     Path((endpoint, event_id)): Path<(String, String)>,
     Query(options): Query<RemapQuery>,
 ) -> Response {
-    let filter = Filter {
-        endpoint: Some(endpoint),
-        event_id: Some(event_id),
-        ..Filter::default()
+    replay(&admin, &Filter::one(&endpoint, &event_id), options.remap).await
+}
+
+/// `POST /admin/replay`: a filter (the list query's fields) and `remap`. The filter is
+/// read from what is left once `remap` is taken out, so that a misspelled key is
+/// refused by name (`Filter` denies unknown fields; through `#[serde(flatten)]` it
+/// would have been dropped silently, and the replay widened to every event).
+async fn replay_filtered(
+    State(admin): State<Admin>,
+    Json(mut body): Json<serde_json::Map<String, serde_json::Value>>,
+) -> Response {
+    let remap = match body.remove("remap") {
+        None => false,
+        Some(serde_json::Value::Bool(remap)) => remap,
+        Some(other) => {
+            return invalid_request(format!("remap: expected true or false, got {other}"));
+        }
     };
-    replay(&admin, &filter, options.remap).await
-}
-
-/// `POST /admin/replay`: a filter (the list query's fields) and `remap`.
-#[derive(Debug, Deserialize)]
-struct ReplayBody {
-    #[serde(flatten)]
-    filter: Filter,
-    #[serde(default)]
-    remap: bool,
-}
-
-async fn replay_filtered(State(admin): State<Admin>, Json(body): Json<ReplayBody>) -> Response {
-    if let Err(reason) = body.filter.check() {
+    let filter: Filter = match serde_json::from_value(serde_json::Value::Object(body)) {
+        Ok(filter) => filter,
+        Err(e) => return invalid_request(e.to_string()),
+    };
+    if let Err(reason) = filter.check() {
         return invalid_filter(&reason);
     }
-    replay(&admin, &body.filter, body.remap).await
+    replay(&admin, &filter, remap).await
 }
 
 async fn replay(admin: &Admin, filter: &Filter, remap: bool) -> Response {
@@ -340,8 +346,12 @@ async fn replay(admin: &Admin, filter: &Filter, remap: bool) -> Response {
         Err(e) => match e.downcast::<crate::store::StoreError>() {
             Ok(e) => store_error(e),
             Err(e) => {
-                tracing::error!(error = %e, "admin API: replay failed");
-                error(StatusCode::UNPROCESSABLE_ENTITY, "replay_failed")
+                tracing::error!(error = format!("{e:#}"), "admin API: replay failed");
+                (
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    Json(serde_json::json!({"error": "replay_failed", "reason": format!("{e:#}")})),
+                )
+                    .into_response()
             }
         },
     }

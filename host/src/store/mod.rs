@@ -51,7 +51,7 @@ mod writer;
 
 pub use delivery::{AttemptRecord, Leased, Next};
 pub use forensics::{ForensicFilter, ForensicRow, ForensicSummary, NewForensic};
-pub use operator::{Filter, REPLAYABLE_STATES, Summary};
+pub use operator::{Filter, Position, Summary};
 pub use reconcile::{RepairRow, RunRow};
 pub use tenancy::{ManagedEndpoint, Retired, SealedSecret, TenantPlugin, TenantRow};
 
@@ -304,8 +304,11 @@ forward! {
     fn replay(&self, filter: &Filter) -> Result<u64, StoreError>;
     /// One receipt with its attempts, as JSON.
     fn show(&self, endpoint: &str, event_id: &str) -> Result<Option<serde_json::Value>, StoreError>;
-    /// Replace a receipt's mapping with the one a plugin produced again.
-    fn remap(&self, endpoint: &str, event_id: &str, event_type: &str, resource: Option<&Resource>, plugin_version: &str, plugin_digest: &str) -> Result<(), StoreError>;
+    /// The next events a replay could take, in arrival order after a position.
+    fn replayable(&self, filter: &Filter, after: Option<&Position>, limit: u32) -> Result<Vec<Position>, StoreError>;
+    /// Replay one receipt with the mapping a plugin produced again, in one
+    /// transaction: unless it is replayed, its mapping stays. Returns 0 or 1.
+    fn remap_replay(&self, endpoint: &str, event_id: &str, event_type: &str, resource: Option<&Resource>, plugin_version: &str, plugin_digest: &str) -> Result<u64, StoreError>;
     /// Discard a receipt with a reason (never deleted).
     fn discard(&self, endpoint: &str, event_id: &str, reason: &str) -> Result<bool, StoreError>;
     /// Pause or resume an endpoint's delivery.

@@ -55,7 +55,19 @@ pub const STATES: [&str; 7] = [
     "discarded",
 ];
 
+/// Where a receipt stands in a replay's walk: (received at, endpoint, event id).
+pub type Position = (i64, String, String);
+
 impl Filter {
+    /// The one event with this id on this endpoint.
+    pub fn one(endpoint: &str, event_id: &str) -> Filter {
+        Filter {
+            endpoint: Some(endpoint.to_string()),
+            event_id: Some(event_id.to_string()),
+            ..Filter::default()
+        }
+    }
+
     /// A state that does not exist would silently match nothing: refuse it by name.
     pub fn check(&self) -> Result<(), String> {
         match self.states.iter().find(|s| !STATES.contains(&s.as_str())) {
@@ -106,8 +118,6 @@ pub(super) const NOT_SUPERSEDED: &str = "NOT EXISTS (
       AND newer.resource_id = r.resource_id
       AND newer.resource_version > r.resource_version
       AND newer.state IN ('pending', 'delivered'))";
-/// The same, for filtering in Rust.
-pub const REPLAYABLE_STATES: [&str; 4] = ["dead", "quarantined", "delivered", "discarded"];
 /// Most rows one listing returns.
 pub(super) const LIST_CAP: u32 = 10_000;
 
@@ -134,22 +144,39 @@ impl SqliteStore {
     /// idempotency key), with a fresh retry schedule; not one whose resource has a
     /// newer version delivered or pending. Returns how many.
     pub async fn replay(&self, filter: &Filter) -> Result<u64, StoreError> {
-        let sql = format!(
-            "UPDATE receipts SET state = 'pending', state_reason = 'replayed', attempts = 0,
-                next_attempt_at_ms = 0, lease_owner = NULL, lease_expires_at_ms = NULL
-             WHERE rowid IN (
-                -- The limit counts what is replayed, not what the filter matches.
-                SELECT rowid FROM receipts AS r WHERE {WHERE} AND r.state IN {REPLAYABLE}
-                  AND {NOT_SUPERSEDED}
-                ORDER BY r.received_at_ms LIMIT ?10)"
-        );
-        let done = filtered(&sql, filter, filter.limit.unwrap_or(u32::MAX))
+        let done = filtered(&replay_sql(), filter, filter.limit.unwrap_or(u32::MAX))
             .execute(&self.worker)
             .await?;
         if done.rows_affected() > 0 {
             self.accepted.notify_one();
         }
         Ok(done.rows_affected())
+    }
+
+    /// The next `limit` events a replay could take (replayable states, filtered), in
+    /// arrival order after `after`: a remapping replay walks them page by page.
+    pub async fn replayable(
+        &self,
+        filter: &Filter,
+        after: Option<&Position>,
+        limit: u32,
+    ) -> Result<Vec<Position>, StoreError> {
+        let sql = format!(
+            "SELECT received_at_ms, endpoint, event_id FROM receipts
+             WHERE {WHERE} AND state IN {REPLAYABLE}
+               AND (?11 IS NULL OR (received_at_ms, endpoint, event_id) > (?11, ?12, ?13))
+             ORDER BY received_at_ms, endpoint, event_id LIMIT ?10"
+        );
+        let rows = filtered(&sql, filter, limit)
+            .bind(after.map(|p| p.0))
+            .bind(after.map(|p| &p.1))
+            .bind(after.map(|p| &p.2))
+            .fetch_all(&self.readers)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(sqlx::FromRow::from_row)
+            .collect::<Result<_, _>>()?)
     }
 
     /// One event with its delivery attempts, as JSON (for the CLI and the admin API).
@@ -165,10 +192,12 @@ impl SqliteStore {
         Ok(Some(shown(endpoint, &receipt, attempts)))
     }
 
-    /// Replace an event's mapping (type, resource, version) with one a plugin produced
-    /// again, recording which plugin version produced it. The version gate is not
-    /// re-run: a replay delivers what the operator asked for.
-    pub async fn remap(
+    /// Replay one event with a mapping (type, resource, version) a plugin produced
+    /// again, recording which plugin version produced it: the new mapping and the
+    /// replay are one transaction, so an event the replay leaves alone (not in a
+    /// replayable state, or superseded under its new mapping) keeps its old one.
+    /// Returns whether it was replayed (0 or 1).
+    pub async fn remap_replay(
         &self,
         endpoint: &str,
         event_id: &str,
@@ -176,28 +205,40 @@ impl SqliteStore {
         resource: Option<&super::Resource>,
         plugin_version: &str,
         plugin_digest: &str,
-    ) -> Result<(), StoreError> {
-        sqlx::query(
+    ) -> Result<u64, StoreError> {
+        let mut tx = self.worker.begin().await?;
+        let remapped = sqlx::query(&format!(
             "UPDATE receipts SET event_type = ?, resource_kind = ?, resource_id = ?,
                 resource_version = ?, deleted = ?, plugin_version = ?, plugin_digest = ?
-             WHERE endpoint = ? AND event_id = ?",
-        )
+             WHERE endpoint = ? AND event_id = ? AND state IN {REPLAYABLE}"
+        ))
         .bind(event_type)
         .bind(resource.map(|r| &r.kind))
         .bind(resource.map(|r| &r.id))
         .bind(
             resource
                 .and_then(|r| r.version)
-                .map(|v| i64::try_from(v).unwrap_or(i64::MAX)),
+                .map(super::judge::version_i64),
         )
         .bind(resource.is_some_and(|r| r.deleted))
         .bind(plugin_version)
         .bind(plugin_digest)
         .bind(endpoint)
         .bind(event_id)
-        .execute(&self.worker)
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        if remapped.rows_affected() == 0 {
+            return Ok(0);
+        }
+        let one = Filter::one(endpoint, event_id);
+        let replayed = filtered(&replay_sql(), &one, 1).execute(&mut *tx).await?;
+        if replayed.rows_affected() == 0 {
+            // Dropped: rolled back, the old mapping stays.
+            return Ok(0);
+        }
+        tx.commit().await?;
+        self.accepted.notify_one();
+        Ok(replayed.rows_affected())
     }
 
     /// Take one event out of delivery for good, with the operator's reason. The
@@ -279,6 +320,20 @@ pub(super) fn shown(
             .then(|| base64::engine::general_purpose::STANDARD.encode(&receipt.body)),
         "attempts": attempts,
     })
+}
+
+/// Queue again what a filter matches in a replayable state and not superseded, the
+/// limit (`?10`) counting what is replayed.
+fn replay_sql() -> String {
+    format!(
+        "UPDATE receipts SET state = 'pending', state_reason = 'replayed', attempts = 0,
+            next_attempt_at_ms = 0, lease_owner = NULL, lease_expires_at_ms = NULL
+         WHERE rowid IN (
+            -- The limit counts what is replayed, not what the filter matches.
+            SELECT rowid FROM receipts AS r WHERE {WHERE} AND r.state IN {REPLAYABLE}
+              AND {NOT_SUPERSEDED}
+            ORDER BY r.received_at_ms LIMIT ?10)"
+    )
 }
 
 /// `sql` (which contains [`WHERE`] and `LIMIT ?10`) with the filter's values bound.

@@ -13,7 +13,8 @@ use super::delivery::cap;
 use super::judge::version_i64;
 use super::operator::{LIST_CAP, NOT_SUPERSEDED, REPLAYABLE};
 use super::{
-    AttemptRecord, Filter, Leased, Next, Purged, ReceiptRow, Resource, StoreError, Summary,
+    AttemptRecord, Filter, Leased, Next, Position, Purged, ReceiptRow, Resource, StoreError,
+    Summary,
 };
 use crate::config::{PgConfig, RetentionConfig};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
@@ -319,17 +320,7 @@ impl PgStore {
     /// original event id, with a fresh retry schedule; not one whose resource has a
     /// newer version delivered or pending. Returns how many.
     pub async fn replay(&self, filter: &Filter) -> Result<u64, StoreError> {
-        let sql = format!(
-            "UPDATE receipts SET state = 'pending', state_reason = 'replayed', attempts = 0,
-                next_attempt_at_ms = 0, lease_owner = NULL, lease_expires_at_ms = NULL
-             WHERE (endpoint, event_id) IN (
-                -- The limit counts what is replayed, not what the filter matches.
-                SELECT r.endpoint, r.event_id FROM receipts AS r
-                WHERE {WHERE} AND r.state IN {REPLAYABLE}
-                  AND {NOT_SUPERSEDED}
-                ORDER BY r.received_at_ms LIMIT $10)"
-        );
-        let done = filtered(&sql, filter, filter.limit.unwrap_or(u32::MAX))
+        let done = filtered(&replay_sql(), filter, filter.limit.unwrap_or(u32::MAX))
             .execute(&self.pool)
             .await?;
         if done.rows_affected() > 0 {
@@ -351,8 +342,35 @@ impl PgStore {
         Ok(Some(super::operator::shown(endpoint, &receipt, attempts)))
     }
 
-    /// Replace an event's mapping with one a plugin produced again.
-    pub async fn remap(
+    /// The next events a replay could take, in arrival order after `after`.
+    pub async fn replayable(
+        &self,
+        filter: &Filter,
+        after: Option<&Position>,
+        limit: u32,
+    ) -> Result<Vec<Position>, StoreError> {
+        let sql = format!(
+            "SELECT received_at_ms, endpoint, event_id FROM receipts
+             WHERE {WHERE} AND state IN {REPLAYABLE}
+               AND ($11::bigint IS NULL
+                    OR (received_at_ms, endpoint, event_id) > ($11, $12::text, $13::text))
+             ORDER BY received_at_ms, endpoint, event_id LIMIT $10"
+        );
+        let rows = filtered(&sql, filter, limit)
+            .bind(after.map(|p| p.0))
+            .bind(after.map(|p| &p.1))
+            .bind(after.map(|p| &p.2))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(sqlx::FromRow::from_row)
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Replay one event with a mapping a plugin produced again, in one transaction:
+    /// unless it is replayed, its mapping stays. Returns 0 or 1.
+    pub async fn remap_replay(
         &self,
         endpoint: &str,
         event_id: &str,
@@ -360,12 +378,13 @@ impl PgStore {
         resource: Option<&Resource>,
         plugin_version: &str,
         plugin_digest: &str,
-    ) -> Result<(), StoreError> {
-        sqlx::query(
+    ) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let remapped = sqlx::query(&format!(
             "UPDATE receipts SET event_type = $1, resource_kind = $2, resource_id = $3,
                 resource_version = $4, deleted = $5, plugin_version = $6, plugin_digest = $7
-             WHERE endpoint = $8 AND event_id = $9",
-        )
+             WHERE endpoint = $8 AND event_id = $9 AND state IN {REPLAYABLE}"
+        ))
         .bind(event_type)
         .bind(resource.map(|r| &r.kind))
         .bind(resource.map(|r| &r.id))
@@ -375,9 +394,20 @@ impl PgStore {
         .bind(plugin_digest)
         .bind(endpoint)
         .bind(event_id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        if remapped.rows_affected() == 0 {
+            return Ok(0);
+        }
+        let one = Filter::one(endpoint, event_id);
+        let replayed = filtered(&replay_sql(), &one, 1).execute(&mut *tx).await?;
+        if replayed.rows_affected() == 0 {
+            // Dropped: rolled back, the old mapping stays.
+            return Ok(0);
+        }
+        tx.commit().await?;
+        self.accepted.notify_one();
+        Ok(replayed.rows_affected())
     }
 
     /// Take one event out of delivery for good, with the operator's reason.
@@ -544,6 +574,21 @@ fn filtered<'q>(
         .bind(filter.until_ms)
         .bind(&filter.event_id)
         .bind(i64::from(limit))
+}
+
+/// Queue again what a filter matches in a replayable state and not superseded, the
+/// limit (`$10`) counting what is replayed.
+fn replay_sql() -> String {
+    format!(
+        "UPDATE receipts SET state = 'pending', state_reason = 'replayed', attempts = 0,
+            next_attempt_at_ms = 0, lease_owner = NULL, lease_expires_at_ms = NULL
+         WHERE (endpoint, event_id) IN (
+            -- The limit counts what is replayed, not what the filter matches.
+            SELECT r.endpoint, r.event_id FROM receipts AS r
+            WHERE {WHERE} AND r.state IN {REPLAYABLE}
+              AND {NOT_SUPERSEDED}
+            ORDER BY r.received_at_ms LIMIT $10)"
+    )
 }
 
 /// The filter as SQL; binds, in order: endpoint, states, no-states flag, type,
