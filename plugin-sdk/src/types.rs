@@ -119,8 +119,8 @@ pub enum Disposition {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResponsePart {
     Text(String),
-    /// Lower-case hex of HMAC-SHA256 over this text keyed by the endpoint's current
-    /// secret, computed by the host.
+    /// Lower-case hex of HMAC-SHA256 over this text keyed by the endpoint's secret
+    /// that verified the request, computed by the host.
     HmacSha256Hex(String),
 }
 

@@ -67,8 +67,8 @@ async fn handshakes_are_answered_as_the_plugins_say_and_never_stored() {
     let server = Server::start(&config(&hex::encode(discord.verifying_key().as_bytes()))).await;
     let t = now().to_string();
 
-    // Zoom: the answer's encryptedToken is an HMAC of plainToken with the endpoint's
-    // current secret, computed by the host.
+    // Zoom: the answer's encryptedToken is an HMAC of plainToken with the secret that
+    // verified the request, computed by the host.
     let body = r#"{"payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1654503849680,"event":"endpoint.url_validation"}"#;
     let signature = hex::encode(hmac_sha256(
         ZOOM_SECRET.as_bytes(),
@@ -89,6 +89,20 @@ async fn handshakes_are_answered_as_the_plugins_say_and_never_stored() {
         json(&answer),
         json!({"plainToken": "qgg8vlvZRS6UYooatFL8Aw", "encryptedToken": expected})
     );
+    // Signed with the older secret during a rotation, the answer is made with it:
+    // the sender checks it with the secret it signs with.
+    let signature = hex::encode(hmac_sha256(
+        b"zoom-old",
+        &[format!("v0:{t}:").as_bytes(), body.as_bytes()],
+    ));
+    let rotated = [
+        ("x-zm-request-timestamp", t.clone()),
+        ("x-zm-signature", format!("v0={signature}")),
+    ];
+    let (status, _, answer) = post(&server, "zoom", &rotated, body).await;
+    assert_eq!(status, 200, "{answer}");
+    let expected = hex::encode(hmac_sha256(b"zoom-old", &[b"qgg8vlvZRS6UYooatFL8Aw"]));
+    assert_eq!(json(&answer)["encryptedToken"], json!(expected));
     // Unsigned, the same body is refused like any event: nothing is answered.
     let (status, _, answer) = post(&server, "zoom", &headers[..1], body).await;
     assert_eq!(

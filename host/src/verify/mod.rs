@@ -85,21 +85,23 @@ pub fn decide(
     let verified = judge(endpoint, request, now, trail)?;
     match &verified.event.disposition {
         Disposition::Answer(response) => {
-            render(endpoint, response, Signed::Yes).map(Decision::Answer)
+            render(endpoint, response, Signed::By(verified.secret_index)).map(Decision::Answer)
         }
         _ => Ok(Decision::Store(Box::new(verified))),
     }
 }
 
-/// Whether the request being answered was signed (and verified).
+/// Whether the request being answered was signed (and verified), and by which of the
+/// endpoint's secrets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Signed {
-    Yes,
+    By(usize),
     No,
 }
 
-/// Render a plugin's answer: HMAC parts are computed with the endpoint's current key,
-/// and only for a verified request: to an unsigned GET, anyone could have the
+/// Render a plugin's answer: HMAC parts are computed with the key that verified the
+/// request (during a rotation, the secret the sender still signs with), and only for
+/// a verified request: to an unsigned GET, anyone could have the
 /// endpoint's key sign text of their choosing. An answer the host will not send (not
 /// 2xx, a reserved or invalid header, an HMAC part for an unsigned request) is a plugin
 /// failure.
@@ -128,12 +130,12 @@ fn render(endpoint: &Endpoint, response: &Response, signed: Signed) -> Result<An
     for part in &response.body {
         match part {
             ResponsePart::Text(text) => body.extend_from_slice(text.as_bytes()),
-            ResponsePart::HmacSha256Hex(_) if signed == Signed::No => {
-                tracing::error!("plugin answered an unsigned handshake with an HMAC part");
-                return Err(IngestError::PluginFailed);
-            }
             ResponsePart::HmacSha256Hex(text) => {
-                let Some(Key::Hmac(key)) = endpoint.keys.first() else {
+                let Signed::By(index) = signed else {
+                    tracing::error!("plugin answered an unsigned handshake with an HMAC part");
+                    return Err(IngestError::PluginFailed);
+                };
+                let Some(Key::Hmac(key)) = endpoint.keys.get(index) else {
                     return Err(IngestError::Unsupported);
                 };
                 let mut mac = <Hmac<sha2::Sha256> as hmac::digest::KeyInit>::new_from_slice(key)

@@ -11,8 +11,9 @@
 //! {"plainToken":P}}`, signed like any event, when an endpoint is added and every 72 h.
 //! After verification the endpoint answers `200` with JSON `{"plainToken":P,
 //! "encryptedToken":hex(HMAC-SHA256(secret token, P))}`: the host computes the HMAC
-//! with the endpoint's current (first) secret, whichever secret the request's signature
-//! matched (the plugin never sees either). Nothing is stored.
+//! with the secret the request's signature matched, so that during a rotation Zoom
+//! gets the answer made with the token it signs with (the plugin never sees either).
+//! Nothing is stored.
 //!
 //! Zoom publishes no replay window (Rivet checks none); hookhost applies
 //! [`TOLERANCE_SECONDS`] both ways (its choice). That a retry carries a fresh timestamp
