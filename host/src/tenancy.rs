@@ -1324,6 +1324,13 @@ async fn upload_plugin(
     if body.vectors.is_empty() {
         return Err(invalid("invalid_request", "vectors: at least one".into()));
     }
+    // One upload is compiled and judged at a time: judging holds a plugin thread, and
+    // the rest stay free for every endpoint's requests.
+    static VALIDATING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+    let _validating = VALIDATING
+        .acquire()
+        .await
+        .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed", None))?;
     // Compiling is CPU work of seconds: off the async workers.
     let (origin, limits, bytes) = (
         crate::plugins::Origin::Upload(tenant.clone()),

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -135,11 +136,42 @@ fn parse(elements: Vec<Value>, shown: &str) -> Result<Vec<Vector>, String> {
     Ok(vectors)
 }
 
+/// Most vectors an upload may carry.
+pub const MAX_UPLOAD_VECTORS: usize = 100;
+/// How long an upload's vectors may take to judge, in all. Judging holds a plugin
+/// thread, which every endpoint's requests share.
+pub const UPLOAD_JUDGING: Duration = Duration::from_secs(10);
+
 /// Judge vectors (the elements of a vector file) with one given plugin, whatever
 /// plugin each names: how an uploaded plugin proves itself before it is accepted.
+/// Judging stops at the first vector that fails (it alone refuses the upload), and
+/// an upload's vectors are bounded in number and in time, so a hostile upload holds
+/// a plugin thread for seconds at most.
 pub fn judge_with(plugin: &Arc<Plugin>, elements: Vec<Value>) -> Result<Vec<Judged>, String> {
+    if elements.len() > MAX_UPLOAD_VECTORS {
+        return Err(format!(
+            "vectors: {} given, at most {MAX_UPLOAD_VECTORS}",
+            elements.len()
+        ));
+    }
     let vectors = parse(elements, "vectors")?;
-    Ok(vectors.iter().map(|v| judge_vector(plugin, v)).collect())
+    let started = Instant::now();
+    let mut judged = Vec::with_capacity(vectors.len());
+    for vector in &vectors {
+        if started.elapsed() > UPLOAD_JUDGING {
+            return Err(format!(
+                "vectors: judging took more than {} s; send fewer",
+                UPLOAD_JUDGING.as_secs()
+            ));
+        }
+        let one = judge_vector(plugin, vector);
+        let failed = !one.pass;
+        judged.push(one);
+        if failed {
+            break;
+        }
+    }
+    Ok(judged)
 }
 
 /// Run every vector of every file; print one line per vector and the totals.

@@ -890,6 +890,42 @@ async fn a_tenant_uploads_a_plugin_that_proves_itself_and_pins_it_by_digest() {
             .contains("other.event"),
         "{failing}"
     );
+    // Judging holds a plugin thread every endpoint shares: it stops at the first
+    // failing vector, and an upload carries at most 100.
+    let (status, first) = call(
+        addr,
+        "POST",
+        "/v1/plugins",
+        &acme,
+        upload(
+            &hostile,
+            vec![guest_vector("one.event"), guest_vector("two.event")],
+        ),
+    )
+    .await;
+    let reason = first["reason"].as_str().unwrap_or("");
+    assert_eq!(status, 400, "{first}");
+    assert!(
+        reason.contains("one.event") && !reason.contains("two.event"),
+        "{first}"
+    );
+    let (status, many) = call(
+        addr,
+        "POST",
+        "/v1/plugins",
+        &acme,
+        upload(&hostile, vec![guest_vector("test.event"); 101]),
+    )
+    .await;
+    assert_eq!(
+        (status, &many["error"], &many["reason"]),
+        (
+            400,
+            &json!("invalid_request"),
+            &json!("vectors: 101 given, at most 100")
+        ),
+        "{many}"
+    );
     assert_eq!(
         call(addr, "GET", "/v1/plugins", &acme, Value::Null).await,
         (200, json!([]))
