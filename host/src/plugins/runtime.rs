@@ -24,6 +24,9 @@ const EPOCH_TICK: Duration = Duration::from_millis(5);
 const LOAD_TIME: Duration = Duration::from_secs(2);
 /// How much of a plugin's stderr per request reaches the log; the rest is dropped.
 const STDERR_LOGGED: usize = 2 * 1024;
+/// Most linear memories one plugin instance may have: `plugin_memory_bytes` bounds
+/// each, so this many times it bounds a call.
+const MAX_MEMORIES: usize = 2;
 /// Largest memory a configuration may grant one plugin call.
 pub const MAX_PLUGIN_MEMORY: usize = 256 * 1024 * 1024;
 /// Instances the pooling allocator keeps ready. A request holds one while its plugin
@@ -1016,6 +1019,12 @@ impl Plugin {
 fn new_store(limits: PluginLimits, time: Duration) -> Store<State> {
     let limits = StoreLimitsBuilder::new()
         .memory_size(limits.memory_bytes)
+        // The size limit holds for each memory: a component of many core modules, each
+        // with its own memory, would otherwise get that many times the limit. Built-in
+        // plugins have one memory, a handful of tables and of core instances.
+        .memories(MAX_MEMORIES)
+        .tables(8)
+        .instances(32)
         .trap_on_grow_failure(true)
         .build();
     let mut store = Store::new(
