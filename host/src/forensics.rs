@@ -171,19 +171,24 @@ pub async fn keep(
     let failed = status.is_server_error() && refused.trail.secret_index.is_some();
     let kind = if failed { "failed" } else { "rejected" };
     let detail = detail(endpoint, &refused, received_at_ms / 1000);
-    let signature_headers = refused.trail.plan.as_ref().map(|plan| {
-        let headers = text_headers(&refused.headers);
-        crate::spec::carrying_headers(&headers, &plan.candidates)
-    });
-    let candidates = refused
+    // A plan past the candidate cap was refused before any key was tried; matching its
+    // candidates (up to tens of thousands) against every header would cost far more
+    // than the request did, on this task. Such a request's headers are all redacted.
+    let over_cap = refused
         .trail
         .plan
         .as_ref()
-        .map_or(&[][..], |p| &p.candidates);
+        .is_some_and(|plan| plan.candidates.len() > crate::verify::MAX_CANDIDATES);
+    let plan = refused.trail.plan.as_ref().filter(|_| !over_cap);
+    let signature_headers = plan.map(|plan| {
+        let headers = text_headers(&refused.headers);
+        crate::spec::carrying_headers(&headers, &plan.candidates)
+    });
+    let candidates = plan.map_or(&[][..], |p| &p.candidates);
     let headers: Vec<(String, String)> = text_headers(&refused.headers)
         .into_iter()
         .map(|(name, value)| {
-            let credential = is_credential(&name, value.as_bytes(), candidates);
+            let credential = over_cap || is_credential(&name, value.as_bytes(), candidates);
             (name, if credential { REDACTED.into() } else { value })
         })
         .collect();

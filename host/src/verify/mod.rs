@@ -9,7 +9,7 @@ mod keys;
 mod mac;
 
 pub use keys::{Key, KeyError, Secret, decode_key};
-pub use mac::{MessageSource, matching_key, message_digest, owned_headers};
+pub use mac::{MAX_CANDIDATES, MessageSource, matching_key, message_digest, owned_headers};
 
 use crate::endpoints::Endpoint;
 use crate::http::IngestError;
