@@ -14,6 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Metric, Registry};
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// Every metric hookhost keeps; cheap to share behind an `Arc`.
@@ -34,6 +35,8 @@ pub struct Metrics {
     reconcile_runs: Family<RunLabels, Counter>,
     reconciled: Family<ReconciledLabels, Counter>,
     plugin_calls: PluginCalls,
+    /// Each endpoint's plugin ignore reasons counted under a label of their own.
+    reasons: std::sync::Mutex<HashMap<String, HashSet<String>>>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -170,6 +173,9 @@ pub enum RequestOutcome {
 
 /// Longest reason label kept from a plugin's ignore reason.
 const REASON_LABEL_MAX: usize = 64;
+/// Distinct plugin ignore reasons an endpoint's requests are counted under; later
+/// new ones are counted as `other`.
+const REASONS_PER_ENDPOINT: usize = 32;
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -276,6 +282,7 @@ impl Default for Metrics {
         Metrics {
             registry,
             plugin_calls,
+            reasons: Default::default(),
             requests,
             signature_failures,
             secret_matched,
@@ -368,7 +375,8 @@ impl Metrics {
     pub fn request(&self, endpoint: &str, plugin: &str, outcome: &RequestOutcome) {
         let (kind, reason) = match outcome {
             RequestOutcome::Stored(stored) => match (stored, stored.ignored_reason()) {
-                (_, Some(reason)) => ("ignored", reason_label(reason)),
+                (Outcome::Ignored(reason), _) => ("ignored", self.plugin_reason(endpoint, reason)),
+                (_, Some(reason)) => ("ignored", reason.to_owned()),
                 (Outcome::Duplicate, None) => ("duplicate", String::new()),
                 (_, None) => ("accepted", String::new()),
             },
@@ -536,10 +544,30 @@ fn endpoint_labels(endpoint: &str, plugin: &str) -> EndpointLabels {
     }
 }
 
-/// An ignore reason as a label: the store's codes pass unchanged, and a plugin's own
-/// words are bounded to [`REASON_LABEL_MAX`] characters of `[a-z0-9_.-]` (others
-/// become `_`), so a plugin that puts per-event text in its reasons cannot grow the
-/// label set without limit beyond what its reasons' first characters allow.
+impl Metrics {
+    /// A plugin's ignore reason as a label: its first [`REASON_LABEL_MAX`] characters
+    /// of `[a-z0-9_.-]` (others become `_`), and only the first
+    /// [`REASONS_PER_ENDPOINT`] distinct ones of an endpoint; after them, `other`. A
+    /// reason may be a body's own text (the generic plugin ignores by a field's value),
+    /// and every label set is a series kept for the life of the process.
+    fn plugin_reason(&self, endpoint: &str, reason: &str) -> String {
+        let label = reason_label(reason);
+        let mut reasons = self
+            .reasons
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let known = reasons.entry(endpoint.to_owned()).or_default();
+        if known.contains(&label) {
+            return label;
+        }
+        if known.len() < REASONS_PER_ENDPOINT {
+            known.insert(label.clone());
+            return label;
+        }
+        "other".to_owned()
+    }
+}
+
 fn reason_label(reason: &str) -> String {
     reason
         .chars()
@@ -550,4 +578,42 @@ fn reason_label(reason: &str) -> String {
             _ => '_',
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_endpoints_distinct_ignore_reasons_are_bounded_and_the_rest_are_other() {
+        let metrics = Metrics::default();
+        for endpoint in ["a", "b"] {
+            for i in 0..40 {
+                let outcome = RequestOutcome::Stored(Outcome::Ignored(format!("test.{i}")));
+                metrics.request(endpoint, "generic", &outcome);
+            }
+        }
+        // The store's own codes are never bounded.
+        metrics.request(
+            "a",
+            "generic",
+            &RequestOutcome::Stored(Outcome::StaleVersion),
+        );
+        let text = metrics.render();
+        let series = |endpoint: &str| {
+            text.lines()
+                .filter(|l| l.starts_with("hookhost_requests_total{"))
+                .filter(|l| l.contains(&format!("endpoint=\"{endpoint}\"")))
+                .count()
+        };
+        assert_eq!(series("a"), REASONS_PER_ENDPOINT + 2, "{text}");
+        assert_eq!(series("b"), REASONS_PER_ENDPOINT + 1, "{text}");
+        assert!(text.contains(r#"reason="test.31"} 1"#), "{text}");
+        assert!(!text.contains(r#"reason="test.32""#), "{text}");
+        assert!(
+            text.contains(r#"endpoint="b",plugin="generic",outcome="ignored",reason="other"} 8"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"reason="stale_version"} 1"#), "{text}");
+    }
 }
