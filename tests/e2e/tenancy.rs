@@ -688,6 +688,35 @@ async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_ap
         200
     );
     delivered("evt_d3").await;
+
+    // Deleted while paused and created again, the endpoint is a new one: it delivers.
+    let paused = call(
+        addr,
+        "POST",
+        "/v1/endpoints/acme.hook/pause",
+        &acme,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(paused.0, 200);
+    let deleted = call(
+        addr,
+        "DELETE",
+        "/v1/endpoints/acme.hook",
+        &acme,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(deleted.0, 200, "{deleted:?}");
+    let again = json!({"name": "hook", "plugin": "stripe", "secret": SECRET,
+                       "destination": {"url": url, "secret": signing}});
+    let (status, created) = call(addr, "POST", "/v1/endpoints", &acme, again).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(
+        post_signed(server.addr, "acme.hook", SECRET, "evt_d4").await,
+        200
+    );
+    delivered("evt_d4").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -235,11 +235,13 @@ impl Store {
         })
     }
 
-    /// Delete a tenant's endpoint and its secrets (its receipts stay); `false` when it
-    /// has no such endpoint.
+    /// Delete a tenant's endpoint, its secrets and its pause (its receipts stay), so
+    /// that one created again under its id starts afresh; `false` when it has no such
+    /// endpoint.
     pub async fn delete_endpoint(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
         const SQL: &str = "DELETE FROM managed_endpoints WHERE id = $1 AND tenant = $2";
         const SECRETS: &str = "DELETE FROM endpoint_secrets WHERE endpoint = $1";
+        const PAUSE: &str = "DELETE FROM endpoint_pauses WHERE endpoint = $1";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
             let query = sqlx::query(SQL).bind(id).bind(tenant);
@@ -247,6 +249,7 @@ impl Store {
                 return Ok(false);
             }
             sqlx::query(SECRETS).bind(id).execute(&mut *tx).await?;
+            sqlx::query(PAUSE).bind(id).execute(&mut *tx).await?;
             sqlx::query(BUMP).execute(&mut *tx).await?;
             tx.commit().await?;
             Ok(true)
@@ -397,6 +400,11 @@ impl Store {
         secret: &str,
         now_ms: i64,
     ) -> Result<Retired, StoreError> {
+        // Taken first, the endpoint's row lock orders two retirements of one endpoint:
+        // the second reads the active secrets after the first commits, so they cannot
+        // each see the other's secret still active and leave none (PostgreSQL reads
+        // committed rows; SQLite's one writer orders them already).
+        const LOCK: &str = "UPDATE managed_endpoints SET id = id WHERE id = $1 AND tenant = $2";
         const ACTIVE: &str = "SELECT s.id FROM endpoint_secrets s
                               JOIN managed_endpoints e ON e.id = s.endpoint
                               WHERE s.endpoint = $1 AND e.tenant = $2 AND s.retired_at_ms IS NULL";
@@ -404,6 +412,7 @@ impl Store {
                               WHERE id = $1 AND endpoint = $2";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
+            sqlx::query(LOCK).bind(endpoint).bind(tenant).execute(&mut *tx).await?;
             let active: Vec<String> = sqlx::query_scalar(ACTIVE)
                 .bind(endpoint)
                 .bind(tenant)
