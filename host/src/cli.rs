@@ -68,8 +68,8 @@ enum Command {
         /// A plugin name, a `.wasm` file, or (a tenant's endpoint) `sha256:<hex>`.
         #[arg(long)]
         plugin: String,
-        /// How many of the last stored requests.
-        #[arg(long, default_value_t = 50)]
+        /// How many of the last stored requests (at most 1,000).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(..=i64::from(crate::shadow::MAX_LAST)))]
         last: u32,
     },
     /// Requests refused after their body was read: list, show, verify again, re-ingest.

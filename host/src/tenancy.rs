@@ -1402,6 +1402,15 @@ async fn shadow(
     Path(id): Path<String>,
     Body(body): Body<ShadowRequest>,
 ) -> Answer {
+    let last = body.last.unwrap_or(50);
+    if last > crate::shadow::MAX_LAST {
+        let reason = format!("last: {last}; at most {}", crate::shadow::MAX_LAST);
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            Some(reason),
+        ));
+    }
     let endpoint = owned(&api, &caller, &id).await?;
     let current = api.app.endpoints.get(&id).ok_or_else(|| {
         let reason = "the endpoint is not being served (see the server's log)".to_string();
@@ -1410,13 +1419,7 @@ async fn shadow(
     let candidate = candidate(&api.app, &api.tenancy, &endpoint, &body.plugin)
         .await
         .map_err(|reason| error(StatusCode::BAD_REQUEST, "invalid_endpoint", Some(reason)))?;
-    let report = crate::shadow::replay(
-        &api.app,
-        current,
-        Arc::new(candidate),
-        body.last.unwrap_or(50),
-    )
-    .await?;
+    let report = crate::shadow::replay(&api.app, current, Arc::new(candidate), last).await?;
     ok(serde_json::json!(report))
 }
 

@@ -754,6 +754,19 @@ async fn the_admin_api_refuses_every_call_without_the_token_and_replays_with_it(
             .unwrap_or("")
             .contains("\"delivred\"")
     );
+    // The dead-letter queue is its states: another one is refused, not overridden.
+    let (status, refused) = request(
+        admin,
+        "GET",
+        "/admin/dlq?state=pending",
+        &token,
+        "".into(),
+    )
+    .await;
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (400, Some("invalid_filter"))
+    );
     let body = r#"{"state": "dead,bogus"}"#;
     let (status, _) = request(admin, "POST", "/admin/replay", &token, body.into()).await;
     assert_eq!(status, 400);

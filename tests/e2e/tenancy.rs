@@ -1060,6 +1060,20 @@ async fn a_tenant_uploads_a_plugin_that_proves_itself_and_pins_it_by_digest() {
     )
     .await;
     assert_eq!(unchanged["changed"], 0, "{unchanged}");
+    // Past the documented 1,000, refused, not cut to it.
+    let (status, refused) = call(
+        addr,
+        "POST",
+        "/v1/endpoints/acme.guest/shadow",
+        &acme,
+        json!({"plugin": digest, "last": 5000}),
+    )
+    .await;
+    assert_eq!(
+        (status, &refused["reason"]),
+        (400, &json!("last: 5000; at most 1000")),
+        "{refused}"
+    );
     let config_path = server.config_path();
     let (ok, stdout, stderr) = crate::cli::hookhost(&[
         "shadow",

@@ -238,6 +238,12 @@ async fn list(State(admin): State<Admin>, Query(query): Query<Filter>) -> Respon
 }
 
 async fn dead_letters(State(admin): State<Admin>, Query(query): Query<Filter>) -> Response {
+    if !query.states.is_empty() {
+        return invalid_filter(
+            "state: the dead-letter queue is the dead and quarantined events; \
+             /admin/events takes a state",
+        );
+    }
     let mut filter = query;
     filter.states = vec!["dead".into(), "quarantined".into()];
     match admin.app.store.list(&filter).await {
