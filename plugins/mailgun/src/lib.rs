@@ -12,21 +12,32 @@
 //! timestamp and token, not that `event-data` is what Mailgun sent: whoever has seen one
 //! signed delivery can attach any event data to its signature object. The docs suggest
 //! refusing a token seen before and checking the timestamp, "not too aggressive" because of
-//! delays outside Mailgun's control, and publish no window. The default window here is 24
-//! hours, both directions: longer than Mailgun's retry schedule (about 7.5 hours after the
-//! first attempt), because retries seem to keep the original signature: in the docs'
-//! payload example the signature timestamp is the event's own second (whether retries are
-//! signed anew is **[unconfirmed]**). Endpoints that want a tighter window set their own.
+//! delays outside Mailgun's control, and publish no window. Both are done here: the token
+//! is the event id (below), so a token seen before is the same event again, never a new
+//! one; and the timestamp must be inside the window. The default window is 24 hours, both
+//! directions: longer than Mailgun's retry schedule (about 7.5 hours after the first
+//! attempt), because retries seem to keep the original signature: in the docs' payload
+//! example the signature timestamp is the event's own second (whether retries are signed
+//! anew is **[unconfirmed]**). Endpoints that want a tighter window set their own.
 //!
 //! Only JSON webhooks are handled: legacy form-encoded / multipart webhooks (signature as
 //! top-level form fields) are `Unsupported`. A JSON body without the `signature` object is
 //! `MissingSignature`.
 //!
 //! Event (docs: <https://documentation.mailgun.com/docs/mailgun/user-manual/events/>):
-//! id = `event-data.id`, type = `event-data.event` (`delivered`, `failed`, `opened`...),
-//! occurred_at = `event-data.timestamp` (fractional unix seconds). The resource is the
-//! message: id = `event-data.message.headers.message-id`, version = the event time in unix
-//! millis (a message's events are ordered by when they happened).
+//! id = `mailgun:<signature.token>`, type = `event-data.event` (`delivered`, `failed`,
+//! `opened`...), occurred_at = `event-data.timestamp` (fractional unix seconds). The id is
+//! the signed token, not Mailgun's `event-data.id`: that one is as unsigned as the rest of
+//! `event-data`, so with it as the id one captured signature object could carry any number
+//! of forged events, each under an id of its own. With the token, a signature object is one
+//! event whatever is attached to it: the first body stored under it is kept, and any other
+//! body is a conflicting duplicate, quarantined, not delivered; the window bounds how long
+//! a captured signature object is accepted at all. `event-data.id` is still required (a
+//! body without it is not a Mailgun event) and kept as the receipt's message id, unsigned.
+//! If Mailgun signed a retry anew (**[unconfirmed]**, see above), the retry would be
+//! another event id; its `event-data.id` would still name the same event. The resource is
+//! the message: id = `event-data.message.headers.message-id`, version = the event time in
+//! unix millis (a message's events are ordered by when they happened).
 
 #![cfg_attr(not(test), no_std)]
 
@@ -69,9 +80,7 @@ impl Provider for Mailgun {
         let signature = body
             .str("/signature/signature")
             .ok_or_else(|| Rejection::MissingSignature("signature.signature".into()))?;
-        let token = body
-            .str("/signature/token")
-            .ok_or_else(|| Rejection::MalformedSignature("signature has no token".into()))?;
+        let token = signed_token(&body)?;
         // Mailgun writes the timestamp as a string of digits; signed exactly as written.
         let signed_timestamp = body
             .id("/signature/timestamp")
@@ -88,13 +97,16 @@ impl Provider for Mailgun {
             message: vec![Part::Text(format!("{signed_timestamp}{token}"))],
             candidates,
             timestamp: Some(timestamp),
-            message_id: None,
+            // Mailgun's own event id, for the record: not signed, so never the event id.
+            message_id: body.str("/event-data/id").map(|id| id.into_owned()),
         })
     }
 
     fn describe_event(req: &Request) -> Result<Event, Rejection> {
         let body = json_body(req)?;
-        let id = body.required_str("/event-data/id")?;
+        // The token is what the verified signature covers: see the module docs.
+        let id = format!("mailgun:{}", signed_token(&body)?);
+        body.required_str("/event-data/id")?;
         let event_type = body.required_str("/event-data/event")?;
         let time = body
             .raw("/event-data/timestamp")
@@ -112,6 +124,15 @@ impl Provider for Mailgun {
         }
         Ok(event)
     }
+}
+
+/// The signature object's token, the only part of the body besides the timestamp that
+/// Mailgun signs; never empty (Mailgun's are 50 random characters).
+fn signed_token(body: &Json) -> Result<String, Rejection> {
+    body.str("/signature/token")
+        .filter(|token| !token.is_empty())
+        .map(|token| token.into_owned())
+        .ok_or_else(|| Rejection::MalformedSignature("signature has no token".into()))
 }
 
 fn json_body(req: &Request) -> Result<Json, Rejection> {
@@ -202,15 +223,25 @@ mod tests {
         ));
     }
 
+    /// A verified body: the signature object (the signature itself is the host's to
+    /// check) and this event data.
+    fn signed(token: &str, event_data: &str) -> Request {
+        req(&format!(
+            r#"{{"signature":{{"timestamp":"1529006854","token":"{token}","signature":"00ff"}},
+                "event-data":{event_data}}}"#
+        ))
+    }
+
     #[test]
     fn event_maps_event_data_and_message() {
-        let event = Mailgun::describe_event(&req(
-            r#"{"event-data":{"id":"DACSsAdVSeGpLid7TN03WA","event":"delivered",
+        let event = Mailgun::describe_event(&signed(
+            "tok-1",
+            r#"{"id":"DACSsAdVSeGpLid7TN03WA","event":"delivered",
                 "timestamp":1529006854.329574,
-                "message":{"headers":{"message-id":"20180614.1@example.com"}}}}"#,
+                "message":{"headers":{"message-id":"20180614.1@example.com"}}}"#,
         ))
         .expect("event");
-        assert_eq!(event.id.as_deref(), Some("DACSsAdVSeGpLid7TN03WA"));
+        assert_eq!(event.id.as_deref(), Some("mailgun:tok-1"));
         assert_eq!(event.event_type, "delivered");
         assert_eq!(event.occurred_at, Some(1_529_006_854));
         assert_eq!(event.resource_kind.as_deref(), Some("message"));
@@ -218,13 +249,62 @@ mod tests {
         assert_eq!(event.resource_version, Some(1_529_006_854_329));
         assert!(!event.deleted);
 
-        let bare = Mailgun::describe_event(&req(r#"{"event-data":{"id":"x","event":"opened"}}"#))
+        let bare = Mailgun::describe_event(&signed("tok-2", r#"{"id":"x","event":"opened"}"#))
             .expect("bare");
         assert_eq!(bare.occurred_at, None);
         assert_eq!(bare.resource_id, None);
         assert!(matches!(
-            Mailgun::describe_event(&req(r#"{"event-data":{"event":"opened"}}"#)),
+            Mailgun::describe_event(&signed("tok-3", r#"{"event":"opened"}"#)),
             Err(Rejection::MalformedBody(_))
+        ));
+    }
+
+    #[test]
+    fn the_event_id_is_the_signed_token_not_the_unsigned_event_data_id() {
+        let event = |token: &str, id: &str, kind: &str| {
+            let req = signed(token, &format!(r#"{{"id":"{id}","event":"{kind}"}}"#));
+            Mailgun::describe_event(&req).expect("event")
+        };
+        // One signature object with forged event data of another id and type: the same
+        // event id, so the host keeps the first body and quarantines the other.
+        let genuine = event("f3a9c1e7", "CPgfbmQMTCKtHW6uIWtuVe", "delivered");
+        let forged = event("f3a9c1e7", "G9Bn5sL8TqKj4f1LbP0Qaw", "failed");
+        assert_eq!(genuine.id.as_deref(), Some("mailgun:f3a9c1e7"));
+        assert_eq!(forged.id, genuine.id);
+        assert_eq!(forged.event_type, "failed");
+        // Another signature object is another event, whatever its event data says.
+        let other = event("b1d3f5a7", "CPgfbmQMTCKtHW6uIWtuVe", "delivered");
+        assert_eq!(other.id.as_deref(), Some("mailgun:b1d3f5a7"));
+        // The token is read as signed: JSON escapes decoded.
+        assert_eq!(
+            event(r"f3a9\u0063", "x", "opened").id.as_deref(),
+            Some("mailgun:f3a9c")
+        );
+    }
+
+    #[test]
+    fn mailguns_event_id_is_kept_as_the_message_id() {
+        let plan = Mailgun::plan_verification(&signed(
+            "tok-1",
+            r#"{"id":"CPgfbmQMTCKtHW6uIWtuVe","event":"delivered"}"#,
+        ))
+        .expect("plan");
+        assert_eq!(plan.message_id.as_deref(), Some("CPgfbmQMTCKtHW6uIWtuVe"));
+        let without = Mailgun::plan_verification(&signed("tok-1", r#"{"event":"delivered"}"#))
+            .expect("plan without event-data.id");
+        assert_eq!(without.message_id, None);
+    }
+
+    #[test]
+    fn an_empty_token_is_malformed() {
+        let empty = signed("", r#"{"id":"x","event":"opened"}"#);
+        assert!(matches!(
+            Mailgun::plan_verification(&empty),
+            Err(Rejection::MalformedSignature(_))
+        ));
+        assert!(matches!(
+            Mailgun::describe_event(&empty),
+            Err(Rejection::MalformedSignature(_))
         ));
     }
 }
