@@ -26,9 +26,16 @@
 //! is the SharedKey secret (SDK only; not in the docs page read). Other algorithms are
 //! `Unsupported`. Nothing is timestamped, so there is no replay window.
 //!
-//! Event: id = `I-Twilio-Idempotency-Token` when sent (constant across Twilio's retries
-//! **[unconfirmed]**); otherwise none, and the host derives one from the signed URL and
-//! parameters. A message or call SID is not an event id: every status callback of one message
+//! Event: Twilio signs no event id, so the plugin names none and the host derives one from
+//! the signed message (`sha256:` + hex SHA-256 of the URL and the sorted parameters above;
+//! for a JSON body, of the URL, whose `bodySHA256` pins the body). A retry of one request
+//! (same URL, same parameters) is the same event; a captured request sent again, however
+//! often and with whatever unsigned headers, is that event again: a duplicate while its
+//! first receipt is kept (its parameters re-encoded or reordered are still that event id,
+//! with another body: a conflicting duplicate, quarantined). `I-Twilio-Idempotency-Token`
+//! (constant across Twilio's retries **[unconfirmed]**) is not signed: as the id, a replay
+//! with a fresh token would be a new event, so it is only kept as the receipt's message
+//! id. A message or call SID is not an event id either: every status callback of one message
 //! repeats its `MessageSid`. Type = `EventType` when present (Conversations, TaskRouter...),
 //! else `message.<MessageStatus|SmsStatus>` for a `MessageSid`, `call.<CallStatus>` for a
 //! `CallSid`, else `unknown`; the resource is the message or call. Parameters are read from
@@ -109,15 +116,15 @@ impl Provider for Twilio {
         })
     }
 
+    /// No id: see the module docs (the host derives one from the signed message).
     fn describe_event(req: &Request) -> Result<Event, Rejection> {
-        let id = idempotency_token(req);
         if body_sha256(&req.url).is_some() {
             let body = req.json()?;
             let event_type = body
                 .str("/type")
                 .or_else(|| body.str("/0/type"))
                 .map_or_else(|| "unknown".to_owned(), |t| t.into_owned());
-            return Ok(Event::new(event_type).maybe_id(id));
+            return Ok(Event::new(event_type));
         }
         let mut params = form_pairs(&req.body)?;
         params.extend(query_pairs(&req.url));
@@ -143,7 +150,7 @@ impl Provider for Twilio {
             (None, Some((kind, _, None))) => kind.to_owned(),
             (None, None) => "unknown".to_owned(),
         };
-        let mut event = Event::new(event_type).maybe_id(id);
+        let mut event = Event::new(event_type);
         if let Some((kind, sid, _)) = resource {
             event = event.resource(kind, sid);
         }
@@ -170,6 +177,8 @@ fn algorithm(req: &Request) -> Result<Algorithm, Rejection> {
     }
 }
 
+/// Twilio's `I-Twilio-Idempotency-Token`, unsigned: the receipt's message id, never the
+/// event id.
 fn idempotency_token(req: &Request) -> Option<String> {
     req.header_str(IDEMPOTENCY_TOKEN)
         .map(str::trim)
@@ -381,15 +390,94 @@ mod tests {
         let conversation = describe("EventType=onMessageAdded&MessageSid=IM1");
         assert_eq!(conversation.event_type, "onMessageAdded");
         assert_eq!(describe("Foo=bar").event_type, "unknown");
+    }
 
-        let token = RequestBuilder::post(URL)
-            .header("I-Twilio-Idempotency-Token", "tok-2")
-            .body("CallSid=CA1")
-            .build();
+    /// The id the host derives for an event without one: `sha256:` + hex SHA-256 of the
+    /// signed message, the plan's parts in order.
+    fn derived_id(plan: &Plan, url: &str) -> String {
+        let mut digest = Sha256::new();
+        for part in &plan.message {
+            match part {
+                Part::Url => digest.update(url.as_bytes()),
+                Part::Text(text) => digest.update(text.as_bytes()),
+                other => panic!("Twilio signs no {other:?}"),
+            }
+        }
+        let hex: String = digest
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("sha256:{hex}")
+    }
+
+    /// The docs' worked example as Twilio posts it, with these extra headers.
+    fn worked_example(body: &str, headers: &[(&str, &str)]) -> Request {
+        let mut req = RequestBuilder::post(URL).header("X-Twilio-Signature", "AP8=");
+        for (name, value) in headers {
+            req = req.header(name, value);
+        }
+        req.body(body).build()
+    }
+
+    const WORKED_EXAMPLE: &str = "CallSid=CA1234567890ABCDE&Caller=%2B14158675310&Digits=1234\
+                                  &From=%2B14158675310&To=%2B18005551212";
+
+    #[test]
+    fn the_unsigned_idempotency_token_is_never_the_event_id() {
+        let first = worked_example(WORKED_EXAMPLE, &[("I-Twilio-Idempotency-Token", "tok-1")]);
+        let replayed = worked_example(WORKED_EXAMPLE, &[("I-Twilio-Idempotency-Token", "tok-2")]);
+        let bare = worked_example(WORKED_EXAMPLE, &[]);
+        for req in [&first, &replayed, &bare] {
+            assert_eq!(Twilio::describe_event(req).expect("event").id, None);
+        }
+        // The token is still recorded, as the message id.
+        let plan = |req: &Request| Twilio::plan_verification(req).expect("plan");
+        assert_eq!(plan(&first).message_id.as_deref(), Some("tok-1"));
+        assert_eq!(plan(&replayed).message_id.as_deref(), Some("tok-2"));
+        assert_eq!(plan(&bare).message_id, None);
+        // The host's id is the signed message's: a fresh token changes nothing.
+        let id = derived_id(&plan(&first), URL);
         assert_eq!(
-            Twilio::describe_event(&token).expect("event").id.as_deref(),
-            Some("tok-2")
+            id, "sha256:c207b7eb77dffad5d4dcea74d481a14e0647669c6f6558f89b0b0898c4e632ca",
+            "as fixtures/vectors/twilio.json expects for the worked example"
         );
+        assert_eq!(derived_id(&plan(&replayed), URL), id);
+        assert_eq!(derived_id(&plan(&bare), URL), id);
+    }
+
+    #[test]
+    fn the_derived_id_is_stable_across_retries_and_changes_with_what_is_signed() {
+        let id = |url: &str, body: &str| {
+            let req = RequestBuilder::post(url)
+                .header("X-Twilio-Signature", "AP8=")
+                .body(body)
+                .build();
+            derived_id(&Twilio::plan_verification(&req).expect("plan"), url)
+        };
+        let sent = id(URL, WORKED_EXAMPLE);
+        // A retry: the same URL and parameters.
+        assert_eq!(id(URL, WORKED_EXAMPLE), sent);
+        // The id is the decoded, sorted parameters', not the spelling of the body (a body
+        // spelt otherwise under one id is the host's conflicting duplicate).
+        let respelt = "To=%2b18005551212&From=%2b14158675310&Digits=1234\
+                       &Caller=%2B14158675310&CallSid=CA1234567890ABCDE";
+        assert_eq!(id(URL, respelt), sent);
+        // Another callback (one parameter differs) or another URL is another event.
+        assert_ne!(id(URL, &WORKED_EXAMPLE.replace("1234&", "1235&")), sent);
+        assert_ne!(id(&format!("{URL}&baz=3"), WORKED_EXAMPLE), sent);
+        // A JSON body: the URL alone is signed, and its bodySHA256 pins the body, so
+        // another body is another URL, another id.
+        let json = |body: &str| {
+            let hash: String = Sha256::digest(body)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            id(&format!("{URL}&bodySHA256={hash}"), body)
+        };
+        let value = json(r#"{"property": "value", "boolean": true}"#);
+        assert_eq!(json(r#"{"property": "value", "boolean": true}"#), value);
+        assert_ne!(json(r#"{"property": "valuf", "boolean": true}"#), value);
     }
 
     #[test]
