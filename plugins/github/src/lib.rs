@@ -9,10 +9,26 @@
 //! Event: id = `X-GitHub-Delivery`, type = `X-GitHub-Event` plus `.{action}` when the
 //! body has one (`issues.opened`). Either header missing → `MalformedBody` (the request
 //! is not what GitHub sends). `ping` is stored but ignored. The resource is the first
-//! object of `issue`, `pull_request`, `release`, … (see [`RESOURCE_KEYS`]) that carries
-//! an `id`, else `repository`; its version is its `updated_at` in unix millis, and
-//! `action == "deleted"` marks it deleted. Only JSON deliveries are handled: a webhook
-//! configured with content type `application/x-www-form-urlencoded` is `Unsupported`.
+//! object of `issue`, `pull_request`, `release`, … (see [`RESOURCES`]) that carries an
+//! `id`, else `repository`; its version is its `updated_at` in unix millis. Only JSON
+//! deliveries are handled: a webhook configured with content type
+//! `application/x-www-form-urlencoded` is `Unsupported`.
+//!
+//! An event is about the object it names only when it is that object's own event (the
+//! `X-GitHub-Event` [`RESOURCES`] pairs with its kind: `issues` for an issue, `label` for
+//! a label, `repository` for the repository). Only then does `action == "deleted"` mark
+//! the resource deleted: an `issue_comment` or `pull_request_review_comment` that is
+//! `deleted` names the issue or pull request the comment was on, and a `star` or
+//! `deploy_key` that is `deleted` names the repository; all of those live on. And only a
+//! `repository` event versions the repository: the other events that fall back to it
+//! (`push`, `status`, `create`, `delete`, `commit_comment`, `workflow_dispatch`,
+//! `repository_dispatch`, `star`, …) happened in it without changing it, so its
+//! `updated_at` says nothing of their order, and as a version it would make a late
+//! redelivery of one stale against any newer one. They name the repository without a
+//! version: the host still delivers one repository's events one at a time, in arrival
+//! order, and never counts an unversioned event stale (after a `repository.deleted`, it
+//! keeps them undelivered as `resource_deleted`). Without a resource they would lose that
+//! order (a branch's `delete` could overtake its last `push`).
 //!
 //! # Reconciliation
 //!
@@ -72,21 +88,23 @@ use hookhost_plugin_sdk::{
     RequestPlan, decode, json,
 };
 
-/// Body keys that name the object an event is about, most specific first.
-pub const RESOURCE_KEYS: &[&str] = &[
-    "issue",
-    "pull_request",
-    "release",
-    "discussion",
-    "milestone",
-    "check_run",
-    "check_suite",
-    "workflow_run",
-    "workflow_job",
-    "deployment",
-    "package",
-    "label",
-    "repository",
+/// Body keys that name the object an event is about, most specific first, each with the
+/// `X-GitHub-Event` whose own object it is: the one event that can delete it (and, for the
+/// repository, the one that versions it; see the crate docs).
+pub const RESOURCES: &[(&str, &str)] = &[
+    ("issue", "issues"),
+    ("pull_request", "pull_request"),
+    ("release", "release"),
+    ("discussion", "discussion"),
+    ("milestone", "milestone"),
+    ("check_run", "check_run"),
+    ("check_suite", "check_suite"),
+    ("workflow_run", "workflow_run"),
+    ("workflow_job", "workflow_job"),
+    ("deployment", "deployment"),
+    ("package", "package"),
+    ("label", "label"),
+    ("repository", "repository"),
 ];
 
 /// Deliveries per page of a deliveries list (GitHub's maximum).
@@ -157,11 +175,18 @@ impl Provider for GitHub {
         let body = req.json()?;
         let action = body.str("/action");
         let mut event = named_event(name, action.as_deref()).id(delivery);
-        if let Some((kind, id)) = resource(&body) {
+        if let Some((kind, own_event, id)) = resource(&body) {
+            let own = name == own_event;
+            // Most events happen in the repository without changing it (crate docs).
+            let version = if own || kind != "repository" {
+                body.rfc3339_millis(&format!("/{kind}/updated_at"))
+            } else {
+                None
+            };
             event = event
                 .resource(kind, id)
-                .version(body.rfc3339_millis(&format!("/{kind}/updated_at")))
-                .deleted(action.as_deref() == Some("deleted"));
+                .version(version)
+                .deleted(own && action.as_deref() == Some("deleted"));
         }
         Ok(event)
     }
@@ -504,10 +529,11 @@ fn next_link(value: &str) -> Option<&str> {
     }
 }
 
-fn resource(body: &Json) -> Option<(&'static str, String)> {
-    RESOURCE_KEYS
+/// The first of [`RESOURCES`] the body holds with an id: its kind, its own event, its id.
+fn resource(body: &Json) -> Option<(&'static str, &'static str, String)> {
+    RESOURCES
         .iter()
-        .find_map(|key| Some((*key, body.id(&format!("/{key}/id"))?)))
+        .find_map(|(key, own)| Some((*key, *own, body.id(&format!("/{key}/id"))?)))
 }
 
 hookhost_plugin_sdk::export_provider!(GitHub);
@@ -595,12 +621,121 @@ mod tests {
         assert_eq!(event.resource_version, Some(1_704_067_201_000));
         assert!(event.deleted);
 
-        let push = GitHub::describe_event(&delivery("push", r#"{"repository":{"id":2}}"#));
+        let push = GitHub::describe_event(&delivery(
+            "push",
+            r#"{"repository":{"id":2,"updated_at":"2024-01-01T00:00:01Z"}}"#,
+        ));
         let push = push.expect("push");
         assert_eq!(push.event_type, "push");
         assert_eq!(push.resource_kind.as_deref(), Some("repository"));
         assert_eq!(push.resource_id.as_deref(), Some("2"));
         assert_eq!(push.resource_version, None);
+    }
+
+    /// (resource kind, resource id, version, deleted) of a delivery.
+    fn described(event: &str, body: &str) -> (String, String, Option<u64>, bool) {
+        let described = GitHub::describe_event(&delivery(event, body)).expect(event);
+        (
+            described.resource_kind.expect("a resource"),
+            described.resource_id.expect("a resource id"),
+            described.resource_version,
+            described.deleted,
+        )
+    }
+
+    const REPOSITORY: &str = r#""repository":{"id":2,"updated_at":"2024-01-01T00:00:02Z"}"#;
+    const AT_1: Option<u64> = Some(1_704_067_201_000);
+    const AT_2: Option<u64> = Some(1_704_067_202_000);
+
+    #[test]
+    fn only_the_objects_own_event_deletes_it() {
+        let at_1 = r#"{"id":1,"updated_at":"2024-01-01T00:00:01Z"}"#;
+        let deleted = |object: &str| {
+            format!(r#"{{"action":"deleted","{object}":{at_1},"comment":{{"id":9}},{REPOSITORY}}}"#)
+        };
+        let own = |kind: &str| (kind.to_owned(), "1".to_owned(), AT_1, true);
+        let lives_on = |kind: &str| (kind.to_owned(), "1".to_owned(), AT_1, false);
+        for (event, kind) in [
+            ("issues", "issue"),
+            ("pull_request", "pull_request"),
+            ("release", "release"),
+            ("discussion", "discussion"),
+            ("milestone", "milestone"),
+            ("label", "label"),
+            ("package", "package"),
+        ] {
+            assert_eq!(described(event, &deleted(kind)), own(kind), "{event}");
+        }
+        // A deleted comment names what it was on, which is not deleted.
+        for (event, kind) in [
+            ("issue_comment", "issue"),
+            ("pull_request_review_comment", "pull_request"),
+            ("discussion_comment", "discussion"),
+        ] {
+            assert_eq!(described(event, &deleted(kind)), lives_on(kind), "{event}");
+        }
+        // Events that name only the repository delete nothing.
+        for event in ["star", "deploy_key", "project", "branch_protection_rule"] {
+            let body = format!(r#"{{"action":"deleted",{REPOSITORY}}}"#);
+            assert_eq!(
+                described(event, &body),
+                ("repository".into(), "2".into(), None, false),
+                "{event}"
+            );
+        }
+        let repository = format!(r#"{{"action":"deleted",{REPOSITORY}}}"#);
+        assert_eq!(
+            described("repository", &repository),
+            ("repository".into(), "2".into(), AT_2, true)
+        );
+    }
+
+    #[test]
+    fn only_repository_events_version_the_repository() {
+        for (event, body) in [
+            (
+                "push",
+                format!(r#"{{"ref":"refs/heads/main",{REPOSITORY}}}"#),
+            ),
+            ("status", format!(r#"{{"state":"success",{REPOSITORY}}}"#)),
+            ("create", format!(r#"{{"ref_type":"branch",{REPOSITORY}}}"#)),
+            ("delete", format!(r#"{{"ref_type":"branch",{REPOSITORY}}}"#)),
+            (
+                "commit_comment",
+                format!(r#"{{"action":"created",{REPOSITORY}}}"#),
+            ),
+            (
+                "workflow_dispatch",
+                format!(r#"{{"ref":"main",{REPOSITORY}}}"#),
+            ),
+            (
+                "repository_dispatch",
+                format!(r#"{{"action":"deploy",{REPOSITORY}}}"#),
+            ),
+            ("star", format!(r#"{{"action":"created",{REPOSITORY}}}"#)),
+        ] {
+            assert_eq!(
+                described(event, &body),
+                ("repository".into(), "2".into(), None, false),
+                "{event}"
+            );
+        }
+        for action in ["edited", "renamed", "archived"] {
+            let body = format!(r#"{{"action":"{action}",{REPOSITORY}}}"#);
+            assert_eq!(
+                described("repository", &body),
+                ("repository".into(), "2".into(), AT_2, false),
+                "repository.{action}"
+            );
+        }
+        // Other objects keep their version whichever event names them.
+        let comment = format!(
+            r#"{{"action":"created","issue":{{"id":1,"updated_at":"2024-01-01T00:00:01Z"}},{REPOSITORY}}}"#
+        );
+        assert_eq!(
+            described("issue_comment", &comment),
+            ("issue".into(), "1".into(), AT_1, false)
+        );
     }
 
     // ------------------------------------------------------------ reconciliation
