@@ -725,32 +725,55 @@ async fn retention_on(store: Store) {
         receipt.resource = None;
         store.record(receipt).await.expect("record");
     }
-    let leased = store
-        .lease_due("w", &endpoints, now_ms, Duration::from_secs(60), 10)
-        .await
-        .expect("lease");
-    assert_eq!(leased.len(), 4);
-    for event in &leased {
-        let (next, at) = match event.event_id.as_str() {
-            "evt_old_delivered" => (Next::Delivered, old),
-            "evt_new_delivered" => (Next::Delivered, now_ms),
-            "evt_old_dead" => (Next::Dead, old),
-            _ => (Next::RetryAt(now_ms + DAY), old),
-        };
-        let attempt = AttemptRecord {
-            started_at_ms: at,
-            ended_at_ms: at,
-            status: Some(200),
-            error: None,
-        };
-        store
-            .finish_attempt(event, "w", &attempt, &next)
-            .await
-            .expect("finish");
+    // One resource's version 1 dies, then its version 2 is delivered.
+    for (id, version) in [("evt_v1_dead", 1), ("evt_v2_delivered", 2)] {
+        let receipt = new_receipt(id, "cus_kept", Some(version), old);
+        store.record(receipt).await.expect("record");
+    }
+    let finish = |event: hookhost::store::Leased| {
+        let store = store.clone();
+        async move {
+            let (next, at) = match event.event_id.as_str() {
+                "evt_old_delivered" | "evt_v2_delivered" => (Next::Delivered, old),
+                "evt_new_delivered" => (Next::Delivered, now_ms),
+                "evt_old_dead" | "evt_v1_dead" => (Next::Dead, old),
+                _ => (Next::RetryAt(now_ms + DAY), old),
+            };
+            let attempt = AttemptRecord {
+                started_at_ms: at,
+                ended_at_ms: at,
+                status: Some(200),
+                error: None,
+            };
+            store
+                .finish_attempt(&event, "w", &attempt, &next)
+                .await
+                .expect("finish");
+        }
+    };
+    let lease = || store.lease_due("w", &endpoints, now_ms, Duration::from_secs(60), 10);
+    let leased = lease().await.expect("lease");
+    assert_eq!(leased.len(), 5, "version 2 waits for version 1");
+    for event in leased {
+        finish(event).await;
+    }
+    let leased = lease().await.expect("lease");
+    assert_eq!(leased.len(), 1);
+    for event in leased {
+        finish(event).await;
     }
     let retention = RetentionConfig::default();
     let purged = store.purge(now_ms, &retention).await.expect("purge");
     assert_eq!((purged.receipts, purged.attempts), (1, 1));
+    // Version 2 is kept past its retention while version 1 may be replayed: it is
+    // what tells a replay that the destination has a newer version.
+    let v2 = store
+        .receipt("stripe", "evt_v2_delivered")
+        .await
+        .expect("query");
+    assert_eq!(v2.map(|r| r.state).as_deref(), Some("delivered"));
+    let v1 = hookhost::store::Filter::one("stripe", "evt_v1_dead");
+    assert_eq!(store.replay(&v1).await.expect("replay"), 0);
     assert!(
         store
             .receipt("stripe", "evt_old_delivered")
@@ -781,7 +804,7 @@ async fn retention_on(store: Store) {
         ..retention
     };
     let purged = store.purge(now_ms, &retention).await.expect("purge");
-    assert_eq!((purged.receipts, purged.attempts), (1, 1));
+    assert_eq!((purged.receipts, purged.attempts), (2, 2));
     assert!(
         store
             .receipt("stripe", "evt_old_dead")
@@ -797,6 +820,10 @@ async fn retention_on(store: Store) {
             .is_some(),
         "pending is never purged"
     );
+    // With version 1 gone, version 2 goes at the next purge.
+    assert_eq!(store.count_receipts("stripe").await.expect("count"), 3);
+    let purged = store.purge(now_ms, &retention).await.expect("purge");
+    assert_eq!((purged.receipts, purged.attempts), (1, 1));
     assert_eq!(store.count_receipts("stripe").await.expect("count"), 2);
     store.close().await;
 }

@@ -118,6 +118,21 @@ pub(super) const NOT_SUPERSEDED: &str = "NOT EXISTS (
       AND newer.resource_id = r.resource_id
       AND newer.resource_version > r.resource_version
       AND newer.state IN ('pending', 'delivered'))";
+/// Purge's rule for a delivered receipt past its retention, on a receipt named
+/// `receipts` (not aliased): it is kept while an older version of its resource may
+/// still be replayed, because it is what tells [`NOT_SUPERSEDED`] that the destination
+/// has a newer version. It goes at the first purge after the older one is gone.
+pub(super) fn purgeable_delivered(before: &str) -> String {
+    format!(
+        "state = 'delivered' AND delivered_at_ms < {before} AND NOT EXISTS (
+            SELECT 1 FROM receipts AS older
+            WHERE older.endpoint = receipts.endpoint
+              AND older.resource_kind = receipts.resource_kind
+              AND older.resource_id = receipts.resource_id
+              AND older.resource_version < receipts.resource_version
+              AND older.state IN {REPLAYABLE})"
+    )
+}
 /// Most rows one listing returns.
 pub(super) const LIST_CAP: u32 = 10_000;
 

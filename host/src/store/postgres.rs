@@ -474,7 +474,7 @@ impl PgStore {
         let mut purged = Purged::default();
         let delivered_before = now_ms.saturating_sub(super::millis(retention.delivered));
         self.purge_class(
-            "state = 'delivered' AND delivered_at_ms < $1",
+            &super::operator::purgeable_delivered("$1"),
             delivered_before,
             &mut purged,
         )
