@@ -828,6 +828,50 @@ async fn retention_on(store: Store) {
     store.close().await;
 }
 
+/// A replay of more events than one of SQLite's replay statements takes (1,000)
+/// replays them all, in batches, and its limit still counts the events replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_larger_than_a_batch_replays_every_event_on_sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("hookhost.db");
+    let store = Store::open_sqlite(&path).await.expect("open");
+    let now_ms = now() * 1000;
+    let recorded = (0..2_600).map(|i| {
+        let store = store.clone();
+        async move {
+            let mut receipt = new_receipt(&format!("evt_{i:04}"), "x", None, now_ms + i);
+            receipt.resource = None;
+            store.record(receipt).await.expect("record");
+        }
+    });
+    let recorded: Vec<_> = recorded.map(tokio::spawn).collect();
+    for task in recorded {
+        task.await.expect("recorded");
+    }
+    let mut db = open_db(&path).await;
+    sqlx::query("UPDATE receipts SET state = 'dead'")
+        .execute(&mut db)
+        .await
+        .expect("dead");
+    let dead = |limit: Option<u32>| hookhost::store::Filter {
+        endpoint: Some("stripe".into()),
+        states: vec!["dead".into()],
+        limit,
+        ..hookhost::store::Filter::default()
+    };
+    assert_eq!(
+        store.replay(&dead(Some(1_500))).await.expect("replay"),
+        1_500
+    );
+    assert_eq!(store.replay(&dead(None)).await.expect("replay"), 1_100);
+    let pending: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM receipts WHERE state = 'pending'")
+        .fetch_one(&mut db)
+        .await
+        .expect("count");
+    assert_eq!(pending, 2_600);
+    store.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_purges_delivered_receipts_on_postgres() {
     let db = PgDatabase::create();

@@ -133,6 +133,8 @@ pub(super) fn purgeable_delivered(before: &str) -> String {
               AND older.state IN {REPLAYABLE})"
     )
 }
+/// Events one replay statement takes at most on SQLite (see `replay`).
+const REPLAY_BATCH: u64 = 1_000;
 /// Most rows one listing returns.
 pub(super) const LIST_CAP: u32 = 10_000;
 
@@ -158,14 +160,31 @@ impl SqliteStore {
     /// original event id (so the destination sees the same `webhook-id` and
     /// idempotency key), with a fresh retry schedule; not one whose resource has a
     /// newer version delivered or pending. Returns how many.
+    ///
+    /// In batches of [`REPLAY_BATCH`], each its own transaction: SQLite rewrites a whole
+    /// row (body included) to change its state, and one statement over a large replay
+    /// would hold the write lock past the writer's busy timeout, so that every receipt
+    /// waiting to commit meanwhile got 503. A replayed event is pending, so the next
+    /// batch takes the events after it.
     pub async fn replay(&self, filter: &Filter) -> Result<u64, StoreError> {
-        let done = filtered(&replay_sql(), filter, filter.limit.unwrap_or(u32::MAX))
-            .execute(&self.worker)
-            .await?;
-        if done.rows_affected() > 0 {
-            self.accepted.notify_one();
+        let limit = u64::from(filter.limit.unwrap_or(u32::MAX));
+        let sql = replay_sql();
+        let mut replayed = 0;
+        while replayed < limit {
+            let batch = u32::try_from((limit - replayed).min(REPLAY_BATCH)).unwrap_or(u32::MAX);
+            let done = filtered(&sql, filter, batch)
+                .execute(&self.worker)
+                .await?
+                .rows_affected();
+            replayed += done;
+            if done > 0 {
+                self.accepted.notify_one();
+            }
+            if done < u64::from(batch) {
+                break;
+            }
         }
-        Ok(done.rows_affected())
+        Ok(replayed)
     }
 
     /// The next `limit` events a replay could take (replayable states, filtered), in
