@@ -279,6 +279,43 @@ struct CodeCache {
     keep: u64,
 }
 
+/// Whether only the user hookhost runs as can write to `dir`: a directory, not a
+/// symlink, owned by that user, without group or other write permission. The cache
+/// holds machine code hookhost maps and runs, and its entries' names are predictable
+/// (a built-in's digest and the engine's key), so a directory another user can write
+/// to would let them plant code. `DirBuilder::mode` sets the mode only of a directory
+/// it creates; one that already existed (`HOOKHOST_CACHE_DIR` set to a shared place)
+/// is checked here. The user is read off a file created in it, so a directory
+/// hookhost cannot write to is refused too.
+#[cfg(unix)]
+fn private_to_this_user(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let refused = |why: String| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why);
+    let metadata = std::fs::symlink_metadata(dir)?;
+    if !metadata.is_dir() {
+        return Err(refused(
+            "not a directory (a symlink is not followed)".into(),
+        ));
+    }
+    if metadata.mode() & 0o022 != 0 {
+        return Err(refused(format!(
+            "group or others may write to it (mode {:o}); chmod go-w",
+            metadata.mode() & 0o777
+        )));
+    }
+    let probe = dir.join(format!(".owner-{}.tmp", std::process::id()));
+    let created = std::fs::File::create(&probe).and_then(|file| file.metadata());
+    let _ = std::fs::remove_file(&probe);
+    let user = created?.uid();
+    if metadata.uid() != user {
+        return Err(refused(format!(
+            "owned by user {}, not by user {user}, whom hookhost runs as",
+            metadata.uid()
+        )));
+    }
+    Ok(())
+}
+
 /// The directory compiled plugins are cached in (`*.cwasm`, named by the component's
 /// SHA-256 first), when there is one.
 pub fn code_cache_dir() -> Option<&'static Path> {
@@ -309,6 +346,11 @@ impl CodeCache {
         std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
         if let Err(error) = builder.create(&dir) {
             tracing::warn!(%error, dir = %dir.display(), "no compiled-plugin cache; compiling at every start");
+            return None;
+        }
+        #[cfg(unix)]
+        if let Err(error) = private_to_this_user(&dir) {
+            tracing::warn!(%error, dir = %dir.display(), "compiled-plugin cache refused; compiling at every start");
             return None;
         }
         // Unchecked only where hookhost runs as a library, not as the command.
@@ -373,17 +415,25 @@ impl CodeCache {
 
     /// Write an entry whole or not at all: a temporary file, synced, then renamed, so a
     /// reader never maps a partial file and a mapped file is never changed in place.
+    /// The temporary file is created new, never opened if it exists: two processes of
+    /// one process id (two containers sharing the cache) cannot write into one file.
     fn store(&self, path: &Path, compiled: &[u8]) -> std::io::Result<()> {
         use std::io::Write as _;
         static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let temp = path.with_extension(format!("{}-{n}.tmp", std::process::id()));
-        let written = std::fs::File::create(&temp).and_then(|mut file| {
+        let created = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp);
+        let written = created.and_then(|mut file| {
             file.write_all(compiled)?;
             file.sync_all()
         });
         let renamed = written.and_then(|()| std::fs::rename(&temp, path));
-        if renamed.is_err() {
+        if let Err(error) = &renamed
+            && error.kind() != std::io::ErrorKind::AlreadyExists
+        {
             let _ = std::fs::remove_file(&temp);
         }
         renamed
@@ -1315,6 +1365,45 @@ fn check_contract(component: &Component) -> Result<&'static str, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn the_compiled_plugin_cache_must_be_writable_by_this_user_alone() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("dir");
+        let mode = |mode: u32| {
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode))
+                .expect("chmod");
+        };
+        mode(0o700);
+        assert!(private_to_this_user(dir.path()).is_ok());
+        mode(0o755);
+        assert!(private_to_this_user(dir.path()).is_ok());
+        for shared in [0o775, 0o777, 0o1777] {
+            mode(shared);
+            let refused = private_to_this_user(dir.path()).expect_err("shared");
+            assert!(refused.to_string().contains("chmod go-w"), "{refused}");
+        }
+        mode(0o700);
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path(), &link).expect("symlink");
+        let refused = private_to_this_user(&link).expect_err("a symlink");
+        assert!(refused.to_string().contains("symlink"), "{refused}");
+        // Another user's directory: as root, one can be made by giving it away.
+        let as_root = std::fs::File::create(dir.path().join("mine"))
+            .and_then(|file| file.metadata())
+            .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0);
+        if as_root {
+            let theirs = dir.path().join("theirs");
+            std::fs::create_dir(&theirs).expect("mkdir");
+            std::os::unix::fs::chown(&theirs, Some(65534), None).expect("chown");
+            let refused = private_to_this_user(&theirs).expect_err("another user's");
+            assert!(
+                refused.to_string().contains("owned by user 65534"),
+                "{refused}"
+            );
+        }
+    }
 
     #[test]
     fn the_compiled_plugin_cache_evicts_the_least_recently_used_entry() {
