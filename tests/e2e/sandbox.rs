@@ -16,6 +16,7 @@ fn config(probe_port: u16) -> String {
         ("trap", "trap", "plan"),
         ("sleep", "sleep", "plan"),
         ("huge", "huge-output", "plan"),
+        ("many-parts", "many-parts", "plan"),
         ("loop-late", "loop", "describe"),
         ("stderr", "stderr", "plan"),
         ("probe", "probe", "describe"),
@@ -52,7 +53,15 @@ async fn misbehaving_plugins_fail_alone_and_within_their_limits() {
     };
     assert_eq!(good("g0").await.1["status"], "accepted");
 
-    for endpoint in ["loop", "memory", "trap", "sleep", "huge", "loop-late"] {
+    for endpoint in [
+        "loop",
+        "memory",
+        "trap",
+        "sleep",
+        "huge",
+        "many-parts",
+        "loop-late",
+    ] {
         let started = Instant::now();
         let answer = server
             .post(endpoint, &guest_headers("s", endpoint, body), &body[..])
@@ -77,9 +86,10 @@ async fn misbehaving_plugins_fail_alone_and_within_their_limits() {
         assert_eq!(server.count_receipts(endpoint).await, 0);
     }
 
-    // Each failure is counted by its kind, and every call is timed: seven good
-    // requests (both calls), five failing in plan-verification (a refused wait is a
-    // trap) and one in describe-event.
+    // Each failure is counted by its kind, and every call is timed: eight good
+    // requests (both calls), six failing in plan-verification (a refused wait is a
+    // trap; a plan's parts count as elements, not only as bytes) and one in
+    // describe-event.
     {
         use crate::operations::{ADMIN_TOKEN, admin, get, value};
         let admin = admin(&server).await;
@@ -99,15 +109,15 @@ async fn misbehaving_plugins_fail_alone_and_within_their_limits() {
             ),
             (
                 r#"hookhost_plugin_failures_total{plugin="hostile",kind="output_too_large"}"#,
-                1.0,
+                2.0,
             ),
             (
                 r#"hookhost_plugin_call_seconds_count{plugin="hostile",call="plan-verification"}"#,
-                13.0,
+                15.0,
             ),
             (
                 r#"hookhost_plugin_call_seconds_count{plugin="hostile",call="describe-event"}"#,
-                8.0,
+                9.0,
             ),
         ] {
             assert_eq!(value(&text, sample), Some(want), "{sample} in:\n{text}");

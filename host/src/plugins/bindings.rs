@@ -31,6 +31,12 @@ pub struct Header<'a> {
     pub value: &'a [u8],
 }
 
+/// What each element of a list a plugin hands back counts against the output cap, on
+/// top of its bytes: about the size of the host's copy of it. Counted as its bytes
+/// alone, a plan of a million empty parts was small, and the host walked every part
+/// for every key.
+pub const ELEMENT_BYTES: usize = 16;
+
 pub mod v0_1 {
     use super::sdk;
 
@@ -119,12 +125,18 @@ pub mod v0_2 {
     }
 
     fn response_size(r: &wit::Response) -> usize {
-        let headers: usize = r.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
+        let headers: usize = r
+            .headers
+            .iter()
+            .map(|(n, v)| super::ELEMENT_BYTES + n.len() + v.len())
+            .sum();
         let body: usize = r
             .body
             .iter()
             .map(|p| match p {
-                wit::ResponsePart::Text(t) | wit::ResponsePart::HmacSha256Hex(t) => t.len(),
+                wit::ResponsePart::Text(t) | wit::ResponsePart::HmacSha256Hex(t) => {
+                    super::ELEMENT_BYTES + t.len()
+                }
             })
             .sum();
         r.content_type.len() + headers + body
@@ -402,10 +414,15 @@ pub fn plan_size(plan: &wit::Plan) -> usize {
         .map(|p| match p {
             wit::Part::Text(t) | wit::Part::Header(t) => t.len(),
             wit::Part::Bytes(b) => b.len(),
-            wit::Part::Body | wit::Part::Url | wit::Part::Method => 1,
+            wit::Part::Body | wit::Part::Url | wit::Part::Method => 0,
         })
+        .map(|bytes| super::ELEMENT_BYTES + bytes)
         .sum();
-    let candidates: usize = plan.candidates.iter().map(|c| c.signature.len() + 1).sum();
+    let candidates: usize = plan
+        .candidates
+        .iter()
+        .map(|c| super::ELEMENT_BYTES + c.signature.len())
+        .sum();
     parts + candidates + plan.message_id.as_ref().map_or(0, String::len)
 }
 

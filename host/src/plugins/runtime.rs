@@ -775,6 +775,21 @@ impl Plugin {
         if info.key_formats.is_empty() {
             return Err(refuse("info() declares no key format".into()));
         }
+        // The name is a metric label and the version goes into every receipt: both are
+        // short, and no text of info() is past a few hundred bytes in any plugin.
+        for (what, text, most) in [
+            ("name", &info.name, 64),
+            ("version", &info.version, 128),
+            ("provider", &info.provider, 1024),
+            ("retry behaviour", &info.retry_behaviour, 4096),
+        ] {
+            if text.len() > most {
+                return Err(refuse(format!(
+                    "info() {what} is {} bytes; at most {most}",
+                    text.len()
+                )));
+            }
+        }
         plugin.info = info;
         plugin.algorithms = algorithms;
         Ok(plugin)

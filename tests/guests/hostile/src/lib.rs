@@ -5,7 +5,8 @@
 //! hex HMAC-SHA256 of the body with the raw secret, `x-test-id` the event id.
 //!
 //! Modes: `ok`, `loop` (spins forever), `memory` (allocates without end), `trap`
-//! (panics), `sleep` (waits 30 s on the clock), `huge-output` (returns megabytes), `stderr` (floods stderr, then answers),
+//! (panics), `sleep` (waits 30 s on the clock), `huge-output` (returns megabytes),
+//! `many-parts` (a plan of 100,000 empty parts), `stderr` (floods stderr, then answers),
 //! `probe` (tries env, files, network and clock, and reports what it saw as the event
 //! type), `remember` (keeps state in globals and reports it as the event type: calls
 //! made in this instance and the event id a previous request left behind), `oracle`
@@ -165,6 +166,13 @@ impl Provider for Hostile {
         let mut message = vec![Part::Body];
         if let Some(text) = flood {
             message.insert(0, Part::Text(text));
+        }
+        if req.config().get("mode").and_then(|m| m.as_str()) == Some("many-parts") {
+            // Empty parts: nothing to sign, but each is an element the host keeps.
+            message.splice(
+                0..0,
+                std::iter::repeat_n(Part::Text(String::new()), 100_000),
+            );
         }
         Ok(Plan {
             message,
