@@ -35,9 +35,17 @@
 //! a captured signature object is accepted at all. `event-data.id` is still required (a
 //! body without it is not a Mailgun event) and kept as the receipt's message id, unsigned.
 //! If Mailgun signed a retry anew (**[unconfirmed]**, see above), the retry would be
-//! another event id; its `event-data.id` would still name the same event. The resource is
-//! the message: id = `event-data.message.headers.message-id`, version = the event time in
-//! unix millis (a message's events are ordered by when they happened).
+//! another event id; its `event-data.id` would still name the same event.
+//!
+//! The resource is the message (id = `event-data.message.headers.message-id`), with no
+//! version. A message's events (`accepted`, `delivered`, `failed`, `opened`, `clicked`,
+//! `unsubscribed`, `complained`, …) are happenings, each worth delivering, not states of
+//! the message that supersede one another: a message is opened and clicked any number of
+//! times, a temporary failure comes before the delivery, and Mailgun retries an event for
+//! hours. With the event time as the version, a retry that arrived after a later event of
+//! the same message (an `opened` behind a `clicked`) would be `stale_version` and never
+//! delivered. Named without a version, the message's events are still delivered one at a
+//! time, in arrival order, and none is ever stale.
 
 #![cfg_attr(not(test), no_std)]
 
@@ -115,12 +123,9 @@ impl Provider for Mailgun {
         let mut event = Event::new(event_type.as_ref())
             .id(id)
             .occurred_at(time.map(decode::floor));
+        // Happenings, not states: no version (module docs).
         if let Some(message_id) = body.str("/event-data/message/headers/message-id") {
-            let millis = time
-                .filter(|t| *t >= 0.0)
-                // Not negative, so truncating is rounding down.
-                .map(|t| (t * 1000.0) as u64);
-            event = event.resource("message", message_id).version(millis);
+            event = event.resource("message", message_id);
         }
         Ok(event)
     }
@@ -246,7 +251,7 @@ mod tests {
         assert_eq!(event.occurred_at, Some(1_529_006_854));
         assert_eq!(event.resource_kind.as_deref(), Some("message"));
         assert_eq!(event.resource_id.as_deref(), Some("20180614.1@example.com"));
-        assert_eq!(event.resource_version, Some(1_529_006_854_329));
+        assert_eq!(event.resource_version, None);
         assert!(!event.deleted);
 
         let bare = Mailgun::describe_event(&signed("tok-2", r#"{"id":"x","event":"opened"}"#))
@@ -257,6 +262,43 @@ mod tests {
             Mailgun::describe_event(&signed("tok-3", r#"{"event":"opened"}"#)),
             Err(Rejection::MalformedBody(_))
         ));
+    }
+
+    #[test]
+    fn every_message_event_names_the_message_without_a_version() {
+        // Each is a happening: a late retry of an earlier one must not be stale.
+        for (kind, time) in [
+            ("accepted", "1529006850.1"),
+            ("delivered", "1529006854.329574"),
+            ("failed", "1529006860.5"),
+            ("opened", "1529006900.25"),
+            ("opened", "1529006999.0"),
+            ("clicked", "1529007000.75"),
+            ("unsubscribed", "1529007100"),
+            ("complained", "1529007200"),
+        ] {
+            let event = Mailgun::describe_event(&signed(
+                "tok-1",
+                &format!(
+                    r#"{{"id":"x","event":"{kind}","timestamp":{time},
+                        "message":{{"headers":{{"message-id":"m-1@example.com"}}}}}}"#
+                ),
+            ))
+            .expect(kind);
+            assert_eq!(event.event_type, kind);
+            assert_eq!(event.resource_kind.as_deref(), Some("message"), "{kind}");
+            assert_eq!(
+                event.resource_id.as_deref(),
+                Some("m-1@example.com"),
+                "{kind}"
+            );
+            assert_eq!(event.resource_version, None, "{kind} at {time}");
+            assert!(!event.deleted, "{kind}");
+            assert!(
+                event.occurred_at.is_some(),
+                "{kind}: the time is still kept"
+            );
+        }
     }
 
     #[test]

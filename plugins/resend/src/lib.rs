@@ -9,10 +9,21 @@
 //! id = `svix-id` (the Svix message id, constant across retries; the body carries no
 //! event id), type = body `type`, occurred_at = body `created_at`. The resource is named
 //! by the type's first segment: `email.*` → (`email`, `data.email_id`), `contact.*` /
-//! `domain.*` and any other → (that segment, `data.id`). Version: `data.updated_at`
-//! (RFC 3339 → unix ms) when present (contacts), else the event's `created_at` in unix
-//! ms (email events carry no update time; their event time orders sent → delivered →
-//! opened). A type ending in `.deleted` marks the resource deleted.
+//! `domain.*` and any other → (that segment, `data.id`). A type ending in `.deleted` marks
+//! the resource deleted.
+//!
+//! Only the kinds in [`VERSIONED_KINDS`] carry a version: `contact.created/updated/
+//! deleted` and `domain.created/updated/deleted` send the object as it now is, so a later
+//! one supersedes an earlier one. Their version is `data.updated_at` (RFC 3339 → unix ms)
+//! when present (contacts), else the event's `created_at` in unix ms (domains carry no
+//! update time). Email events (`email.sent`, `delivered`, `delivery_delayed`, `opened`,
+//! `clicked`, `bounced`, `complained`, …) are happenings, each worth delivering, not
+//! states of the email: an email is opened and clicked any number of times, and Svix
+//! retries for more than a day. With the event time as the version, a retry that arrived
+//! after a later event of the same email would be `stale_version` and never delivered; so
+//! they name the email without a version, and the host still delivers one email's events
+//! one at a time, in arrival order. A kind this plugin does not know gets no version
+//! either: without knowing that its events are states, none should be refused as stale.
 //!
 //! Sources: event types and payloads https://resend.com/docs/dashboard/webhooks/event-types
 //! and https://resend.com/docs/webhooks/contacts/created **[docs]**; verification with the
@@ -27,6 +38,9 @@ use hookhost_plugin_sdk::prelude::*;
 mod svix;
 
 use hookhost_plugin_sdk::{Algorithm, Event, Plan, PluginInfo, Provider, Rejection, Request};
+
+/// Resource kinds whose events carry the object's new state, and so a version (crate docs).
+pub const VERSIONED_KINDS: &[&str] = &["contact", "domain"];
 
 pub struct Resend;
 
@@ -62,9 +76,13 @@ impl Provider for Resend {
             "/data/id"
         };
         if let Some(id) = body.id(id_pointer).filter(|_| !kind.is_empty()) {
-            let version = body
-                .rfc3339_millis("/data/updated_at")
-                .or_else(|| body.rfc3339_millis("/created_at"));
+            // States are versioned; happenings (email events) and unknown kinds are not.
+            let version = if VERSIONED_KINDS.contains(&kind) {
+                body.rfc3339_millis("/data/updated_at")
+                    .or_else(|| body.rfc3339_millis("/created_at"))
+            } else {
+                None
+            };
             event = event
                 .resource(kind, id)
                 .version(version)
@@ -110,7 +128,7 @@ mod tests {
     }
 
     #[test]
-    fn email_events_name_the_email_and_order_by_event_time() {
+    fn email_events_name_the_email_without_a_version() {
         let body = r#"{"type":"email.delivered","created_at":"2024-02-22T23:41:12.126Z",
             "data":{"created_at":"2024-02-22T23:41:11.894719+00:00",
             "email_id":"56761188-7520-42d8-8898-ff6fc54ce618","to":["delivered@resend.dev"]}}"#;
@@ -123,8 +141,62 @@ mod tests {
             event.resource_id.as_deref(),
             Some("56761188-7520-42d8-8898-ff6fc54ce618")
         );
-        assert_eq!(event.resource_version, Some(1_708_645_272_126));
+        assert_eq!(event.resource_version, None);
         assert!(!event.deleted);
+        // Every email event is a happening: a late retry of an earlier one is not stale.
+        for kind in [
+            "sent",
+            "delivered",
+            "delivery_delayed",
+            "opened",
+            "clicked",
+            "bounced",
+            "complained",
+            "failed",
+            "scheduled",
+            "suppressed",
+            "received",
+        ] {
+            let body = format!(
+                r#"{{"type":"email.{kind}","created_at":"2024-02-22T23:41:12.126Z",
+                    "data":{{"email_id":"56761188-7520-42d8-8898-ff6fc54ce618"}}}}"#
+            );
+            let event = Resend::describe_event(&request(&body)).expect(kind);
+            assert_eq!(event.resource_kind.as_deref(), Some("email"), "{kind}");
+            assert_eq!(event.resource_version, None, "email.{kind}");
+            assert!(!event.deleted, "{kind}");
+        }
+    }
+
+    #[test]
+    fn domain_events_are_versioned_by_their_time_and_unknown_kinds_are_not() {
+        let domain = |kind: &str| {
+            let body = format!(
+                r#"{{"type":"domain.{kind}","created_at":"2024-11-17T19:32:22.980Z",
+                    "data":{{"id":"d91cd9bd-1176-453e-8fc1-35364d380206","name":"example.com",
+                    "status":"not_started","created_at":"2024-04-26T20:21:26.347412+00:00"}}}}"#
+            );
+            Resend::describe_event(&request(&body)).expect(kind)
+        };
+        for kind in ["created", "updated", "deleted"] {
+            let event = domain(kind);
+            assert_eq!(event.resource_kind.as_deref(), Some("domain"));
+            assert_eq!(
+                event.resource_id.as_deref(),
+                Some("d91cd9bd-1176-453e-8fc1-35364d380206")
+            );
+            // The event's time: the domain's own created_at is not when it changed.
+            assert_eq!(event.resource_version, Some(1_731_871_942_980), "{kind}");
+            assert_eq!(event.deleted, kind == "deleted");
+        }
+        let unknown = Resend::describe_event(&request(
+            r#"{"type":"broadcast.sent","created_at":"2024-11-17T19:32:22.980Z",
+                "data":{"id":"b1","updated_at":"2024-11-17T19:32:22.000Z"}}"#,
+        ))
+        .expect("unknown kind");
+        assert_eq!(unknown.resource_kind.as_deref(), Some("broadcast"));
+        assert_eq!(unknown.resource_id.as_deref(), Some("b1"));
+        assert_eq!(unknown.resource_version, None);
     }
 
     #[test]

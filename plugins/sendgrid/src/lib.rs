@@ -25,7 +25,16 @@
 //! - type: the events' common `event` (`delivered`, `open`…), else `batch`.
 //! - occurred_at: the earliest event `timestamp`.
 //! - resource: (`message`, `sg_message_id`) when every event names the same message,
-//!   versioned by the latest event `timestamp`; none for a batch spanning messages.
+//!   with no version; none for a batch spanning messages.
+//!
+//! A message's events (`processed`, `deferred`, `delivered`, `open`, `click`, `bounce`,
+//! `dropped`, `spamreport`, `unsubscribe`, …) are happenings, each worth delivering, not
+//! states of the message that supersede one another: a message is opened and clicked any
+//! number of times, deferrals come before the delivery, and SendGrid retries a failed POST
+//! for up to 24 hours. With the events' time as the version, a retried batch that arrived
+//! after a later batch of the same message would be `stale_version` and never delivered.
+//! Named without a version, one message's batches are still delivered one at a time, in
+//! arrival order, and none is ever stale.
 //!
 //! A body that is not a non-empty JSON array of objects is `MalformedBody`.
 //!
@@ -118,9 +127,9 @@ impl Provider for SendGrid {
         let event_type = batch.event_type.one().unwrap_or(Cow::Borrowed("batch"));
         let id = batch.id.finish().unwrap_or_else(|| req.body_id());
         let mut event = Event::new(event_type).id(id).occurred_at(batch.earliest);
+        // Happenings, not states: no version (crate docs).
         if let Some(Some(message)) = batch.message.one() {
-            let latest = batch.latest.and_then(|t| u64::try_from(t).ok());
-            event = event.resource("message", message).version(latest);
+            event = event.resource("message", message);
         }
         Ok(event)
     }
@@ -133,9 +142,8 @@ struct Batch<'a> {
     id: BatchId,
     /// The events' `event`.
     event_type: Shared<Cow<'a, str>>,
-    /// The earliest and latest integer `timestamp`.
+    /// The earliest integer `timestamp`.
     earliest: Option<i64>,
-    latest: Option<i64>,
     /// The events' `sg_message_id`.
     message: Shared<Option<Cow<'a, str>>>,
 }
@@ -152,7 +160,6 @@ impl<'a> Batch<'a> {
         // A JSON integer only, as SendGrid writes it.
         if let Some(t) = timestamp.and_then(|t| t.text().parse::<i64>().ok()) {
             self.earliest = Some(self.earliest.map_or(t, |e| e.min(t)));
-            self.latest = Some(self.latest.map_or(t, |l| l.max(t)));
         }
         self.message.add(text(message));
     }
@@ -237,7 +244,7 @@ mod tests {
             event.resource_id.as_deref(),
             Some("LRzXl_NHStOGhQ4kofSm_A.filterdrecv-p3mdw1-756b745b58-kmzbl-18-5F5FC76C-9.0")
         );
-        assert_eq!(event.resource_version, Some(1_600_112_492));
+        assert_eq!(event.resource_version, None);
     }
 
     #[test]
@@ -253,7 +260,7 @@ mod tests {
         );
         assert_eq!(event.occurred_at, Some(20));
         assert_eq!(event.resource_id.as_deref(), Some("m"));
-        assert_eq!(event.resource_version, Some(30));
+        assert_eq!(event.resource_version, None);
 
         let spread = r#"[{"event":"delivered","sg_event_id":"a","sg_message_id":"m1","timestamp":20},
                          {"event":"delivered","sg_message_id":"m2","timestamp":10}]"#;
@@ -262,6 +269,34 @@ mod tests {
         assert_eq!(event.id, Some(request(spread).body_id()));
         assert_eq!(event.occurred_at, Some(10));
         assert_eq!(event.resource_id, None);
+    }
+
+    #[test]
+    fn message_events_name_the_message_without_a_version() {
+        // Each is a happening: a late retry of an earlier one must not be stale.
+        for (kind, time) in [
+            ("processed", 10),
+            ("deferred", 15),
+            ("delivered", 20),
+            ("open", 30),
+            ("open", 90),
+            ("click", 40),
+            ("bounce", 50),
+            ("dropped", 60),
+            ("spamreport", 70),
+            ("unsubscribe", 80),
+        ] {
+            let body = format!(
+                r#"[{{"event":"{kind}","sg_event_id":"e-{time}","sg_message_id":"m","timestamp":{time}}}]"#
+            );
+            let event = SendGrid::describe_event(&request(&body)).expect(kind);
+            assert_eq!(event.event_type, kind);
+            assert_eq!(event.occurred_at, Some(time), "{kind}");
+            assert_eq!(event.resource_kind.as_deref(), Some("message"), "{kind}");
+            assert_eq!(event.resource_id.as_deref(), Some("m"), "{kind}");
+            assert_eq!(event.resource_version, None, "{kind} at {time}");
+            assert!(!event.deleted, "{kind}");
+        }
     }
 
     #[test]
