@@ -35,8 +35,28 @@
 //!
 //! Event: id = body `id` (constant across retries); type = `trigger`
 //! (`FILE.UPLOADED`), occurred_at = `created_at`; resource = `source.type` /
-//! `source.id`, version = `created_at` in unix millis, deleted when the trigger is
-//! `<SOURCE TYPE>.DELETED` (`FILE.DELETED` for a file; trashing is not deletion).
+//! `source.id`, deleted when the trigger is `<SOURCE TYPE>.DELETED` (`FILE.DELETED` for a
+//! file; trashing is not deletion).
+//!
+//! Version: `created_at` (when the event was triggered) in unix millis, only when the
+//! trigger changes its source: the trigger names the source's own type and one of the
+//! actions in [`CHANGES`] (`FILE.UPLOADED`, `FILE.RENAMED`, `FILE.MOVED`, `FILE.TRASHED`,
+//! `FILE.RESTORED`, `FILE.LOCKED`, `FILE.UNLOCKED`, `FILE.DELETED`, the same for a folder,
+//! `COMMENT.UPDATED` for a comment, …), so that a later change supersedes an earlier one.
+//! Every other event is a happening, worth delivering whatever came after it, and names
+//! its source without a version: `FILE.DOWNLOADED`, `FILE.PREVIEWED`,
+//! `FOLDER.DOWNLOADED` and `FILE.COPIED` / `FOLDER.COPIED` (a copy does not change what
+//! was copied) leave the item as it was, and a trigger about another object than its
+//! source (`SHARED_LINK.*`, `SIGN_REQUEST.*`, or `COMMENT.*` when the source is the file
+//! commented on) is not a state of that source. Box's payload reference describes
+//! `source` as the file or folder; whether a comment's or a collaboration's triggers carry
+//! that object itself instead is **[unconfirmed]**, and the rule above reads either
+//! correctly (<https://developer.box.com/reference/resources/webhook-invocation/>,
+//! <https://developer.box.com/guides/webhooks/triggers/>). Box retries a delivery up to
+//! 10 times with backoff, so a retry can arrive after a later event: with the event time
+//! as its version, a download retried after a rename would be `stale_version` and never
+//! delivered. Without one it is delivered, and the host still delivers one item's events
+//! one at a time. A trigger this plugin does not know gets no version either.
 
 #![cfg_attr(not(test), no_std)]
 
@@ -46,6 +66,13 @@ use hookhost_plugin_sdk::{
     Algorithm, Candidate, Event, KeyFormat, Part, Plan, PluginInfo, Provider, Rejection, Request,
     decode,
 };
+
+/// Actions that change the trigger's source when the trigger names the source's own type
+/// (`FILE.RENAMED` for a file): the events that carry a version (crate docs).
+pub const CHANGES: &[&str] = &[
+    "CREATED", "UPLOADED", "UPDATED", "RENAMED", "MOVED", "TRASHED", "RESTORED", "LOCKED",
+    "UNLOCKED", "DELETED",
+];
 
 const SIGNATURE_HEADERS: [&str; 2] = ["box-signature-primary", "box-signature-secondary"];
 const TIMESTAMP_HEADER: &str = "box-delivery-timestamp";
@@ -109,11 +136,21 @@ impl Provider for BoxWebhooks {
             .maybe_id(body.id("/id"))
             .occurred_at(body.rfc3339("/created_at"));
         if let (Some(kind), Some(id)) = (body.str("/source/type"), body.id("/source/id")) {
-            let deleted = trigger == format!("{}.DELETED", kind.to_ascii_uppercase());
+            // What the trigger does to its source, when it names the source's own type.
+            let action = trigger
+                .split_once('.')
+                .filter(|(object, _)| *object == kind.to_ascii_uppercase())
+                .map(|(_, action)| action);
+            // Only a change of the source is versioned; happenings are not (crate docs).
+            let version = if action.is_some_and(|a| CHANGES.contains(&a)) {
+                body.rfc3339_millis("/created_at")
+            } else {
+                None
+            };
             event = event
                 .resource(kind, id)
-                .version(body.rfc3339_millis("/created_at"))
-                .deleted(deleted);
+                .version(version)
+                .deleted(action == Some("DELETED"));
         }
         Ok(event)
     }
@@ -252,6 +289,106 @@ mod tests {
         assert_eq!(event.resource_id.as_deref(), Some("73835521473"));
         assert_eq!(event.resource_version, Some(1_468_257_032_000));
         assert!(event.deleted);
+    }
+
+    /// (resource kind, resource id, version, deleted) of an event at 2016-07-11T10:10:32-07:00.
+    fn described(trigger: &str, source: &str) -> (String, String, Option<u64>, bool) {
+        let req = RequestBuilder::post(URL)
+            .body(format!(
+                r#"{{"type":"webhook_event","id":"e1","created_at":"2016-07-11T10:10:32-07:00",
+                    "trigger":"{trigger}","source":{source}}}"#
+            ))
+            .build();
+        let event = BoxWebhooks::describe_event(&req).expect(trigger);
+        (
+            event.resource_kind.expect("a resource"),
+            event.resource_id.expect("a resource id"),
+            event.resource_version,
+            event.deleted,
+        )
+    }
+
+    const AT: Option<u64> = Some(1_468_257_032_000);
+
+    #[test]
+    fn changes_of_the_source_are_versioned() {
+        let file = r#"{"id":"7","type":"file","name":"a.png"}"#;
+        for trigger in [
+            "FILE.UPLOADED",
+            "FILE.RENAMED",
+            "FILE.MOVED",
+            "FILE.TRASHED",
+            "FILE.RESTORED",
+            "FILE.LOCKED",
+            "FILE.UNLOCKED",
+        ] {
+            assert_eq!(
+                described(trigger, file),
+                ("file".into(), "7".into(), AT, false),
+                "{trigger}"
+            );
+        }
+        assert_eq!(
+            described("FILE.DELETED", file),
+            ("file".into(), "7".into(), AT, true)
+        );
+        let folder = r#"{"id":"8","type":"folder","name":"Webhooks"}"#;
+        for trigger in [
+            "FOLDER.CREATED",
+            "FOLDER.RENAMED",
+            "FOLDER.MOVED",
+            "FOLDER.TRASHED",
+            "FOLDER.RESTORED",
+        ] {
+            assert_eq!(
+                described(trigger, folder),
+                ("folder".into(), "8".into(), AT, false),
+                "{trigger}"
+            );
+        }
+        // A comment's own events change the comment.
+        let comment = r#"{"id":"9","type":"comment","message":"Looks good"}"#;
+        assert_eq!(
+            described("COMMENT.UPDATED", comment),
+            ("comment".into(), "9".into(), AT, false)
+        );
+        assert_eq!(
+            described("COMMENT.DELETED", comment),
+            ("comment".into(), "9".into(), AT, true)
+        );
+    }
+
+    #[test]
+    fn happenings_name_the_source_without_a_version() {
+        let file = r#"{"id":"7","type":"file","name":"a.png"}"#;
+        for trigger in [
+            "FILE.DOWNLOADED",
+            "FILE.PREVIEWED",
+            "FILE.COPIED",
+            // Triggers about another object than the file they name.
+            "SHARED_LINK.CREATED",
+            "SHARED_LINK.DELETED",
+            "COMMENT.CREATED",
+            "COMMENT.DELETED",
+            "SIGN_REQUEST.COMPLETED",
+            // A trigger this plugin does not know.
+            "FILE.SCANNED",
+            "DOCGEN_DOCUMENT_GENERATION_SUCCEEDED",
+        ] {
+            assert_eq!(
+                described(trigger, file),
+                ("file".into(), "7".into(), None, false),
+                "{trigger}"
+            );
+        }
+        let folder = r#"{"id":"8","type":"folder","name":"Webhooks"}"#;
+        for trigger in ["FOLDER.DOWNLOADED", "FOLDER.COPIED", "FILE.DELETED"] {
+            assert_eq!(
+                described(trigger, folder),
+                ("folder".into(), "8".into(), None, false),
+                "{trigger}"
+            );
+        }
     }
 
     #[test]

@@ -23,11 +23,33 @@
 //! Event: only the JSON SIM format is described
 //! (<https://developers.docusign.com/platform/webhooks/connect/json-sim-event-model>
 //! **[docs]**): type = `event` (`envelope-completed`), occurred_at =
-//! `generatedDateTime`; resource = envelope `data.envelopeId`, version =
-//! `generatedDateTime` in unix millis, deleted for an event ending in `-deleted`. XML
-//! or legacy aggregate messages (no `event`) are `Unsupported`. The message carries no
-//! event id, and its `retryCount` changes between attempts, so a hash of the body would
-//! not be stable across retries: the id is built from the fields that name the event,
+//! `generatedDateTime`; resource = envelope `data.envelopeId`, deleted for an event
+//! ending in `-deleted`. XML or legacy aggregate messages (no `event`) are
+//! `Unsupported`.
+//!
+//! Version: `generatedDateTime` in unix millis, only for the events that report the
+//! envelope's new status ([`ENVELOPE_STATUSES`]: `envelope-created`, `-sent`,
+//! `-delivered`, `-completed`, `-declined`, `-voided`, `-deleted`), so that a late
+//! `envelope-sent` after `envelope-completed` is `stale_version`, not delivered. Every
+//! other event names the envelope without a version:
+//! - `recipient-*` events (`recipient-sent`, `-delivered`, `-completed`, `-declined`,
+//!   `-autoresponded`, `-authenticationfailed`, …) are happenings of one recipient each:
+//!   recipient 1 signing and recipient 2 signing are independent, and one recipient can
+//!   have the same event more than once (a resent notification, a failed authentication
+//!   per attempt). A version from their time would make a late retry of one stale against
+//!   any later event of the envelope, and it would be lost. They are not a resource of
+//!   their own either (kind `recipient`, say): naming the envelope, they are delivered one
+//!   at a time with its status events, never beside them (as a resource of their own, the
+//!   last signer's `recipient-completed` and the `envelope-completed` it caused would go
+//!   out at once, in either order), and after an `envelope-deleted` the host keeps them
+//!   undelivered (`resource_deleted`), as it does the envelope's.
+//! - `envelope-resent`, `envelope-corrected`, `envelope-purge`, `envelope-discard` and
+//!   any event this plugin does not know: not a new status of the envelope, or not known
+//!   to be one, so none is refused as stale.
+//!
+//! The message carries no event id, and its `retryCount` changes between attempts, so a
+//! hash of the body would not be stable across retries: the id is built from the fields
+//! that name the event,
 //! `{configurationId}:{event}:{envelopeId}[:{recipientId}]:{generatedDateTime}`
 //! (whether DocuSign keeps `generatedDateTime` on a retry is **[unconfirmed]**; if it
 //! does not, each attempt gets its own id, as a body hash would).
@@ -50,6 +72,18 @@ use hookhost_plugin_sdk::{
 pub const MAX_SIGNATURE_HEADERS: u32 = 100;
 
 const SIGNATURE_PREFIX: &str = "x-docusign-signature-";
+
+/// The events that report an envelope's new status: the only ones that carry a version
+/// (crate docs).
+pub const ENVELOPE_STATUSES: &[&str] = &[
+    "envelope-created",
+    "envelope-sent",
+    "envelope-delivered",
+    "envelope-completed",
+    "envelope-declined",
+    "envelope-voided",
+    "envelope-deleted",
+];
 
 pub struct DocuSign;
 
@@ -135,9 +169,15 @@ impl Provider for DocuSign {
             event = event.id(format!("{id}:{generated}"));
         }
         if let Some(envelope) = envelope {
+            // Status events are versioned; recipient events and the rest are not (crate docs).
+            let version = if ENVELOPE_STATUSES.contains(&event_type.as_ref()) {
+                generated.and_then(decode::rfc3339_millis)
+            } else {
+                None
+            };
             event = event
                 .resource("envelope", envelope)
-                .version(generated.and_then(decode::rfc3339_millis))
+                .version(version)
                 .deleted(event_type.ends_with("-deleted"));
         }
         Ok(event)
@@ -240,11 +280,82 @@ mod tests {
             recipient.id.as_deref(),
             Some("1:recipient-completed:e1:2:2024-06-12T18:40:04Z")
         );
+        assert_eq!(recipient.resource_kind.as_deref(), Some("envelope"));
+        assert_eq!(recipient.resource_id.as_deref(), Some("e1"));
+        assert_eq!(recipient.resource_version, None);
         let deleted =
             describe(r#"{"event":"envelope-deleted","data":{"envelopeId":"e1"}}"#).expect("event");
         assert!(deleted.deleted);
         assert_eq!(deleted.id, None, "no time: the host derives the id");
         assert_eq!(deleted.resource_version, None);
+    }
+
+    /// (resource id, version, deleted) of an event generated at 2024-06-12T18:40:04.25Z.
+    fn described(event: &str, recipient: Option<&str>) -> (String, Option<u64>, bool) {
+        let recipient = recipient
+            .map(|r| format!(r#","recipientId":"{r}""#))
+            .unwrap_or_default();
+        let event = describe(&format!(
+            r#"{{"event":"{event}","configurationId":1,
+                "generatedDateTime":"2024-06-12T18:40:04.2500000Z",
+                "data":{{"envelopeId":"e1"{recipient}}}}}"#
+        ))
+        .expect(event);
+        assert_eq!(event.resource_kind.as_deref(), Some("envelope"));
+        (
+            event.resource_id.expect("an envelope"),
+            event.resource_version,
+            event.deleted,
+        )
+    }
+
+    const AT: Option<u64> = Some(1_718_217_604_250);
+
+    #[test]
+    fn only_envelope_status_events_are_versioned() {
+        for status in ENVELOPE_STATUSES {
+            assert_eq!(
+                described(status, None),
+                ("e1".into(), AT, *status == "envelope-deleted"),
+                "{status}"
+            );
+        }
+        for other in [
+            "envelope-resent",
+            "envelope-corrected",
+            "envelope-purge",
+            "envelope-discard",
+            "envelope-something-new",
+        ] {
+            assert_eq!(
+                described(other, None),
+                ("e1".into(), None, false),
+                "{other}"
+            );
+        }
+    }
+
+    #[test]
+    fn recipient_events_name_the_envelope_without_a_version() {
+        // Independent recipients, and repeated events of one: none may be stale.
+        for (event, recipient) in [
+            ("recipient-sent", "1"),
+            ("recipient-delivered", "1"),
+            ("recipient-completed", "1"),
+            ("recipient-sent", "2"),
+            ("recipient-completed", "2"),
+            ("recipient-declined", "3"),
+            ("recipient-resent", "2"),
+            ("recipient-autoresponded", "2"),
+            ("recipient-authenticationfailed", "2"),
+            ("recipient-finish-later", "2"),
+        ] {
+            assert_eq!(
+                described(event, Some(recipient)),
+                ("e1".into(), None, false),
+                "{event} {recipient}"
+            );
+        }
     }
 
     #[test]

@@ -20,9 +20,24 @@
 //! Event (`docs/webhooks/01-v3-Overview.md`): type = `event.event_type`, occurred_at =
 //! `event.occurred_at`, resource kind = `event.resource_type`, resource id =
 //! `event.data.id` when `event.data.type` is that kind, else `event.data.<kind>.id`
-//! (an `incident_note` carries its incident under `data.incident`); version = the
-//! event time in unix millis; `*.deleted` marks the resource deleted. `pagey.ping`
-//! (the test event) is stored but ignored.
+//! (an `incident_note` carries its incident under `data.incident`). `pagey.ping` (the
+//! test event) is stored but ignored.
+//!
+//! Version and deletion follow what the event's data is. When `event.data.type` is the
+//! resource type, the data is the resource as it now is (`incident.triggered`,
+//! `acknowledged`, `unacknowledged`, `escalated`, `delegated`, `reassigned`,
+//! `priority_updated`, `reopened`, `resolved` carry the `incident`; `service.*` the
+//! service): the event is a change of its state, versioned by its time in unix millis,
+//! so that a late `incident.triggered` after `incident.resolved` is `stale_version`, not
+//! delivered; and `*.deleted` marks it deleted. When the data is another object attached
+//! to the resource (`incident.annotated`: an `incident_note`;
+//! `incident.status_update_published`: an `incident_status_update`;
+//! `incident.responder.added` / `replied`: an `incident_responder`), the event is a
+//! happening, worth delivering whatever came after it: it names the resource without a
+//! version, and deletes nothing. PagerDuty retries a delivery for about 20 minutes, so
+//! with its time as a version a note retried after the incident's next change would be
+//! stale, and lost; without one, it is delivered, one at a time with the incident's
+//! other events.
 
 #![cfg_attr(not(test), no_std)]
 
@@ -93,16 +108,24 @@ impl Provider for PagerDuty {
             .id(id)
             .occurred_at(occurred_at);
         if let Some(kind) = body.str("/event/resource_type") {
-            let resource_id = if body.str("/event/data/type").as_deref() == Some(kind.as_ref()) {
+            // The data is the resource itself (a change of its state) or an object attached
+            // to it (a happening): only a change is versioned, or deletes (crate docs).
+            let changed = body.str("/event/data/type").as_deref() == Some(kind.as_ref());
+            let resource_id = if changed {
                 body.id("/event/data/id")
             } else {
                 body.id(&format!("/event/data/{kind}/id"))
             };
             if let Some(resource_id) = resource_id {
+                let version = if changed {
+                    body.rfc3339_millis("/event/occurred_at")
+                } else {
+                    None
+                };
                 event = event
                     .resource(kind.as_ref(), resource_id)
-                    .version(body.rfc3339_millis("/event/occurred_at"))
-                    .deleted(event_type.ends_with(".deleted"));
+                    .version(version)
+                    .deleted(changed && event_type.ends_with(".deleted"));
             }
         }
         if event_type == PING {
@@ -206,6 +229,7 @@ mod tests {
         )
         .expect("note");
         assert_eq!(note.resource_id.as_deref(), Some("PGR0VU2"));
+        assert_eq!(note.resource_version, None);
         let deleted = event(
             r#"{"event":{"id":"e3","event_type":"service.deleted","resource_type":"service",
                 "data":{"id":"PF9KMXH","type":"service"}}}"#,
@@ -219,6 +243,84 @@ mod tests {
         .expect("ping");
         assert_eq!(ping.disposition, Disposition::Ignore("ping".into()));
         assert_eq!(ping.resource_id, None);
+    }
+
+    /// (resource kind, resource id, version, deleted) of an event at 2021-04-26T17:36:27.458Z.
+    fn described(
+        event_type: &str,
+        resource_type: &str,
+        data: &str,
+    ) -> (String, String, Option<u64>, bool) {
+        let described = event(&format!(
+            r#"{{"event":{{"id":"e1","event_type":"{event_type}","resource_type":"{resource_type}",
+                "occurred_at":"2021-04-26T17:36:27.458Z","data":{data}}}}}"#
+        ))
+        .expect(event_type);
+        (
+            described.resource_kind.expect("a resource"),
+            described.resource_id.expect("a resource id"),
+            described.resource_version,
+            described.deleted,
+        )
+    }
+
+    const AT: Option<u64> = Some(1_619_458_587_458);
+    const INCIDENT: &str = r#"{"id":"PGR0VU2","type":"incident","status":"triggered"}"#;
+
+    #[test]
+    fn incident_state_changes_are_versioned() {
+        for event_type in [
+            "incident.triggered",
+            "incident.acknowledged",
+            "incident.unacknowledged",
+            "incident.escalated",
+            "incident.delegated",
+            "incident.reassigned",
+            "incident.priority_updated",
+            "incident.reopened",
+            "incident.resolved",
+        ] {
+            assert_eq!(
+                described(event_type, "incident", INCIDENT),
+                ("incident".into(), "PGR0VU2".into(), AT, false),
+                "{event_type}"
+            );
+        }
+        let service = r#"{"id":"PF9KMXH","type":"service"}"#;
+        assert_eq!(
+            described("service.updated", "service", service),
+            ("service".into(), "PF9KMXH".into(), AT, false)
+        );
+        assert_eq!(
+            described("service.deleted", "service", service),
+            ("service".into(), "PF9KMXH".into(), AT, true)
+        );
+    }
+
+    #[test]
+    fn happenings_in_an_incident_name_it_without_a_version() {
+        let incident = r#""incident":{"id":"PGR0VU2","type":"incident_reference"}"#;
+        for (event_type, data_type) in [
+            ("incident.annotated", "incident_note"),
+            ("incident.status_update_published", "incident_status_update"),
+            ("incident.responder.added", "incident_responder"),
+            ("incident.responder.replied", "incident_responder"),
+            // An attached object's deletion does not delete the incident.
+            ("incident.note.deleted", "incident_note"),
+        ] {
+            let data = format!(r#"{{"id":"P2LA89X","type":"{data_type}",{incident}}}"#);
+            assert_eq!(
+                described(event_type, "incident", &data),
+                ("incident".into(), "PGR0VU2".into(), None, false),
+                "{event_type}"
+            );
+        }
+        // incident_responder carries no id of its own.
+        let responder = format!(r#"{{"type":"incident_responder","state":"pending",{incident}}}"#);
+        assert_eq!(
+            described("incident.responder.added", "incident", &responder),
+            ("incident".into(), "PGR0VU2".into(), None, false)
+        );
     }
 
     #[test]
