@@ -195,6 +195,9 @@
 //! Event fields come from headers and JSON bodies only: Slack's form-encoded commands
 //! are not typed (`unknown`, and the id is the host's), and a JSON-looking body that
 //! is not JSON cannot be refused while forms are accepted. No handshakes are answered.
+//! A version cannot depend on the event's type (only `deleted` and `ignore` are
+//! conditions): the GitHub mapping gives the repository no version, where the `github`
+//! plugin versions it in `repository` events only.
 
 #![cfg_attr(not(test), no_std)]
 
