@@ -37,6 +37,8 @@ pub struct Metrics {
     plugin_calls: PluginCalls,
     /// Each endpoint's plugin ignore reasons counted under a label of their own.
     reasons: std::sync::Mutex<HashMap<String, HashSet<String>>>,
+    /// The endpoints the backlog gauges were last set for.
+    backlog_endpoints: std::sync::Mutex<HashSet<String>>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -283,6 +285,7 @@ impl Default for Metrics {
             registry,
             plugin_calls,
             reasons: Default::default(),
+            backlog_endpoints: Default::default(),
             requests,
             signature_failures,
             secret_matched,
@@ -479,6 +482,20 @@ impl Metrics {
     /// Set the backlog gauges from the store's answer, at `now_ms`; an endpoint
     /// missing from `backlog` has nothing pending.
     pub fn backlog(&self, endpoints: &[String], backlog: &[Backlog], now_ms: i64) {
+        // An endpoint deleted, or no longer delivering, loses its series: left, they
+        // would hold their last values for ever (a backlog that never drains).
+        let mut shown = self
+            .backlog_endpoints
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for gone in shown.iter().filter(|e| !endpoints.contains(e)) {
+            let labels = EndpointOnly {
+                endpoint: gone.clone(),
+            };
+            self.pending.remove(&labels);
+            self.oldest_pending.remove(&labels);
+        }
+        *shown = endpoints.iter().cloned().collect();
         for endpoint in endpoints {
             let labels = EndpointOnly {
                 endpoint: endpoint.clone(),
@@ -615,5 +632,24 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(r#"reason="stale_version"} 1"#), "{text}");
+    }
+
+    #[test]
+    fn an_endpoint_no_longer_delivering_loses_its_backlog_gauges() {
+        let metrics = Metrics::default();
+        let both = ["a".to_string(), "b".to_string()];
+        metrics.backlog(&both, &[("a".into(), 3, 0), ("b".into(), 5, 0)], 60_000);
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"hookhost_pending_events{endpoint="b"} 5"#),
+            "{text}"
+        );
+        metrics.backlog(&both[..1], &[("a".into(), 2, 0)], 60_000);
+        let text = metrics.render();
+        assert!(
+            text.contains(r#"hookhost_pending_events{endpoint="a"} 2"#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"endpoint="b""#), "{text}");
     }
 }
