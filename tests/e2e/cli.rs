@@ -341,6 +341,12 @@ fn serve_runs_logs_plugin_stderr_capped_and_stops_cleanly_on_sigterm() {
         .expect("stderr logged");
     assert!(line.contains("hostile guest writes to stderr"), "{line}");
     assert!(line.len() < 4 * 1024, "{} bytes", line.len());
+    // On that one line: the plugin's newlines are escaped, never lines of their own.
+    assert!(line.contains(r"stderr\nhostile guest writes"), "{line}");
+    assert!(
+        !log.lines().any(|l| l.starts_with("hostile guest")),
+        "{log}"
+    );
     assert!(!log.contains("whsec_from_file"), "a secret reached the log");
     assert!(dir.path().join("hookhost.db").is_file());
 }

@@ -205,6 +205,9 @@ fn sandbox(stderr: &CappedOutput) -> WasiCtx {
         .allow_tcp(false)
         .allow_udp(false)
         .allow_ip_name_lookup(false)
+        // Random bytes are the one thing the sandbox gives (a hash map's seed); a call
+        // asking for more than this is refused, not buffered on the host.
+        .max_random_size(64 * 1024)
         .build()
 }
 
@@ -1274,6 +1277,8 @@ impl Drop for Session<'_> {
         let stderr = self.store.data().stderr();
         if !stderr.is_empty() {
             let shown = String::from_utf8_lossy(&stderr);
+            // Escaped: a plugin's newline must not start a log line of its own making.
+            let shown = shown.escape_debug();
             tracing::warn!(plugin = self.plugin.name(), stderr = %shown, "plugin wrote to stderr");
         }
     }
