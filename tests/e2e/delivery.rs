@@ -855,23 +855,33 @@ async fn a_replay_can_map_the_event_again_with_the_current_plugin() {
     downstream.script("evt_remap", &[(500, None); 2]);
     accept(&server, "evt_remap").await;
     settled(&server, "evt_remap", "dead").await;
-    // As if an older plugin had mapped it wrongly.
-    {
-        let mut conn = open_db(&server.db_path()).await;
-        sqlx::query("UPDATE receipts SET event_type = 'wrong.type', plugin_version = '0.0.1' WHERE event_id = 'evt_remap'")
-            .execute(&mut conn)
-            .await
-            .expect("update");
-    }
-    let kept = hookhost_cli(&[
-        "events",
-        "replay",
-        "--config",
-        &config,
-        "--event-id",
-        "evt_remap",
-    ]);
-    assert_eq!(kept.trim(), "1 replayed");
+    // As if an older plugin had mapped it wrongly (`set`: more to change).
+    let mislabel = |set: &'static str| {
+        let path = server.db_path();
+        async move {
+            let mut conn = open_db(&path).await;
+            let sql = format!(
+                "UPDATE receipts SET event_type = 'wrong.type'{set} WHERE event_id = 'evt_remap'"
+            );
+            sqlx::query(&sql).execute(&mut conn).await.expect("update");
+        }
+    };
+    let replay = |remap: bool| {
+        let mut args = vec![
+            "events",
+            "replay",
+            "--config",
+            &config,
+            "--event-id",
+            "evt_remap",
+        ];
+        if remap {
+            args.push("--remap");
+        }
+        hookhost_cli(&args)
+    };
+    mislabel(", plugin_version = '0.0.1'").await;
+    assert_eq!(replay(false).trim(), "1 replayed");
     settled(&server, "evt_remap", "delivered").await;
     let last = downstream.received("evt_remap").pop().expect("delivered");
     assert_eq!(
@@ -880,16 +890,7 @@ async fn a_replay_can_map_the_event_again_with_the_current_plugin() {
         "stored mapping kept"
     );
 
-    let remapped = hookhost_cli(&[
-        "events",
-        "replay",
-        "--config",
-        &config,
-        "--event-id",
-        "evt_remap",
-        "--remap",
-    ]);
-    assert_eq!(remapped.trim(), "1 replayed");
+    assert_eq!(replay(true).trim(), "1 replayed");
     let deadline = Instant::now() + Duration::from_secs(20);
     while downstream.received("evt_remap").len() < 4 {
         assert!(Instant::now() < deadline, "remapped replay not delivered");
@@ -911,23 +912,8 @@ async fn a_replay_can_map_the_event_again_with_the_current_plugin() {
     let (status, _) = server.post_stripe(&[STRIPE_SECRET], now(), &newer).await;
     assert_eq!(status, 200);
     settled(&server, "evt_newer", "delivered").await;
-    {
-        let mut conn = open_db(&server.db_path()).await;
-        sqlx::query("UPDATE receipts SET state = 'dead', event_type = 'wrong.type' WHERE event_id = 'evt_remap'")
-            .execute(&mut conn)
-            .await
-            .expect("update");
-    }
-    let skipped = hookhost_cli(&[
-        "events",
-        "replay",
-        "--config",
-        &config,
-        "--event-id",
-        "evt_remap",
-        "--remap",
-    ]);
-    assert_eq!(skipped.trim(), "0 replayed");
+    mislabel(", state = 'dead'").await;
+    assert_eq!(replay(true).trim(), "0 replayed");
     let kept = server.receipt("stripe", "evt_remap").await;
     assert_eq!(
         (kept.state.as_str(), kept.event_type.as_str()),

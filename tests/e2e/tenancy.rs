@@ -642,14 +642,16 @@ async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_ap
     );
     delivered("evt_d1").await;
 
-    let paused = call(
-        addr,
-        "POST",
-        "/v1/endpoints/acme.hook/pause",
-        &acme,
-        Value::Null,
-    )
-    .await;
+    let pause = || {
+        call(
+            addr,
+            "POST",
+            "/v1/endpoints/acme.hook/pause",
+            &acme,
+            Value::Null,
+        )
+    };
+    let paused = pause().await;
     assert_eq!(paused, (200, json!({"id": "acme.hook", "paused": true})));
     assert_eq!(
         post_signed(server.addr, "acme.hook", SECRET, "evt_d2").await,
@@ -690,15 +692,7 @@ async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_ap
     delivered("evt_d3").await;
 
     // Deleted while paused and created again, the endpoint is a new one: it delivers.
-    let paused = call(
-        addr,
-        "POST",
-        "/v1/endpoints/acme.hook/pause",
-        &acme,
-        Value::Null,
-    )
-    .await;
-    assert_eq!(paused.0, 200);
+    assert_eq!(pause().await.0, 200);
     let deleted = call(
         addr,
         "DELETE",
