@@ -735,38 +735,21 @@ async fn the_admin_api_refuses_every_call_without_the_token_and_replays_with_it(
     assert_eq!(filtered, (200, serde_json::json!({"replayed": 1})));
     settled(&server, "evt_admin", "delivered").await;
     // The API and the CLI read one filter: a state that does not exist is refused by
-    // name in both, never silently matched against nothing.
-    let (status, refused) = request(
-        admin,
-        "GET",
-        "/admin/events?state=delivred",
-        &token,
-        "".into(),
-    )
-    .await;
-    assert_eq!(
-        (status, refused["error"].as_str()),
-        (400, Some("invalid_filter"))
-    );
-    assert!(
-        refused["reason"]
-            .as_str()
-            .unwrap_or("")
-            .contains("\"delivred\"")
-    );
-    // The dead-letter queue is its states: another one is refused, not overridden.
-    let (status, refused) = request(
-        admin,
-        "GET",
-        "/admin/dlq?state=pending",
-        &token,
-        "".into(),
-    )
-    .await;
-    assert_eq!(
-        (status, refused["error"].as_str()),
-        (400, Some("invalid_filter"))
-    );
+    // name in both, never silently matched against nothing. The dead-letter queue is
+    // its states: another one is refused, not overridden.
+    for (path, named) in [
+        ("/admin/events?state=delivred", "\"delivred\""),
+        ("/admin/dlq?state=pending", "dead-letter queue"),
+    ] {
+        let (status, refused) = request(admin, "GET", path, &token, "".into()).await;
+        assert_eq!(
+            (status, refused["error"].as_str()),
+            (400, Some("invalid_filter")),
+            "{path}"
+        );
+        let reason = refused["reason"].as_str().unwrap_or("");
+        assert!(reason.contains(named), "{path}: {reason}");
+    }
     let body = r#"{"state": "dead,bogus"}"#;
     let (status, _) = request(admin, "POST", "/admin/replay", &token, body.into()).await;
     assert_eq!(status, 400);
