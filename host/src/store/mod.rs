@@ -191,6 +191,14 @@ impl Drop for Reply {
 
 /// Reads whose SQL is the same on both backends (sqlx binds `$N` on SQLite too).
 impl Store {
+    /// Wake the delivery workers: events may be due now (after a replay, say).
+    fn wake_workers(&self) {
+        match &self.backend {
+            Backend::Sqlite(s) => s.accepted.notify_one(),
+            Backend::Postgres(p) => p.accepted.notify_one(),
+        }
+    }
+
     /// Per endpoint with pending events: how many, and when the oldest was received.
     /// The partial index of pending receipts serves it.
     pub async fn backlog(&self) -> Result<Vec<Backlog>, StoreError> {
@@ -306,9 +314,6 @@ forward! {
     fn show(&self, endpoint: &str, event_id: &str) -> Result<Option<serde_json::Value>, StoreError>;
     /// The next events a replay could take, in arrival order after a position.
     fn replayable(&self, filter: &Filter, after: Option<&Position>, limit: u32) -> Result<Vec<Position>, StoreError>;
-    /// Replay one receipt with the mapping a plugin produced again, in one
-    /// transaction: unless it is replayed, its mapping stays. Returns 0 or 1.
-    fn remap_replay(&self, endpoint: &str, event_id: &str, event_type: &str, resource: Option<&Resource>, plugin_version: &str, plugin_digest: &str) -> Result<u64, StoreError>;
     /// Discard a receipt with a reason (never deleted).
     fn discard(&self, endpoint: &str, event_id: &str, reason: &str) -> Result<bool, StoreError>;
     /// Pause or resume an endpoint's delivery.

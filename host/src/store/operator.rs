@@ -1,8 +1,8 @@
 //! What an operator does to receipts: list, replay under the original event id,
 //! discard with a reason, pause and resume an endpoint's delivery.
 
-use super::StoreError;
 use super::sqlite::SqliteStore;
+use super::{Backend, StoreError};
 use base64::Engine as _;
 
 /// Which receipts to list or replay; every field narrows. One definition serves the
@@ -118,6 +118,10 @@ pub(super) const NOT_SUPERSEDED: &str = "NOT EXISTS (
       AND newer.resource_id = r.resource_id
       AND newer.resource_version > r.resource_version
       AND newer.state IN ('pending', 'delivered'))";
+/// What a replay sets on a receipt it queues again: pending, with a fresh retry
+/// schedule and no lease.
+pub(super) const REQUEUE: &str = "state = 'pending', state_reason = 'replayed', attempts = 0,
+    next_attempt_at_ms = 0, lease_owner = NULL, lease_expires_at_ms = NULL";
 /// Purge's rule for a delivered receipt past its retention, on a receipt named
 /// `receipts` (not aliased): it is kept while an older version of its resource may
 /// still be replayed, because it is what tells [`NOT_SUPERSEDED`] that the destination
@@ -226,55 +230,6 @@ impl SqliteStore {
         Ok(Some(shown(endpoint, &receipt, attempts)))
     }
 
-    /// Replay one event with a mapping (type, resource, version) a plugin produced
-    /// again, recording which plugin version produced it: the new mapping and the
-    /// replay are one transaction, so an event the replay leaves alone (not in a
-    /// replayable state, or superseded under its new mapping) keeps its old one.
-    /// Returns whether it was replayed (0 or 1).
-    pub async fn remap_replay(
-        &self,
-        endpoint: &str,
-        event_id: &str,
-        event_type: &str,
-        resource: Option<&super::Resource>,
-        plugin_version: &str,
-        plugin_digest: &str,
-    ) -> Result<u64, StoreError> {
-        let mut tx = self.worker.begin().await?;
-        let remapped = sqlx::query(&format!(
-            "UPDATE receipts SET event_type = ?, resource_kind = ?, resource_id = ?,
-                resource_version = ?, deleted = ?, plugin_version = ?, plugin_digest = ?
-             WHERE endpoint = ? AND event_id = ? AND state IN {REPLAYABLE}"
-        ))
-        .bind(event_type)
-        .bind(resource.map(|r| &r.kind))
-        .bind(resource.map(|r| &r.id))
-        .bind(
-            resource
-                .and_then(|r| r.version)
-                .map(super::judge::version_i64),
-        )
-        .bind(resource.is_some_and(|r| r.deleted))
-        .bind(plugin_version)
-        .bind(plugin_digest)
-        .bind(endpoint)
-        .bind(event_id)
-        .execute(&mut *tx)
-        .await?;
-        if remapped.rows_affected() == 0 {
-            return Ok(0);
-        }
-        let one = Filter::one(endpoint, event_id);
-        let replayed = filtered(&replay_sql(), &one, 1).execute(&mut *tx).await?;
-        if replayed.rows_affected() == 0 {
-            // Dropped: rolled back, the old mapping stays.
-            return Ok(0);
-        }
-        tx.commit().await?;
-        self.accepted.notify_one();
-        Ok(replayed.rows_affected())
-    }
-
     /// Take one event out of delivery for good, with the operator's reason. The
     /// receipt and its evidence stay.
     pub async fn discard(
@@ -328,6 +283,67 @@ impl SqliteStore {
     }
 }
 
+impl super::Store {
+    /// Replay one event with a mapping (type, resource, version) a plugin produced
+    /// again, recording which plugin version produced it: the new mapping and the
+    /// replay are one transaction, so an event the replay leaves alone (not in a
+    /// replayable state, or superseded under its new mapping) keeps its old one.
+    /// Returns whether it was replayed (0 or 1). The same statements on both backends.
+    pub async fn remap_replay(
+        &self,
+        endpoint: &str,
+        event_id: &str,
+        event_type: &str,
+        resource: Option<&super::Resource>,
+        plugin_version: &str,
+        plugin_digest: &str,
+    ) -> Result<u64, StoreError> {
+        let remap = format!(
+            "UPDATE receipts SET event_type = $1, resource_kind = $2, resource_id = $3,
+                resource_version = $4, deleted = $5, plugin_version = $6, plugin_digest = $7
+             WHERE endpoint = $8 AND event_id = $9 AND state IN {REPLAYABLE}"
+        );
+        let requeue = format!(
+            "UPDATE receipts AS r SET {REQUEUE}
+             WHERE r.endpoint = $1 AND r.event_id = $2 AND r.state IN {REPLAYABLE}
+               AND {NOT_SUPERSEDED}"
+        );
+        let replayed = on_pool!(self, writes, pool => {
+            let mut tx = pool.begin().await?;
+            let remapped = sqlx::query(&remap)
+                .bind(event_type)
+                .bind(resource.map(|r| &r.kind))
+                .bind(resource.map(|r| &r.id))
+                .bind(resource.and_then(|r| r.version).map(super::judge::version_i64))
+                .bind(resource.is_some_and(|r| r.deleted))
+                .bind(plugin_version)
+                .bind(plugin_digest)
+                .bind(endpoint)
+                .bind(event_id)
+                .execute(&mut *tx)
+                .await?;
+            if remapped.rows_affected() == 0 {
+                return Ok(0);
+            }
+            let replayed = sqlx::query(&requeue)
+                .bind(endpoint)
+                .bind(event_id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            // Not replayed: dropped, so rolled back, and the old mapping stays.
+            if replayed > 0 {
+                tx.commit().await?;
+            }
+            replayed
+        });
+        if replayed > 0 {
+            self.wake_workers();
+        }
+        Ok(replayed)
+    }
+}
+
 /// One event with its attempts, as `show` answers it (on every backend).
 pub(super) fn shown(
     endpoint: &str,
@@ -360,8 +376,7 @@ pub(super) fn shown(
 /// limit (`?10`) counting what is replayed.
 fn replay_sql() -> String {
     format!(
-        "UPDATE receipts SET state = 'pending', state_reason = 'replayed', attempts = 0,
-            next_attempt_at_ms = 0, lease_owner = NULL, lease_expires_at_ms = NULL
+        "UPDATE receipts SET {REQUEUE}
          WHERE rowid IN (
             -- The limit counts what is replayed, not what the filter matches.
             SELECT rowid FROM receipts AS r WHERE {WHERE} AND r.state IN {REPLAYABLE}

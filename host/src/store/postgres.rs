@@ -10,11 +10,9 @@
 mod batch;
 
 use super::delivery::cap;
-use super::judge::version_i64;
-use super::operator::{LIST_CAP, NOT_SUPERSEDED, REPLAYABLE};
+use super::operator::{LIST_CAP, NOT_SUPERSEDED, REPLAYABLE, REQUEUE};
 use super::{
-    AttemptRecord, Filter, Leased, Next, Position, Purged, ReceiptRow, Resource, StoreError,
-    Summary,
+    AttemptRecord, Filter, Leased, Next, Position, Purged, ReceiptRow, StoreError, Summary,
 };
 use crate::config::{PgConfig, RetentionConfig};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
@@ -44,7 +42,7 @@ pub struct PgStore {
     pub(super) batcher: batch::Batcher,
     /// Wakes this process's worker pool when it accepted or replayed an event; other
     /// processes' events are found by polling.
-    accepted: Arc<Notify>,
+    pub(super) accepted: Arc<Notify>,
 }
 
 impl PgStore {
@@ -368,48 +366,6 @@ impl PgStore {
             .collect::<Result<_, _>>()?)
     }
 
-    /// Replay one event with a mapping a plugin produced again, in one transaction:
-    /// unless it is replayed, its mapping stays. Returns 0 or 1.
-    pub async fn remap_replay(
-        &self,
-        endpoint: &str,
-        event_id: &str,
-        event_type: &str,
-        resource: Option<&Resource>,
-        plugin_version: &str,
-        plugin_digest: &str,
-    ) -> Result<u64, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let remapped = sqlx::query(&format!(
-            "UPDATE receipts SET event_type = $1, resource_kind = $2, resource_id = $3,
-                resource_version = $4, deleted = $5, plugin_version = $6, plugin_digest = $7
-             WHERE endpoint = $8 AND event_id = $9 AND state IN {REPLAYABLE}"
-        ))
-        .bind(event_type)
-        .bind(resource.map(|r| &r.kind))
-        .bind(resource.map(|r| &r.id))
-        .bind(resource.and_then(|r| r.version).map(version_i64))
-        .bind(resource.is_some_and(|r| r.deleted))
-        .bind(plugin_version)
-        .bind(plugin_digest)
-        .bind(endpoint)
-        .bind(event_id)
-        .execute(&mut *tx)
-        .await?;
-        if remapped.rows_affected() == 0 {
-            return Ok(0);
-        }
-        let one = Filter::one(endpoint, event_id);
-        let replayed = filtered(&replay_sql(), &one, 1).execute(&mut *tx).await?;
-        if replayed.rows_affected() == 0 {
-            // Dropped: rolled back, the old mapping stays.
-            return Ok(0);
-        }
-        tx.commit().await?;
-        self.accepted.notify_one();
-        Ok(replayed.rows_affected())
-    }
-
     /// Take one event out of delivery for good, with the operator's reason.
     pub async fn discard(
         &self,
@@ -580,8 +536,7 @@ fn filtered<'q>(
 /// limit (`$10`) counting what is replayed.
 fn replay_sql() -> String {
     format!(
-        "UPDATE receipts SET state = 'pending', state_reason = 'replayed', attempts = 0,
-            next_attempt_at_ms = 0, lease_owner = NULL, lease_expires_at_ms = NULL
+        "UPDATE receipts SET {REQUEUE}
          WHERE (endpoint, event_id) IN (
             -- The limit counts what is replayed, not what the filter matches.
             SELECT r.endpoint, r.event_id FROM receipts AS r
