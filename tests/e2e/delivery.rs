@@ -499,11 +499,7 @@ async fn a_replay_never_sends_an_old_version_over_a_newer_one() {
         settled(&server, id, state).await;
     }
     let replay = |id: &str| {
-        let filter = hookhost::store::Filter {
-            endpoint: Some("stripe".into()),
-            event_id: Some(id.into()),
-            ..hookhost::store::Filter::default()
-        };
+        let filter = hookhost::store::Filter::one("stripe", id);
         let store = server.app.store.clone();
         async move { store.replay(&filter).await.expect("replay") }
     };
