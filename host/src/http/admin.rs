@@ -115,22 +115,23 @@ fn error(status: StatusCode, code: &str) -> Response {
     (status, Json(serde_json::json!({ "error": code }))).into_response()
 }
 
-/// 400 `{"error":"invalid_filter","reason":…}`: the filter names what does not exist.
-fn invalid_filter(reason: &str) -> Response {
+/// `{"error": code, "reason": …}`: a refusal that says why.
+fn refused(status: StatusCode, code: &str, reason: &str) -> Response {
     (
-        StatusCode::BAD_REQUEST,
-        Json(serde_json::json!({ "error": "invalid_filter", "reason": reason })),
+        status,
+        Json(serde_json::json!({ "error": code, "reason": reason })),
     )
         .into_response()
 }
 
-/// 400 `{"error":"invalid_request","reason":…}`: a body that does not parse.
+/// 400 `invalid_filter`: the filter names what does not exist.
+fn invalid_filter(reason: &str) -> Response {
+    refused(StatusCode::BAD_REQUEST, "invalid_filter", reason)
+}
+
+/// 400 `invalid_request`: a body that does not parse.
 fn invalid_request(reason: String) -> Response {
-    (
-        StatusCode::BAD_REQUEST,
-        Json(serde_json::json!({"error": "invalid_request", "reason": reason})),
-    )
-        .into_response()
+    refused(StatusCode::BAD_REQUEST, "invalid_request", &reason)
 }
 
 fn store_error(e: crate::store::StoreError) -> Response {
@@ -352,12 +353,9 @@ async fn replay(admin: &Admin, filter: &Filter, remap: bool) -> Response {
         Err(e) => match e.downcast::<crate::store::StoreError>() {
             Ok(e) => store_error(e),
             Err(e) => {
-                tracing::error!(error = format!("{e:#}"), "admin API: replay failed");
-                (
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    Json(serde_json::json!({"error": "replay_failed", "reason": format!("{e:#}")})),
-                )
-                    .into_response()
+                let reason = format!("{e:#}");
+                tracing::error!(error = reason, "admin API: replay failed");
+                refused(StatusCode::UNPROCESSABLE_ENTITY, "replay_failed", &reason)
             }
         },
     }
@@ -459,6 +457,5 @@ fn forensics_error(e: &ForensicsError) -> Response {
         tracing::error!(%error, "admin API: store error");
     }
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let body = serde_json::json!({ "error": code, "reason": e.to_string() });
-    (status, Json(body)).into_response()
+    refused(status, code, &e.to_string())
 }
