@@ -7,7 +7,7 @@ mod https;
 use crate::support::*;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use hookhost::store::ReceiptRow;
+use hookhost::store::{AttemptRecord, Next, ReceiptRow};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -400,6 +400,59 @@ async fn events_of_one_resource_received_in_the_same_millisecond_are_leased_one_
         .await
         .expect("lease");
     assert!(held.is_empty(), "{held:?}");
+}
+}
+
+crate::both_stores! {
+async fn an_event_discarded_on_the_wire_holds_its_resource_until_the_attempt_ends() {
+    // No destination: the server's own workers leave the events alone.
+    let server = Server::start(&stripe_config("")).await;
+    let store = &server.app.store;
+    let now_ms = now() * 1000;
+    for (id, version) in [("evt_on_wire", 1), ("evt_next", 2)] {
+        store
+            .record(new_receipt(id, "cus_wire", Some(version), now_ms))
+            .await
+            .expect("record");
+    }
+    let endpoints = vec!["stripe".to_string()];
+    let lease = || store.lease_due("w", &endpoints, now_ms + 1, Duration::from_secs(60), 10);
+    let first = lease().await.expect("lease");
+    let ids: Vec<&str> = first.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(ids, ["evt_on_wire"]);
+    assert!(
+        store
+            .discard("stripe", "evt_on_wire", "sent by hand")
+            .await
+            .expect("discard")
+    );
+    // Its attempt is still on the wire: version 2 must not overtake it.
+    let held = lease().await.expect("lease");
+    assert!(held.is_empty(), "{held:?}");
+    let attempt = AttemptRecord {
+        started_at_ms: now_ms,
+        ended_at_ms: now_ms + 1,
+        status: Some(200),
+        error: None,
+    };
+    store
+        .finish_attempt(&first[0], "w", &attempt, &Next::Delivered)
+        .await
+        .expect("finish");
+    // The attempt is recorded; the operator's discard stands.
+    let row = server.receipt("stripe", "evt_on_wire").await;
+    assert_eq!(
+        (row.state.as_str(), row.state_reason.as_deref()),
+        ("discarded", Some("sent by hand"))
+    );
+    let attempts = store
+        .attempts("stripe", "evt_on_wire")
+        .await
+        .expect("attempts");
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    let next = lease().await.expect("lease");
+    let ids: Vec<&str> = next.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(ids, ["evt_next"]);
 }
 }
 

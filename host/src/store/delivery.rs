@@ -170,16 +170,18 @@ pub(super) fn lease_in(tx: &Transaction<'_>, r: &LeaseRequest) -> Result<Vec<Lea
               -- Read with the lease, so a pause that committed first always holds.
               AND endpoint NOT IN (SELECT endpoint FROM endpoint_pauses)
               -- One resource, one delivery at a time, in version order: skip an
-              -- event while another of its resource is in flight or comes first.
+              -- event while another of its resource is in flight (one discarded on
+              -- the wire too) or is pending and comes first.
               AND (r.resource_id IS NULL OR NOT EXISTS (
                   SELECT 1 FROM receipts AS o
                   WHERE o.endpoint = r.endpoint AND o.resource_kind = r.resource_kind
-                    AND o.resource_id = r.resource_id AND o.state = 'pending'
+                    AND o.resource_id = r.resource_id AND o.state IN ('pending', 'discarded')
                     AND o.rowid <> r.rowid
                     AND (o.lease_expires_at_ms > ?3
-                         OR COALESCE(o.resource_version, -1) < COALESCE(r.resource_version, -1)
-                         OR (COALESCE(o.resource_version, -1) = COALESCE(r.resource_version, -1)
-                             AND (o.received_at_ms, o.event_id) < (r.received_at_ms, r.event_id)))))
+                         OR o.state = 'pending' AND (
+                            COALESCE(o.resource_version, -1) < COALESCE(r.resource_version, -1)
+                            OR (COALESCE(o.resource_version, -1) = COALESCE(r.resource_version, -1)
+                                AND (o.received_at_ms, o.event_id) < (r.received_at_ms, r.event_id))))))
             ORDER BY next_attempt_at_ms, received_at_ms
             LIMIT ?5)
          RETURNING endpoint, event_id, body, headers, event_type, plugin,
@@ -262,10 +264,9 @@ pub(super) fn finish_all(
     .execute([&rows])?;
     // The receipt moves on only while the attempt's worker still holds its lease: the
     // same lease, not a later one the same worker took after this one expired.
-    tx.prepare_cached(
-        "UPDATE receipts SET attempts = f.attempt, state = f.state, next_attempt_at_ms = f.next_at,
-            last_error = f.error, delivered_at_ms = f.delivered_at,
-            lease_owner = NULL, lease_expires_at_ms = NULL
+    tx.prepare_cached(&format!(
+        "UPDATE receipts SET attempts = f.attempt, {moved_on}, next_attempt_at_ms = f.next_at,
+            last_error = f.error, lease_owner = NULL, lease_expires_at_ms = NULL
          FROM (SELECT value->>'endpoint' AS endpoint, value->>'event_id' AS event_id,
                       value->>'owner' AS owner, value->>'lease' AS lease,
                       value->>'attempt' AS attempt,
@@ -274,9 +275,20 @@ pub(super) fn finish_all(
                FROM json_each(?1)) AS f
          WHERE receipts.endpoint = f.endpoint AND receipts.event_id = f.event_id
            AND receipts.lease_owner = f.owner AND receipts.lease_expires_at_ms = f.lease",
-    )?
+        moved_on = moved_on("f.state", "f.delivered_at"),
+    ))?
     .execute([&rows])?;
     Ok(())
+}
+
+/// The `SET` of a finished attempt's state and delivery time: an event the operator
+/// discarded while its attempt was on the wire stays discarded, whatever the answer.
+pub(super) fn moved_on(state: &str, delivered_at: &str) -> String {
+    format!(
+        "state = CASE receipts.state WHEN 'discarded' THEN receipts.state ELSE {state} END,
+            delivered_at_ms = CASE receipts.state WHEN 'discarded' THEN receipts.delivered_at_ms
+                ELSE {delivered_at} END"
+    )
 }
 
 pub(super) fn cap(text: &str) -> String {

@@ -231,7 +231,8 @@ impl SqliteStore {
     }
 
     /// Take one event out of delivery for good, with the operator's reason. The
-    /// receipt and its evidence stay.
+    /// receipt and its evidence stay. A live lease stays too: an attempt already on
+    /// the wire still holds the resource's later versions back until it ends.
     pub async fn discard(
         &self,
         endpoint: &str,
@@ -239,8 +240,7 @@ impl SqliteStore {
         reason: &str,
     ) -> Result<bool, StoreError> {
         let done = sqlx::query(
-            "UPDATE receipts SET state = 'discarded', state_reason = ?, lease_owner = NULL,
-                lease_expires_at_ms = NULL
+            "UPDATE receipts SET state = 'discarded', state_reason = ?
              WHERE endpoint = ? AND event_id = ? AND state IN ('pending', 'dead', 'quarantined')",
         )
         .bind(reason)

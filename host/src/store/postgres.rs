@@ -9,7 +9,7 @@
 
 mod batch;
 
-use super::delivery::cap;
+use super::delivery::{cap, moved_on};
 use super::operator::{LIST_CAP, NOT_SUPERSEDED, REPLAYABLE, REQUEUE};
 use super::{
     AttemptRecord, Filter, Leased, Next, Position, Purged, ReceiptRow, StoreError, Summary,
@@ -188,16 +188,18 @@ impl PgStore {
                   -- Read with the lease, so a pause that committed first always holds.
                   AND endpoint NOT IN (SELECT endpoint FROM endpoint_pauses)
                   -- One resource, one delivery at a time, in version order: skip an
-                  -- event while another of its resource is in flight or comes first.
+                  -- event while another of its resource is in flight (one discarded
+                  -- on the wire too) or is pending and comes first.
                   AND (r.resource_id IS NULL OR NOT EXISTS (
                       SELECT 1 FROM receipts AS o
                       WHERE o.endpoint = r.endpoint AND o.resource_kind = r.resource_kind
-                        AND o.resource_id = r.resource_id AND o.state = 'pending'
+                        AND o.resource_id = r.resource_id AND o.state IN ('pending', 'discarded')
                         AND o.event_id <> r.event_id
                         AND (o.lease_expires_at_ms > $3
-                             OR COALESCE(o.resource_version, -1) < COALESCE(r.resource_version, -1)
-                             OR (COALESCE(o.resource_version, -1) = COALESCE(r.resource_version, -1)
-                                 AND (o.received_at_ms, o.event_id) < (r.received_at_ms, r.event_id)))))
+                             OR o.state = 'pending' AND (
+                                COALESCE(o.resource_version, -1) < COALESCE(r.resource_version, -1)
+                                OR (COALESCE(o.resource_version, -1) = COALESCE(r.resource_version, -1)
+                                    AND (o.received_at_ms, o.event_id) < (r.received_at_ms, r.event_id))))))
                 ORDER BY next_attempt_at_ms, received_at_ms
                 LIMIT $5
                 FOR UPDATE OF r SKIP LOCKED)
@@ -251,12 +253,13 @@ impl PgStore {
         .bind(&error)
         .execute(&mut *tx)
         .await?;
-        sqlx::query(
-            "UPDATE receipts SET attempts = $1, state = $2, next_attempt_at_ms = $3,
-                last_error = $4, delivered_at_ms = $5, lease_owner = NULL, lease_expires_at_ms = NULL
+        sqlx::query(&format!(
+            "UPDATE receipts SET attempts = $1, {moved_on}, next_attempt_at_ms = $3,
+                last_error = $4, lease_owner = NULL, lease_expires_at_ms = NULL
              WHERE endpoint = $6 AND event_id = $7 AND lease_owner = $8
                AND lease_expires_at_ms = $9",
-        )
+            moved_on = moved_on("$2", "$5"),
+        ))
         .bind(number)
         .bind(state)
         .bind(next_at)
@@ -366,7 +369,8 @@ impl PgStore {
             .collect::<Result<_, _>>()?)
     }
 
-    /// Take one event out of delivery for good, with the operator's reason.
+    /// Take one event out of delivery for good, with the operator's reason. A live
+    /// lease stays: an attempt already on the wire still holds the resource back.
     pub async fn discard(
         &self,
         endpoint: &str,
@@ -374,8 +378,7 @@ impl PgStore {
         reason: &str,
     ) -> Result<bool, StoreError> {
         let done = sqlx::query(
-            "UPDATE receipts SET state = 'discarded', state_reason = $1, lease_owner = NULL,
-                lease_expires_at_ms = NULL
+            "UPDATE receipts SET state = 'discarded', state_reason = $1
              WHERE endpoint = $2 AND event_id = $3 AND state IN ('pending', 'dead', 'quarantined')",
         )
         .bind(reason)
