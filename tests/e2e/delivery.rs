@@ -271,6 +271,45 @@ async fn retry_after_is_honoured() {
 }
 
 crate::both_stores! {
+async fn a_status_in_time_is_the_answer_whatever_its_body_then_does() {
+    // A destination that answers 200, promises a 100-byte body, sends 10 bytes and
+    // holds the connection: the status is what the attempt is judged by.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let requests: Arc<Mutex<usize>> = Arc::default();
+    let seen = requests.clone();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut held = Vec::new();
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut head = vec![0; 64 * 1024];
+            if socket.read(&mut head).await.is_ok() {
+                *seen.lock().expect("lock") += 1;
+                let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789";
+                let _ = socket.write_all(answer).await;
+            }
+            held.push(socket);
+        }
+    });
+    let url = format!("http://127.0.0.1:{port}/hook");
+    let server = Server::start(&config(&url, "[0, 0, 0]", "timeout_ms = 500\n")).await;
+    accept(&server, "evt_trickle").await;
+    settled(&server, "evt_trickle", "delivered").await;
+    let attempts = server
+        .app
+        .store
+        .attempts("stripe", "evt_trickle")
+        .await
+        .expect("attempts");
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    assert_eq!(attempts[0].1, Some(200));
+    assert_eq!(*requests.lock().expect("lock"), 1);
+}
+}
+
+crate::both_stores! {
 async fn an_attempt_slower_than_its_lease_is_given_up_while_the_lease_holds() {
     // A destination that takes connections and never answers; the attempt's own
     // timeout (15 s by default) is far longer than the 3 s lease.

@@ -15,7 +15,7 @@ use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use hookhost_plugin_sdk::KeyFormat;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Bytes;
+use hyper::body::{Bytes, Incoming};
 use hyper::client::conn::http1::SendRequest;
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -55,6 +55,10 @@ pub trait Destination: Send + Sync + fmt::Debug {
 
 /// Response bodies are drained (to keep the connection clean) up to this, then dropped.
 const RESPONSE_DRAIN_CAP: usize = 64 * 1024;
+
+/// How long a response's body may take after its status, which is the answer: a body
+/// slower than this only costs its connection.
+const RESPONSE_DRAIN_WITHIN: Duration = Duration::from_secs(1);
 
 pub struct HttpDestination {
     uri: hyper::Uri,
@@ -210,26 +214,29 @@ impl HttpDestination {
             Ok(connection) => connection,
             Err(error) => return Sent::Answered(retry(error)),
         };
-        let response = match sender.send_request(request).await {
-            Ok(response) => response,
+        match sender.send_request(request).await {
+            Ok(response) => Sent::Responded(response, sender),
             // The destination closed an idle connection as it was reused: not an
             // answer, so not an attempt; the caller sends again on a new one.
-            Err(e) if reused => return Sent::StaleConnection(format!("request: {e}")),
-            Err(e) => return Sent::Answered(retry(format!("request: {e}"))),
-        };
-        let status = response.status().as_u16();
-        let retry_after = retry_after(response.headers());
-        let drained = Limited::new(response.into_body(), RESPONSE_DRAIN_CAP)
-            .collect()
-            .await;
-        // A fully read response leaves the connection reusable.
-        if drained.is_ok()
+            Err(e) if reused => Sent::StaleConnection(format!("request: {e}")),
+            Err(e) => Sent::Answered(retry(format!("request: {e}"))),
+        }
+    }
+
+    /// Read what is left of a response, within [`RESPONSE_DRAIN_WITHIN`]: one read in
+    /// full leaves its connection reusable.
+    async fn drain(&self, body: Incoming, sender: SendRequest<Full<Bytes>>) {
+        let drained = tokio::time::timeout(
+            RESPONSE_DRAIN_WITHIN,
+            Limited::new(body, RESPONSE_DRAIN_CAP).collect(),
+        )
+        .await;
+        if matches!(drained, Ok(Ok(_)))
             && let Ok(mut idle) = self.idle.lock()
             && idle.len() < IDLE_CONNECTIONS
         {
             idle.push(sender);
         }
-        Sent::Answered(classify(status, retry_after))
     }
 }
 
@@ -278,6 +285,8 @@ where
 
 enum Sent {
     Answered(Answer),
+    /// The status and headers arrived (the answer); the body is read after.
+    Responded(hyper::Response<Incoming>, SendRequest<Full<Bytes>>),
     StaleConnection(String),
 }
 
@@ -302,23 +311,33 @@ impl Destination for HttpDestination {
                 loop {
                     let request = match self.request(endpoint, provider, event) {
                         Ok(request) => request,
-                        Err(error) => return Answer::Permanent { status: 0, error },
+                        Err(error) => return Err(Answer::Permanent { status: 0, error }),
                     };
                     match self.send(request, reuse).await {
-                        Sent::Answered(answer) => return answer,
+                        Sent::Responded(response, sender) => return Ok((response, sender)),
+                        Sent::Answered(answer) => return Err(answer),
                         Sent::StaleConnection(_) if reuse => reuse = false,
-                        Sent::StaleConnection(error) => return retry(error),
+                        Sent::StaleConnection(error) => return Err(retry(error)),
                     }
                 }
             };
-            match tokio::time::timeout(self.timeout, attempt).await {
-                Ok(answer) => answer,
-                Err(_) => Answer::Retry {
-                    status: None,
-                    error: format!("no answer within {:?}", self.timeout),
-                    retry_after: None,
-                },
-            }
+            // The timeout is until the status: a status in time is the answer,
+            // whatever its body then does.
+            let (response, sender) = match tokio::time::timeout(self.timeout, attempt).await {
+                Ok(Ok(responded)) => responded,
+                Ok(Err(answer)) => return answer,
+                Err(_) => {
+                    return Answer::Retry {
+                        status: None,
+                        error: format!("no answer within {:?}", self.timeout),
+                        retry_after: None,
+                    };
+                }
+            };
+            let status = response.status().as_u16();
+            let retry_after = retry_after(response.headers());
+            self.drain(response.into_body(), sender).await;
+            classify(status, retry_after)
         })
     }
 }
