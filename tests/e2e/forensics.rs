@@ -219,6 +219,22 @@ async fn rejected_requests_are_kept_bounded_with_their_detail_and_reingest_once_
     assert_eq!(server.count_receipts("other").await, 0);
 }
 
+async fn a_rejected_event_id_no_store_can_keep_is_left_out_of_its_record() {
+    let config = TRAPS.replace("mode = \"trap\"\nphase = \"describe\"", "mode = \"reject\"\nphase = \"none\"");
+    let server = Server::start_in(with_test_guest(), &config).await.expect("starts");
+    let addr = admin(&server).await;
+    // The guest names the body's id: a NUL (JSON `\u0000`), which PostgreSQL's text
+    // refuses, would fail the whole batch of rejected requests it is written in.
+    for body in [r#"{"id":"evt_\u0000nul"}"#, r#"{"id":"evt_fine"}"#] {
+        let headers = guest_headers("s", "ignored", body.as_bytes());
+        let answer = server.post("guest", &headers, body).await;
+        assert_eq!((answer.0, &answer.1["error"]), (422, &json!("event_rejected")));
+    }
+    let listed = kept_when(addr, "guest", "evt_fine").await;
+    let ids: Vec<&Value> = listed.iter().map(|k| &k["event_id"]).collect();
+    assert_eq!(ids, [&json!("evt_fine"), &Value::Null], "{listed:?}");
+}
+
 async fn purge_lets_rejected_requests_age_out_but_keeps_failed_ones_until_reingested() {
     let server = Server::start(&stripe_config("")).await;
     let store = &server.app.store;

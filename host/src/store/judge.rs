@@ -153,8 +153,8 @@ fn gate(resource: &Resource, current: Option<(i64, bool)>) -> (Verdict, Option<i
     }
 }
 
-/// Versions are u64 on the wire; the stores' integers are i64. Versions past i64::MAX
-/// (no provider uses them) saturate, which keeps the order of every real version.
+/// Versions are u64 on the wire; the stores' integers are i64. Ingest refuses versions
+/// past i64::MAX (`verify::storable`); any other way in saturates them.
 pub(super) fn version_i64(version: u64) -> i64 {
     i64::try_from(version).unwrap_or(i64::MAX)
 }

@@ -208,7 +208,8 @@ pub fn judge(
         Err(rejection) => return Err(trail.refused(rejection)),
     };
     if let Disposition::Reject(reason) = &event.disposition {
-        trail.event_id = event.id.clone();
+        // Kept with the forensic record, so it must be storable too.
+        trail.event_id = event.id.clone().filter(|id| fits(id));
         return Err(IngestError::Rejected(reason.clone()));
     }
     let plan = trail.plan.take().ok_or(IngestError::PluginFailed)?;
@@ -232,9 +233,9 @@ pub const MAX_STORED_TEXT: usize = 1024;
 
 /// Every text a receipt keeps from the event is storable in both stores: at most
 /// [`MAX_STORED_TEXT`] bytes and without NUL, which PostgreSQL's `text` refuses (one
-/// such receipt would fail the whole group commit it shares with other requests). A
-/// body whose event names such a thing is not what a provider sends: 400
-/// `malformed_body`.
+/// such receipt would fail the whole group commit it shares with other requests), and
+/// a version the stores' integers hold. A body whose event names such a thing is not
+/// what a provider sends: 400 `malformed_body`.
 pub fn storable(event: &Event, message_id: Option<&String>) -> Result<(), IngestError> {
     let reason = match &event.disposition {
         Disposition::Ignore(reason) => Some(reason),
@@ -248,12 +249,21 @@ pub fn storable(event: &Event, message_id: Option<&String>) -> Result<(), Ingest
         message_id,
         reason,
     ];
-    let fits = |text: &&String| text.len() <= MAX_STORED_TEXT && !text.contains('\0');
-    if texts.iter().flatten().all(fits) {
+    // A version past i64::MAX (the stores' integers) would compare equal to every
+    // other such version; no provider sends one.
+    let version_fits = event
+        .resource_version
+        .is_none_or(|v| i64::try_from(v).is_ok());
+    if version_fits && texts.iter().flatten().all(|text| fits(text)) {
         Ok(())
     } else {
         Err(IngestError::MalformedBody)
     }
+}
+
+/// Whether a store keeps this text as it is: see [`storable`].
+fn fits(text: &str) -> bool {
+    text.len() <= MAX_STORED_TEXT && !text.contains('\0')
 }
 
 /// Re-run the endpoint's current plugin's `describe-event` on a stored request (a
@@ -365,5 +375,23 @@ mod tests {
             check_window(Some(300), Some(i64::MIN), i64::MAX),
             Err(IngestError::TimestampOutsideWindow { .. })
         ));
+    }
+
+    #[test]
+    fn a_version_past_what_the_stores_hold_is_a_malformed_body() {
+        let versioned = |v: u64| {
+            Event::new("counter.changed")
+                .resource("counter", "c1")
+                .version(Some(v))
+        };
+        assert_eq!(storable(&versioned(i64::MAX as u64), None), Ok(()));
+        // Past i64::MAX, versions would all be stored as one: an old one would pass.
+        for version in [i64::MAX as u64 + 1, u64::MAX] {
+            assert_eq!(
+                storable(&versioned(version), None),
+                Err(IngestError::MalformedBody),
+                "{version}"
+            );
+        }
     }
 }

@@ -12,7 +12,8 @@
 //! made in this instance and the event id a previous request left behind), `oracle`
 //! (answers a GET handshake with the endpoint key's HMAC of the query: a signing
 //! oracle the host must refuse); and two well-behaved answers: `reject` and `ignore`
-//! dispositions.
+//! dispositions. A rejected event's id is the body's JSON `id` when it has one (a
+//! header cannot carry every text a body can).
 //!
 //! Reconciliation: it lists one event per run, `evt_echo`, whose body is everything the
 //! plugin was given (configuration, the answer's status, headers and body), so a test
@@ -194,7 +195,17 @@ impl Provider for Hostile {
         }
         let event = Event::new(event_type).maybe_id(req.header_str("x-test-id"));
         Ok(match req.config().get("mode").and_then(|m| m.as_str()) {
-            Some("reject") => event.reject("test guest refuses this event"),
+            Some("reject") => {
+                let body_id = req
+                    .json()
+                    .ok()
+                    .and_then(|j| j.str("/id").map(|id| id.into_owned()));
+                match body_id {
+                    Some(id) => event.id(id),
+                    None => event,
+                }
+                .reject("test guest refuses this event")
+            }
             Some("ignore") => event.ignore("filtered_by_test"),
             _ => event,
         })
