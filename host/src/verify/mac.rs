@@ -156,7 +156,7 @@ pub fn matching_key(
                 (Key::Hmac(k), Algorithm::HmacSha512) => sha512
                     .get_or_insert_with(|| hmac_tag::<Hmac<sha2::Sha512>>(k, &parts))
                     .ct_eq(signature),
-                (Key::Hmac(k), Algorithm::Token) => k.as_slice().ct_eq(signature),
+                (Key::Hmac(k), Algorithm::Token) => token_eq(k, signature),
                 (Key::Hmac(k), Algorithm::Sha256SecretPrefix) => prefixed
                     .get_or_insert_with(|| {
                         let mut hash = sha2::Sha256::new_with_prefix(k);
@@ -192,6 +192,13 @@ pub fn matching_key(
         found |= matched;
     }
     Ok(bool::from(found).then_some(index as usize))
+}
+
+/// Whether a presented token is the secret one. Compared as SHA-256 digests, so that
+/// the time taken tells nothing of the secret's length either (slices of different
+/// lengths compare unequal at once).
+pub(crate) fn token_eq(secret: &[u8], presented: &[u8]) -> Choice {
+    sha2::Sha256::digest(secret).ct_eq(&sha2::Sha256::digest(presented))
 }
 
 /// A key's MAC over the parts. Slices of different lengths compare unequal (a tag's
@@ -243,6 +250,20 @@ fn ecdsa_p256_ok(
 mod tests {
     use super::*;
     use ed25519_dalek::Signer;
+
+    #[test]
+    fn a_token_equals_only_itself_whatever_the_lengths() {
+        let secret = b"glpat-token-0123456789";
+        assert!(bool::from(token_eq(secret, secret)));
+        for presented in [
+            &b""[..],
+            b"glpat-token-012345678",
+            b"glpat-token-01234567890",
+            b"GLPAT-TOKEN-0123456789",
+        ] {
+            assert!(!bool::from(token_eq(secret, presented)), "{presented:?}");
+        }
+    }
 
     fn source<'a>(headers: &'a [(String, Vec<u8>)], body: &'a [u8]) -> MessageSource<'a> {
         MessageSource {

@@ -18,7 +18,6 @@ use hmac::{Hmac, Mac as _};
 use hookhost_plugin_sdk::{
     Disposition, Event, HandshakeCheck, Plan, Rejection, Response, ResponsePart,
 };
-use subtle::ConstantTimeEq as _;
 
 /// A request after steps 3–6 of the request path: authentic, fresh and described.
 #[derive(Debug)]
@@ -76,7 +75,10 @@ pub fn decide(
                 .handshake_token
                 .as_ref()
                 .ok_or(IngestError::HandshakeRefused)?;
-            if !bool::from(expected.expose().as_bytes().ct_eq(presented.as_bytes())) {
+            if !bool::from(mac::token_eq(
+                expected.expose().as_bytes(),
+                presented.as_bytes(),
+            )) {
                 return Err(IngestError::HandshakeRefused);
             }
         }
