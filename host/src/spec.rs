@@ -331,17 +331,28 @@ fn signed_string(parts: &[Part]) -> String {
 }
 
 /// Names of the headers whose value holds a candidate signature (hex, base64, or as
-/// it is: a token scheme's candidate is the token).
+/// it is: a token scheme's candidate is the token), in the headers' order.
 pub(crate) fn carrying_headers(
     headers: &[(String, String)],
     candidates: &[Candidate],
 ) -> Vec<String> {
+    // Each candidate's spellings are made once, and each header lower-cased once: the
+    // search is linear in the header's length for every spelling.
+    let written: Vec<Written> = candidates
+        .iter()
+        .filter_map(|c| Written::of(&c.signature))
+        .collect();
     let mut names: Vec<String> = Vec::new();
-    for candidate in candidates.iter().filter(|c| !c.signature.is_empty()) {
-        for (name, value) in headers {
-            if holds(value.as_bytes(), &candidate.signature) && !names.contains(name) {
-                names.push(name.clone());
-            }
+    for (name, value) in headers {
+        if names.contains(name) {
+            continue;
+        }
+        let lower = value.to_ascii_lowercase();
+        if written
+            .iter()
+            .any(|w| w.in_value(value.as_bytes(), lower.as_bytes()))
+        {
+            names.push(name.clone());
         }
     }
     names
@@ -350,24 +361,41 @@ pub(crate) fn carrying_headers(
 /// Whether a header value holds a candidate signature as senders write one: hex (either
 /// case), base64 (standard or URL-safe), or as it is (a token scheme's token).
 pub(crate) fn holds(value: &[u8], signature: &[u8]) -> bool {
-    if signature.is_empty() {
-        return false;
+    Written::of(signature).is_some_and(|w| w.in_value(value, &value.to_ascii_lowercase()))
+}
+
+/// A candidate signature in the spellings a header may carry it in.
+struct Written<'a> {
+    /// Lower-case hex, standard base64, URL-safe base64 without padding.
+    encoded: [Vec<u8>; 3],
+    raw: &'a [u8],
+}
+
+impl<'a> Written<'a> {
+    fn of(signature: &'a [u8]) -> Option<Self> {
+        if signature.is_empty() {
+            return None;
+        }
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+        Some(Self {
+            encoded: [
+                hex::encode(signature).into_bytes(),
+                STANDARD.encode(signature).into_bytes(),
+                URL_SAFE_NO_PAD.encode(signature).into_bytes(),
+            ],
+            raw: signature,
+        })
     }
-    let contains =
-        |haystack: &[u8], needle: &[u8]| haystack.windows(needle.len()).any(|w| w == needle);
-    let lower = value.to_ascii_lowercase();
-    [
-        hex::encode(signature).into_bytes(),
-        base64::engine::general_purpose::STANDARD
-            .encode(signature)
-            .into_bytes(),
-        base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode(signature)
-            .into_bytes(),
-    ]
-    .iter()
-    .any(|e| contains(value, e) || contains(&lower, e))
-        || contains(value, signature)
+
+    /// In `value`, or (an encoding) in `lower`, the value lower-cased: upper-case hex.
+    fn in_value(&self, value: &[u8], lower: &[u8]) -> bool {
+        let found =
+            |haystack: &[u8], needle: &[u8]| memchr::memmem::find(haystack, needle).is_some();
+        self.encoded
+            .iter()
+            .any(|e| found(value, e) || found(lower, e))
+            || found(value, self.raw)
+    }
 }
 
 /// The longest span a retry note names ("up to 3 days", "over 72 hours").
