@@ -61,6 +61,11 @@ async fn every_rejection_row_of_the_status_table() {
         server.post("nope", &signed, body.clone()).await,
         (404, json!({"error": "unknown_endpoint"}))
     );
+    // A name that is not UTF-8 once decoded names no endpoint either.
+    assert_eq!(
+        server.post("%FF", &signed, body.clone()).await,
+        (404, json!({"error": "unknown_endpoint"}))
+    );
     let get = request(
         server.addr,
         "GET",

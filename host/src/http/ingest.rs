@@ -17,6 +17,7 @@ use crate::store::{COMMIT_TIMEOUT, NewReceipt, Outcome, Reply, Resource, StoreEr
 use crate::verify::{self, Answer, Decision, MessageSource, Trail, Verified};
 use axum::Json;
 use axum::body::Body;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -31,13 +32,15 @@ use tracing::Instrument;
 
 pub async fn ingest(
     State(app): State<Arc<App>>,
-    Path(endpoint): Path<String>,
+    endpoint: Result<Path<String>, PathRejection>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    // 1. Resolve the endpoint; only its plugin and secrets are used from here on.
+    // 1. Resolve the endpoint; only its plugin and secrets are used from here on. A
+    // name that does not decode (`%FF`) names no endpoint either.
+    let endpoint = endpoint.map_or_else(|_| String::new(), |Path(name)| name);
     let known = app.endpoints.get(&endpoint);
     // Every line of the request carries these, each from when it is known.
     let span = tracing::info_span!(
