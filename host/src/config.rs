@@ -342,6 +342,30 @@ pub struct DeliveryConfig {
     pub grace: Duration,
 }
 
+impl DeliveryConfig {
+    /// How long one attempt may take: three quarters of the lease, so that its answer
+    /// is recorded while the lease still holds.
+    pub fn attempt_limit(&self) -> Duration {
+        self.lease - self.lease / 4
+    }
+
+    /// A destination's timeout should end before its attempts are cut (a tenant's
+    /// must; the operator, who sets both, is warned).
+    pub fn check_timeout(&self, timeout: Duration) -> Result<(), String> {
+        let limit = self.attempt_limit();
+        if timeout < limit {
+            return Ok(());
+        }
+        Err(format!(
+            "{} ms is not under {} ms: attempts are cut at three quarters of \
+             delivery.lease_seconds ({} s)",
+            timeout.as_millis(),
+            limit.as_millis(),
+            self.lease.as_secs()
+        ))
+    }
+}
+
 impl Default for DeliveryConfig {
     fn default() -> Self {
         Self {
@@ -1049,11 +1073,14 @@ impl Config {
                 .grace_seconds
                 .map_or(defaults.grace, Duration::from_secs),
         };
-        if delivery.workers == 0 || delivery.lease.is_zero() || delivery.poll.is_zero() {
-            return Err(invalid(
-                "delivery",
-                "workers, lease_seconds and poll_ms must be greater than 0".into(),
-            ));
+        for (key, zero) in [
+            ("delivery.workers", delivery.workers == 0),
+            ("delivery.lease_seconds", delivery.lease.is_zero()),
+            ("delivery.poll_ms", delivery.poll.is_zero()),
+        ] {
+            if zero {
+                return Err(invalid(key, "must be greater than 0".into()));
+            }
         }
         Ok(Config {
             path: path.to_path_buf(),
@@ -1225,6 +1252,11 @@ mod tests {
                     .contains("limits.read_timeout_seconds: must be between 1 and 3600")
             );
         }
+        // Each of [delivery]'s keys is named, with its line, not the table.
+        assert!(
+            error("[delivery]\nworkers = 4\npoll_ms = 0")
+                .ends_with("delivery.poll_ms: must be greater than 0 (line 3)")
+        );
         assert_eq!(
             parse("[limits]\nread_timeout_seconds = 5")
                 .expect("valid")

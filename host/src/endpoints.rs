@@ -113,6 +113,12 @@ impl Endpoint {
                     plugin.name()
                 ));
             }
+            (Some(0), Some(_)) => {
+                return Err(format!(
+                    "{at}: tolerance: must be at least 1 second (0 would refuse every request \
+                     not signed within the same second)"
+                ));
+            }
             (Some(t), Some(_)) => Some(t),
             (None, default) => default,
         };

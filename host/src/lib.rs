@@ -132,6 +132,12 @@ pub async fn run_on(
         ),
     };
     let app = build(&config).await?;
+    for endpoint in &config.endpoints {
+        let timeout = endpoint.destination.as_ref().map(|d| d.timeout);
+        if let Some(Err(reason)) = timeout.map(|t| config.delivery.check_timeout(t)) {
+            tracing::warn!(endpoint = %endpoint.id, "destination.timeout_ms: {reason}");
+        }
+    }
     let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
     let admin = match admin {
         Some((token, admin_listener)) => {

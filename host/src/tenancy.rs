@@ -1134,6 +1134,10 @@ async fn validate(
         api.app.clone(),
         spec.config(id, secrets, destination_secret),
     );
+    if let Some(d) = &config.destination {
+        let checked = api.app.delivery.check_timeout(d.timeout);
+        checked.map_err(|reason| invalid(&format!("destination.timeout_ms: {reason}")))?;
+    }
     // A tenant's endpoint ids are `{tenant}.{name}`.
     let tenant = id.split('.').next().unwrap_or_default().to_string();
     know_uploaded(&api.app, &tenant, &spec.plugin).await?;

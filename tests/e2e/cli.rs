@@ -281,6 +281,18 @@ fn serve_refuses_a_bad_config_naming_file_key_and_reason() {
         stderr.contains("endpoint \"s\": unknown plugin \"strype\""),
         "{stderr}"
     );
+    // A window of no time would refuse every request not signed in the same second.
+    std::fs::write(
+        &file,
+        "[[endpoint]]\nid = \"s\"\nplugin = \"stripe\"\nsecrets = [\"x\"]\ntolerance = 0\n",
+    )
+    .expect("write");
+    let (ok, _, stderr) = hookhost(&["serve", "--config", &path]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("endpoint \"s\": tolerance: must be at least 1 second"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -590,7 +590,8 @@ async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_ap
         "{refused:?}"
     );
     // What would break delivery later is refused now, naming it: a step of the schedule
-    // past 30 days, credentials in the URL, a zero timeout.
+    // past 30 days, credentials in the URL, a zero timeout, a window of no time, a
+    // timeout the lease (60 s here) would cut.
     for (bad, says) in [
         (
             json!({"retry_schedule_seconds": [0, u64::MAX], "destination": {"url": url, "secret": signing}}),
@@ -603,6 +604,14 @@ async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_ap
         (
             json!({"destination": {"url": url, "secret": signing, "timeout_ms": 0}}),
             "connect_timeout_ms and timeout_ms must be greater than 0",
+        ),
+        (
+            json!({"tolerance": 0}),
+            "tolerance: must be at least 1 second",
+        ),
+        (
+            json!({"destination": {"url": url, "secret": signing, "timeout_ms": 45_000}}),
+            "destination.timeout_ms: 45000 ms is not under 45000 ms",
         ),
     ] {
         let mut body = json!({"name": "hook", "plugin": "stripe", "secret": SECRET});
