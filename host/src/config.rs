@@ -430,6 +430,9 @@ struct RawTenancy {
     resident_plugin_bytes: Option<usize>,
 }
 
+/// The longest reconciliation period and look-back: a year.
+const MAX_RECONCILE_SECONDS: u64 = 366 * 86_400;
+
 /// Check `[endpoint.reconcile]`; `invalid` names a key of it in an error.
 fn reconcile_config(
     raw: RawReconcile,
@@ -474,14 +477,35 @@ fn reconcile_config(
             "must be greater than 0".into(),
         ));
     }
-    if raw.every_seconds == Some(0) {
-        return Err(invalid("every_seconds", "must be greater than 0".into()));
+    let lookback_seconds = raw.lookback_seconds.unwrap_or(86_400);
+    if !(1..=MAX_RECONCILE_SECONDS).contains(&lookback_seconds) {
+        return Err(invalid(
+            "lookback_seconds",
+            format!("must be from 1 to {MAX_RECONCILE_SECONDS} (a year)"),
+        ));
+    }
+    if let Some(every) = raw.every_seconds {
+        if !(1..=MAX_RECONCILE_SECONDS).contains(&every) {
+            return Err(invalid(
+                "every_seconds",
+                format!("must be from 1 to {MAX_RECONCILE_SECONDS} (a year)"),
+            ));
+        }
+        if every > lookback_seconds {
+            return Err(invalid(
+                "every_seconds",
+                format!(
+                    "{every} is longer than lookback_seconds ({lookback_seconds}): \
+                     what arrives between two runs would never be looked at"
+                ),
+            ));
+        }
     }
     Ok(ReconcileConfig {
         credential,
         auth,
         api_base: raw.api_base.map(|b| b.trim_end_matches('/').to_string()),
-        lookback: Duration::from_secs(raw.lookback_seconds.unwrap_or(86_400)),
+        lookback: Duration::from_secs(lookback_seconds),
         every: raw.every_seconds.map(Duration::from_secs),
         requests_per_second,
     })
@@ -1165,6 +1189,20 @@ mod tests {
             (
                 "credential = \"k\"\nevery_seconds = 0",
                 ".reconcile.every_seconds",
+            ),
+            // Past a year: no schedule means that.
+            (
+                "credential = \"k\"\nevery_seconds = 9223372036854775807",
+                ".reconcile.every_seconds",
+            ),
+            // Runs further apart than they look back would leave gaps for good.
+            (
+                "credential = \"k\"\nevery_seconds = 7200\nlookback_seconds = 3600",
+                ".reconcile.every_seconds: 7200 is longer than lookback_seconds (3600)",
+            ),
+            (
+                "credential = \"k\"\nlookback_seconds = 0",
+                ".reconcile.lookback_seconds",
             ),
             ("credential = \"env:MISSING\"", ".reconcile.credential"),
         ] {

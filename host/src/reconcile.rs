@@ -661,19 +661,21 @@ pub fn parse_since(text: &str, now: i64) -> Result<i64, String> {
     let n: i64 = number
         .parse()
         .map_err(|_| format!("{text:?}: expected 24h, 30m, 7d, 90s or a unix timestamp"))?;
-    let seconds = match unit {
+    let unit_seconds = match unit {
         "" if number.len() >= 10 => return Ok(n),
-        "" | "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86_400,
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
         _ => {
             return Err(format!(
                 "{text:?}: expected 24h, 30m, 7d, 90s or a unix timestamp"
             ));
         }
     };
-    Ok(now - seconds)
+    n.checked_mul(unit_seconds)
+        .and_then(|seconds| now.checked_sub(seconds))
+        .ok_or_else(|| format!("{text:?}: too far back"))
 }
 
 #[cfg(test)]
@@ -690,6 +692,11 @@ mod tests {
         assert_eq!(parse_since("1690000000", now), Ok(1_690_000_000));
         assert!(parse_since("yesterday", now).is_err());
         assert!(parse_since("3w", now).is_err());
+        // Overflowing ages are refused, not wrapped (nor a panic in a debug build).
+        assert_eq!(
+            parse_since("9999999999999999d", now),
+            Err("\"9999999999999999d\": too far back".into())
+        );
     }
 
     fn api(base: Option<&str>) -> Api {
