@@ -166,11 +166,11 @@ pub async fn run(
         .filter(|info| info.lists_events)
         .ok_or_else(|| ReconcileError::NotSupported(served.plugin.name().to_string()))?;
     let mut api = Api::new(settings, &info).map_err(ReconcileError::Plugin)?;
-    // An unfinished run of the same kind is resumed (with its own `since`); one of the
-    // other kind ends, superseded by the new run.
+    // An unfinished run of the same kind that looks back at least as far is resumed
+    // (with its own `since`); any other ends, superseded by the new run.
     let unfinished = app.store.unfinished_run(endpoint).await?;
     let mut run = match unfinished {
-        Some(run) if run.dry_run == options.dry_run => {
+        Some(run) if run.dry_run == options.dry_run && run.since <= options.since => {
             tracing::info!(endpoint, run = %run.id, cursor = ?run.cursor, "resuming a reconciliation run");
             run
         }
@@ -202,8 +202,9 @@ pub async fn run(
         }
     };
     loop {
-        match page(app, &served, &mut api, &mut run).await {
-            Ok(repairs) => {
+        let mut repairs = Vec::new();
+        match page(app, &served, &mut api, &mut run, &mut repairs).await {
+            Ok(()) => {
                 let last = run.cursor.is_none();
                 if last {
                     run.state = "done".into();
@@ -220,7 +221,8 @@ pub async fn run(
                 run.last_error = Some(error);
                 run.state = "failed".into();
                 run.ended_at_ms = Some(crate::clock::now_ms());
-                app.store.save_run(&run, &[]).await?;
+                // What the page repaired before it failed is kept with the counts.
+                app.store.save_run(&run, &repairs).await?;
                 break;
             }
         }
@@ -240,13 +242,15 @@ pub async fn run(
 }
 
 /// One page: plan, request, read, repair what is missing. Moves the run's cursor
-/// (`None` after the last page) and counts; returns the page's repairs.
+/// (`None` after the last page) and counts; adds each repair to `repairs` as it is
+/// made, so that a page failing halfway still tells what it did.
 async fn page(
     app: &Arc<App>,
     endpoint: &Arc<Endpoint>,
     api: &mut Api,
     run: &mut RunRow,
-) -> Result<Vec<RepairRow>, String> {
+    repairs: &mut Vec<RepairRow>,
+) -> Result<(), String> {
     let (since, cursor) = (run.since, run.cursor.clone());
     let plan = on_plugin_thread(app, endpoint, move |e| {
         e.plugin
@@ -268,10 +272,19 @@ async fn page(
     if run.pages + 1 >= MAX_PAGES && page.next_cursor.is_some() {
         return Err(format!("more than {MAX_PAGES} pages: narrow the look-back"));
     }
-    let mut repairs = Vec::new();
     for remote in page.events {
         run.seen += 1;
         let id = remote.event.id.clone().unwrap_or_default();
+        if id.is_empty() {
+            // Without an id it cannot be looked up, nor stored so that it is found.
+            repairs.push(RepairRow {
+                event_id: id,
+                event_type: remote.event.event_type,
+                result: "malformed_event".into(),
+                at_ms: crate::clock::now_ms(),
+            });
+            continue;
+        }
         if app
             .store
             .receipt(&endpoint.id, &id)
@@ -330,7 +343,7 @@ async fn page(
     }
     run.pages += 1;
     run.cursor = page.next_cursor;
-    Ok(repairs)
+    Ok(())
 }
 
 /// A thin event's current object, fetched for a delivery attempt: `None` when the

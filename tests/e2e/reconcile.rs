@@ -693,6 +693,8 @@ struct FakeGitHub {
     deliveries: Arc<Vec<(u64, String, u64)>>,
     hookhost: Arc<Mutex<Option<std::net::SocketAddr>>>,
     redelivered: Arc<Mutex<Vec<u64>>>,
+    /// Deliveries whose redelivery GitHub refuses (422).
+    refused: Arc<Vec<u64>>,
     authorizations: Arc<Mutex<Vec<String>>>,
     port: Arc<Mutex<u16>>,
 }
@@ -760,6 +762,9 @@ async fn github_redeliver(
     State(fake): State<FakeGitHub>,
     axum::extract::Path(id): axum::extract::Path<u64>,
 ) -> StatusCode {
+    if fake.refused.contains(&id) {
+        return StatusCode::UNPROCESSABLE_ENTITY;
+    }
     fake.redelivered.lock().expect("lock").push(id);
     let (_, guid, number) = fake
         .deliveries
@@ -785,14 +790,14 @@ async fn github_redeliver(
     StatusCode::ACCEPTED
 }
 
-/// GitHub lists deliveries without payloads: the two that never arrived are asked for
-/// again, arrive signed as pushes, and a second run asks for nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn github_deliveries_that_never_arrived_are_redelivered() {
+/// A fake GitHub API for six deliveries (refusing to redeliver `refused`), and a
+/// server reconciling from it that received all but `missing`.
+async fn github_with_missing(missing: &[u64], refused: &[u64]) -> (FakeGitHub, Server) {
     let fake = FakeGitHub {
         deliveries: Arc::new((1..=6).map(|n| (100 + n, format!("guid-{n}"), n)).collect()),
         hookhost: Arc::default(),
         redelivered: Arc::default(),
+        refused: Arc::new(refused.to_vec()),
         authorizations: Arc::default(),
         port: Arc::default(),
     };
@@ -816,7 +821,7 @@ async fn github_deliveries_that_never_arrived_are_redelivered() {
     for (_, guid, number) in fake
         .deliveries
         .iter()
-        .filter(|(_, _, n)| ![2, 5].contains(n))
+        .filter(|(_, _, n)| !missing.contains(n))
     {
         let body = issue_body(*number);
         let answer = server
@@ -824,7 +829,14 @@ async fn github_deliveries_that_never_arrived_are_redelivered() {
             .await;
         assert_eq!(answer.0, 200, "{guid}: {answer:?}");
     }
+    (fake, server)
+}
 
+/// GitHub lists deliveries without payloads: the two that never arrived are asked for
+/// again, arrive signed as pushes, and a second run asks for nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_deliveries_that_never_arrived_are_redelivered() {
+    let (fake, server) = github_with_missing(&[2, 5], &[]).await;
     let ran = run(
         &server.app,
         "github",
@@ -894,6 +906,91 @@ async fn github_deliveries_that_never_arrived_are_redelivered() {
         fake.redelivered.lock().expect("lock").len(),
         2,
         "nothing asked for again"
+    );
+}
+
+/// A run that fails halfway through a page keeps the repairs it made before, so its
+/// counts and its list of repairs agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_failing_mid_page_keeps_the_repairs_it_made() {
+    // Newest first, two a page: the second page holds 4, then 3, whose redelivery
+    // GitHub refuses.
+    let (fake, server) = github_with_missing(&[3, 4], &[103]).await;
+    let ran = run(
+        &server.app,
+        "github",
+        Options {
+            since: 0,
+            dry_run: false,
+        },
+    )
+    .await
+    .expect("run");
+    assert_eq!((ran.state.as_str(), ran.repaired), ("failed", 1), "{ran:?}");
+    assert_eq!(*fake.redelivered.lock().expect("lock"), vec![104]);
+    let (_, repairs) = server
+        .app
+        .store
+        .run(&ran.id)
+        .await
+        .expect("read")
+        .expect("the run");
+    let made: Vec<(&str, &str)> = repairs
+        .iter()
+        .map(|r| (r.event_id.as_str(), r.result.as_str()))
+        .collect();
+    assert_eq!(made, [("guid-4", "redelivery_requested")]);
+}
+
+/// An unfinished run is resumed only by a run that asks no further back than it
+/// did; one that asks further back supersedes it and looks back as far as asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_looking_further_back_supersedes_an_unfinished_one() {
+    let (_fake, server) = github_with_missing(&[], &[]).await;
+    let started_at_ms = now() * 1000;
+    let cut = hookhost::store::RunRow {
+        id: "rec_cut".into(),
+        endpoint: "github".into(),
+        since: now() - 3600,
+        dry_run: false,
+        state: "running".into(),
+        cursor: None,
+        pages: 0,
+        seen: 0,
+        present: 0,
+        repaired: 0,
+        errors: 0,
+        last_error: None,
+        started_at_ms,
+        ended_at_ms: None,
+    };
+    server.app.store.create_run(&cut).await.expect("create");
+    let since = now() - 7 * 86_400;
+    let ran = run(
+        &server.app,
+        "github",
+        Options {
+            since,
+            dry_run: false,
+        },
+    )
+    .await
+    .expect("run");
+    assert_ne!(ran.id, cut.id);
+    assert_eq!(
+        (ran.since, ran.state.as_str(), ran.seen),
+        (since, "done", 6)
+    );
+    let (superseded, _) = server
+        .app
+        .store
+        .run("rec_cut")
+        .await
+        .expect("read")
+        .expect("the run");
+    assert_eq!(
+        (superseded.state.as_str(), superseded.last_error),
+        ("failed", Some(format!("superseded by run {}", ran.id)))
     );
 }
 
