@@ -625,10 +625,42 @@ fn operate(operation: Operation) -> anyhow::Result<()> {
             return result;
         }
         let store = crate::store::Store::open(&config.store).await?;
-        let result = run_operation(&store, operation).await;
+        let result = match known(&config, &store, &operation).await {
+            Ok(()) => run_operation(&store, operation).await,
+            Err(error) => Err(error),
+        };
         store.close().await;
         result
     })
+}
+
+/// An endpoint to pause or resume must exist, in the file or through the tenant API:
+/// a pause stored under a mistyped id would pause nothing now, and a later endpoint
+/// of that id from its start.
+async fn known(
+    config: &Config,
+    store: &crate::store::Store,
+    operation: &Operation,
+) -> anyhow::Result<()> {
+    let Operation::Endpoint(
+        EndpointCommand::Pause { endpoint, .. } | EndpointCommand::Resume { endpoint, .. },
+    ) = operation
+    else {
+        return Ok(());
+    };
+    if config.endpoints.iter().any(|e| &e.id == endpoint)
+        || store
+            .managed_endpoints(None)
+            .await?
+            .iter()
+            .any(|e| &e.id == endpoint)
+    {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "{}: no endpoint {endpoint:?} (in the file or managed through the tenant API)",
+        config.path.display()
+    )
 }
 
 async fn run_operation(store: &crate::store::Store, operation: Operation) -> anyhow::Result<()> {

@@ -702,6 +702,13 @@ async fn dead_letters_are_listed_replayed_and_discarded_from_the_cli() {
         .find(|pair| pair[0] == "stripe-signature")
         .map(|pair| pair[1].clone());
     assert_eq!(signature, Some(serde_json::json!("[redacted]")));
+
+    // Pausing a mistyped endpoint is refused: its pause would stop nothing now and a
+    // later endpoint of that id from its start.
+    let (ok, _, stderr) = crate::cli::hookhost(&["endpoint", "pause", "--config", &config, "stirpe"]);
+    assert!(!ok && stderr.contains("no endpoint \"stirpe\""), "{stderr}");
+    let paused = hookhost_cli(&["endpoint", "pause", "--config", &config, "stripe"]);
+    assert_eq!(paused.trim(), "stripe: delivery paused");
 }
 }
 
