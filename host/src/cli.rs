@@ -978,6 +978,13 @@ fn shadow(config_path: PathBuf, id: &str, plugin: &str, last: u32) -> anyhow::Re
                 "{} of {} stored requests would change",
                 report.changed, report.requests
             );
+            if report.not_judged > 0 {
+                eprintln!(
+                    "{} could not be judged again: the current plugin does not accept them \
+                     as stored (what verified them, such as a token header, is not kept)",
+                    report.not_judged
+                );
+            }
             anyhow::Ok(())
         }
         .await;

@@ -18,6 +18,9 @@ use std::sync::Arc;
 /// Most stored requests one shadow run reads.
 pub const MAX_LAST: u32 = 1_000;
 
+/// A verdict's outcome when the plugin accepts the request.
+const ACCEPT: &str = "accept";
+
 /// What one plugin made of one stored request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Verdict {
@@ -43,6 +46,12 @@ pub struct Verdict {
 pub struct Compared {
     pub event_id: String,
     pub received_at_ms: i64,
+    /// Whether the current plugin accepts the stored request again. It was accepted
+    /// on arrival; when it is not now, what verified it was not stored (a token
+    /// header, a credential, the URL's query) or the plugin changed since, and the
+    /// candidate's verdict tells nothing: such a request counts as neither changed
+    /// nor the same.
+    pub judged: bool,
     pub same: bool,
     pub current: Verdict,
     pub candidate: Verdict,
@@ -54,7 +63,10 @@ pub struct Report {
     pub current_plugin: String,
     pub candidate_plugin: String,
     pub requests: usize,
+    /// Judged requests whose verdict or event would change.
     pub changed: usize,
+    /// Requests the current plugin does not accept again (see [`Compared::judged`]).
+    pub not_judged: usize,
     pub results: Vec<Compared>,
 }
 
@@ -103,6 +115,7 @@ pub async fn replay(
         results.push(Compared {
             event_id,
             received_at_ms,
+            judged: current.outcome == ACCEPT,
             same: current == candidate,
             current,
             candidate,
@@ -123,7 +136,8 @@ pub async fn replay(
             candidate.plugin.digest
         ),
         requests: results.len(),
-        changed: results.iter().filter(|r| !r.same).count(),
+        changed: results.iter().filter(|r| r.judged && !r.same).count(),
+        not_judged: results.iter().filter(|r| !r.judged).count(),
         results,
     })
 }
@@ -133,7 +147,7 @@ fn verdict(endpoint: &Endpoint, source: &MessageSource<'_>, now: i64) -> Verdict
         Ok(verified) => {
             let event = verified.event;
             Verdict {
-                outcome: "accept".into(),
+                outcome: ACCEPT.into(),
                 event_id: Some(verified.event_id),
                 event_type: Some(event.event_type),
                 resource_kind: event.resource_kind,

@@ -146,6 +146,18 @@ async fn shared_token_gitlab_over_http_and_the_token_is_not_stored() {
     assert_eq!(headers.len(), 1);
     assert!(!headers[0].contains(&token), "the token was stored");
     assert!(!headers[0].to_ascii_lowercase().contains("x-gitlab-token"));
+    // Without its token, the stored request cannot be judged again: a shadow replay
+    // says so rather than calling it unchanged.
+    let endpoint = server.app.endpoints.get("gitlab-ci").expect("served");
+    let report = hookhost::shadow::replay(&server.app, endpoint.clone(), endpoint, 10)
+        .await
+        .expect("shadow");
+    assert_eq!(
+        (report.requests, report.changed, report.not_judged),
+        (1, 0, 1)
+    );
+    assert!(!report.results[0].judged);
+    assert_eq!(report.results[0].current.outcome, "missing_signature");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
