@@ -210,7 +210,7 @@ pub async fn keep(
         body: keep_body.then(|| crate::tenancy::stored_body(endpoint, refused.body)),
         event_id: refused.trail.event_id,
     };
-    let plugin = endpoint.plugin.name();
+    let plugin = endpoint.plugin.label();
     let stored = if failed {
         // The only copy of an authentic event: written before the 500 is answered.
         let bound = app.forensics.config.rejected_per_endpoint;

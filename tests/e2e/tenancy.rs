@@ -1204,6 +1204,18 @@ async fn uploaded_plugins_load_on_first_use_and_leave_when_the_budget_needs_room
         (5.0, 4.0, 1.0),
         "(loads, evictions, resident)"
     );
+    // An upload's metrics are labelled as one: it could call itself `stripe`.
+    let (_, text) =
+        crate::operations::get(admin, "/metrics", Some(crate::operations::ADMIN_TOKEN)).await;
+    let of_a: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("endpoint=\"acme.a\""))
+        .collect();
+    assert!(!of_a.is_empty(), "{text}");
+    assert!(
+        of_a.iter().all(|l| l.contains("plugin=\"upload:hostile\"")),
+        "{of_a:#?}"
+    );
 
     // Restarted with the default budget: the endpoints are served before any plugin
     // code is loaded (the configuration checks were kept with them); each plugin

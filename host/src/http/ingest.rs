@@ -56,7 +56,7 @@ pub async fn ingest(
     // Labels only for configured endpoints: a sender cannot invent label values.
     let (endpoint, plugin) = known
         .as_deref()
-        .map_or(("", ""), |e| (e.id.as_str(), e.plugin.name()));
+        .map_or(("", ""), |e| (e.id.as_str(), e.plugin.label()));
     let (response, outcome) = match answered {
         Ok(answered) => answered,
         Err(error) => {
@@ -173,7 +173,7 @@ async fn handle(
         .map(|t| (received_at_ms / 1000).saturating_sub(t));
     app.metrics.verified(
         &endpoint.id,
-        endpoint.plugin.name(),
+        endpoint.plugin.label(),
         event.secret_index,
         skew,
         event.took,
@@ -194,7 +194,7 @@ async fn handle(
     })?;
     if outcome != Outcome::Duplicate {
         app.metrics
-            .committed(&endpoint.id, endpoint.plugin.name(), received.elapsed());
+            .committed(&endpoint.id, endpoint.plugin.label(), received.elapsed());
     }
     tracing::info!(?outcome, "received");
     Ok((answer(&event.id, &outcome), RequestOutcome::Stored(outcome)))

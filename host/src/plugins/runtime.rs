@@ -118,6 +118,8 @@ pub struct Plugin {
     limits: PluginLimits,
     /// Where each request's calls are counted, once a server's metrics take it.
     calls: OnceLock<crate::metrics::PluginCalls>,
+    /// Its `plugin` metric label: see [`Plugin::label`].
+    label: String,
 }
 
 /// Where a plugin's compiled code is.
@@ -708,6 +710,14 @@ fn contract_of(pre: &Pre) -> &'static str {
     }
 }
 
+/// See [`Plugin::label`].
+fn label(origin: &Origin, name: &str) -> String {
+    match origin {
+        Origin::Upload(_) => format!("upload:{name}"),
+        Origin::Builtin | Origin::File(_) => name.to_string(),
+    }
+}
+
 impl Plugin {
     /// Validate, compile and pre-instantiate a component; `path` names it in errors.
     pub fn load(bytes: &[u8], origin: Origin, limits: PluginLimits) -> Result<Plugin, LoadError> {
@@ -754,6 +764,7 @@ impl Plugin {
             code: Code::Resident(Arc::new(pre)),
             limits,
             calls: OnceLock::new(),
+            label: String::new(),
         };
         let (algorithms, info) = plugin.call_info().map_err(|e| match e {
             // Most often a memory whose initial size is past the limit: say which.
@@ -793,6 +804,7 @@ impl Plugin {
                 )));
             }
         }
+        plugin.label = label(&plugin.origin, &info.name);
         plugin.info = info;
         plugin.algorithms = algorithms;
         Ok(plugin)
@@ -819,6 +831,7 @@ impl Plugin {
         let mut sha256 = [0u8; 32];
         hex::decode_to_slice(digest, &mut sha256).map_err(|e| format!("digest: {e}"))?;
         Ok(Plugin {
+            label: label(&origin, &described.info.name),
             info: described.info,
             algorithms: described.algorithms,
             digest: digest.to_string(),
@@ -859,6 +872,13 @@ impl Plugin {
 
     pub fn name(&self) -> &str {
         &self.info.name
+    }
+
+    /// The `plugin` label of its metrics: its name, or `upload:<name>` for one a
+    /// tenant uploaded, so that no upload's calls and failures are counted under a
+    /// built-in's name (names are `[a-z0-9-]+`, so the two never meet).
+    pub fn label(&self) -> &str {
+        &self.label
     }
 
     /// The contract version the component speaks (`0.2.0`).
@@ -1062,7 +1082,7 @@ impl Plugin {
         let (store, instance) = self.instantiate(self.limits).inspect_err(|failure| {
             tracing::error!(plugin = self.name(), %failure, "plugin instance could not start");
             if let Some(calls) = self.calls.get() {
-                calls.failed(self.name(), failure);
+                calls.failed(self.label(), failure);
             }
         })?;
         Ok(Session {
@@ -1252,7 +1272,7 @@ impl Session<'_> {
         answer: Result<T, PluginFailure>,
         size: impl FnOnce(&T) -> usize,
     ) -> Result<T, PluginFailure> {
-        let plugin = self.plugin.name();
+        let plugin = self.plugin.label();
         let answer = answer.and_then(|value| {
             let cap = self.plugin.limits.output_bytes;
             if size(&value) > cap {

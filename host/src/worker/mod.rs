@@ -211,13 +211,20 @@ impl Attempted {
             .finish_attempt(&event, &owner, &record, &next)
             .await
         {
-            Ok(()) => app.metrics.attempted(
-                &event.endpoint,
-                &event.plugin,
-                &next,
-                event.signed_at,
-                record.ended_at_ms,
-            ),
+            Ok(()) => {
+                // The label its requests were counted under, while it is served.
+                let served = app.endpoints.get(&event.endpoint);
+                let plugin = served
+                    .as_deref()
+                    .map_or(&*event.plugin, |e| e.plugin.label());
+                app.metrics.attempted(
+                    &event.endpoint,
+                    plugin,
+                    &next,
+                    event.signed_at,
+                    record.ended_at_ms,
+                );
+            }
             // The lease expires and the event is delivered again: at least once, never lost.
             Err(error) => tracing::error!(%error, "attempt not recorded"),
         }
