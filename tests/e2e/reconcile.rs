@@ -391,7 +391,10 @@ async fn the_credential_reaches_only_the_api_never_the_plugin_or_the_log() {
          [[endpoint]]\nid = \"astray\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n\
          config = {{ reconcile_target = \"http://{stealing}/steal\" }}\n{}\
          [[endpoint]]\nid = \"stuck\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n\
-         config = {{ reconcile_cursor = \"the-same\" }}\n{}",
+         config = {{ reconcile_cursor = \"the-same\" }}\n{}\
+         [[endpoint]]\nid = \"nameless\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n\
+         config = {{ reconcile_nameless = true }}\n{}",
+        reconcile(""),
         reconcile(""),
         reconcile(""),
         reconcile(""),
@@ -460,6 +463,31 @@ async fn the_credential_reaches_only_the_api_never_the_plugin_or_the_log() {
     // A listing whose cursor does not move fails instead of asking forever.
     let stuck = failed_run(&server, "stuck", "did not move").await;
     assert_eq!(stuck.pages, 1, "{stuck:?}");
+
+    // An event listed without an id can be neither looked up nor stored so that it
+    // is found again: each run leaves it to the operator.
+    for _ in 0..2 {
+        let options = Options {
+            since: now() - 3600,
+            dry_run: false,
+        };
+        let ran = run(&server.app, "nameless", options).await.expect("run");
+        assert_eq!(
+            (ran.state.as_str(), ran.seen, ran.present, ran.repaired),
+            ("done", 1, 0, 0),
+            "{ran:?}"
+        );
+        let (_, repairs) = server
+            .app
+            .store
+            .run(&ran.id)
+            .await
+            .expect("read")
+            .expect("the run");
+        let results: Vec<&str> = repairs.iter().map(|r| r.result.as_str()).collect();
+        assert_eq!(results, ["malformed_event"]);
+    }
+    assert_eq!(server.count_receipts("nameless").await, 0);
 }
 
 /// Reconcile `endpoint` over the last hour: the run fails, its error saying `because`.

@@ -18,7 +18,9 @@
 //! Reconciliation: it lists one event per run, `evt_echo`, whose body is everything the
 //! plugin was given (configuration, the answer's status, headers and body), so a test
 //! can see what reached it. `{"reconcile_target": URL}` makes it aim its request there;
-//! `{"reconcile_cursor": C}` makes every page point at C as the next.
+//! `{"reconcile_cursor": C}` makes every page point at C as the next;
+//! `{"reconcile_nameless": true}` lists its event with an empty id (the contract's id
+//! is a string: an empty one is the only way to list an event without one).
 //! `{"thin": true}`: every event is thin; its current object is `GET /objects/{id}`,
 //! versioned by the object's `version`.
 
@@ -148,6 +150,7 @@ impl Provider for Hostile {
             "port",
             "reconcile_target",
             "reconcile_cursor",
+            "reconcile_nameless",
             "thin",
         ];
         ConfigError::only_keys(config, KEYS)?;
@@ -270,9 +273,11 @@ impl Provider for Hostile {
             "headers": headers,
             "body": String::from_utf8_lossy(&answer.body),
         });
+        let nameless = config.get("reconcile_nameless") == Some(&serde_json::Value::Bool(true));
+        let id = if nameless { "" } else { "evt_echo" };
         Ok(Page {
             events: vec![RemoteEvent {
-                event: Event::new("test.echo").id("evt_echo"),
+                event: Event::new("test.echo").id(id),
                 repair: Repair::Store(echo.to_string().into_bytes()),
             }],
             // `{"reconcile_cursor": C}`: every page says the next starts at C.
