@@ -595,13 +595,20 @@ impl<'de, const FIND: bool> Visitor<'de> for TopLevel<'_, '_, 'de, FIND> {
 }
 
 /// A member's key: borrowed from the document unless it had escapes.
+///
+/// Read as bytes: a key may hold an escaped lone surrogate (`"\udc00"`, valid JSON
+/// grammar, and what JavaScript's `JSON.stringify` writes for one), which the
+/// validating pass accepts and serde_json's string reader refuses. Such a key reads as
+/// its text with U+FFFD in the surrogate's place, which names nothing a plugin looks
+/// for; refusing it here would end an array's reading early, or leave a member that is
+/// present unfound.
 struct KeyText;
 
 impl<'de> de::DeserializeSeed<'de> for KeyText {
     type Value = Cow<'de, str>;
 
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_str(self)
+        d.deserialize_bytes(self)
     }
 }
 
@@ -618,6 +625,17 @@ impl<'de> Visitor<'de> for KeyText {
 
     fn visit_str<E>(self, key: &str) -> Result<Self::Value, E> {
         Ok(Cow::Owned(key.to_owned()))
+    }
+
+    fn visit_borrowed_bytes<E>(self, key: &'de [u8]) -> Result<Self::Value, E> {
+        Ok(match core::str::from_utf8(key) {
+            Ok(key) => Cow::Borrowed(key),
+            Err(_) => Cow::Owned(String::from_utf8_lossy(key).into_owned()),
+        })
+    }
+
+    fn visit_bytes<E>(self, key: &[u8]) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(String::from_utf8_lossy(key).into_owned()))
     }
 }
 
@@ -1149,6 +1167,30 @@ mod tests {
         let [first] = RawJson(r#"{"k": 1, "rest": ?"#).members(["k"]);
         assert_eq!(first.map(RawJson::text), Some("1"));
         assert_eq!(RawJson("[1, 2]").members(["0"]), [None]);
+    }
+
+    #[test]
+    fn a_key_holding_a_lone_surrogate_names_nothing_and_stops_nothing() {
+        // Valid grammar, as JavaScript writes a string with an unpaired surrogate.
+        let batch = r#"[{"id":"a"},{"\udc00":1,"id":"b"},{"\ud800x":2,"id":"c"}]"#;
+        let json = Json::parse(batch.as_bytes()).expect("valid");
+        let mut events = json.elements("").expect("an array");
+        let mut ids = Vec::new();
+        while let Some(found) = events.next_object(["id"]) {
+            let [id] = found.expect("an object");
+            ids.push(id.and_then(|id| id.str("")).map(Cow::into_owned));
+        }
+        assert_eq!(ids, [Some("a".into()), Some("b".into()), Some("c".into())]);
+        // A member past such a key is found, by a lookup and in the validating pass;
+        // at the top level too.
+        let nested = br#"{"data":{"\udc00":1,"id":"x"},"\udfff":0,"type":"t"}"#;
+        for json in [
+            Json::parse(nested).expect("valid"),
+            Json::parse_finding(nested, &["/data/id"]).expect("valid"),
+        ] {
+            assert_eq!(json.str("/data/id").as_deref(), Some("x"));
+            assert_eq!(json.str("/type").as_deref(), Some("t"));
+        }
     }
 
     #[test]
