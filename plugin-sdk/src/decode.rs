@@ -21,8 +21,9 @@ pub fn base64(text: &str) -> Result<Vec<u8>, Rejection> {
 /// saturating past `i64`'s range, as a cast does. For timestamps sent with a fraction.
 pub fn floor(number: f64) -> i64 {
     let whole = number as i64;
+    // Below i64::MIN the cast saturates and the comparison holds: stay saturated.
     if (whole as f64) > number {
-        whole - 1
+        whole.saturating_sub(1)
     } else {
         whole
     }
@@ -85,6 +86,8 @@ mod tests {
             assert_eq!(floor(x), x.floor() as i64, "{x}");
         }
         assert_eq!(floor(1.0e300), i64::MAX);
+        // Not wrapped round to i64::MAX (nor a panic in a debug build).
+        assert_eq!(floor(-1.0e300), i64::MIN);
     }
 
     #[test]
