@@ -443,6 +443,35 @@ async fn events_of_one_resource_received_in_the_same_millisecond_are_leased_one_
 }
 
 crate::both_stores! {
+async fn at_one_version_a_delete_is_delivered_after_the_event_accepted_before_it() {
+    // No destination: the server's own workers leave the events alone.
+    let server = Server::start(&stripe_config("")).await;
+    let store = &server.app.store;
+    let now_ms = now() * 1000;
+    // The update's plugin call ended first, so the gate took it first; the delete,
+    // received earlier, then tombstoned version 5. (Judged the other way round, the
+    // update would have been refused as deleted.)
+    let update = new_receipt("evt_update", "cus_same", Some(5), now_ms);
+    let mut delete = new_receipt("evt_delete", "cus_same", Some(5), now_ms - 2);
+    delete.resource.as_mut().expect("a resource").deleted = true;
+    for receipt in [update, delete] {
+        assert_eq!(
+            store.record(receipt).await.expect("record"),
+            hookhost::store::Outcome::Accepted
+        );
+    }
+    let endpoints = vec!["stripe".to_string()];
+    let lease = Duration::from_secs(60);
+    let first = store
+        .lease_due("w", &endpoints, now_ms + 1, lease, 10)
+        .await
+        .expect("lease");
+    let ids: Vec<&str> = first.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(ids, ["evt_update"], "the delete must not bring the object back");
+}
+}
+
+crate::both_stores! {
 async fn an_event_discarded_on_the_wire_holds_its_resource_until_the_attempt_ends() {
     // No destination: the server's own workers leave the events alone.
     let server = Server::start(&stripe_config("")).await;

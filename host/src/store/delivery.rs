@@ -171,7 +171,8 @@ pub(super) fn lease_in(tx: &Transaction<'_>, r: &LeaseRequest) -> Result<Vec<Lea
               AND endpoint NOT IN (SELECT endpoint FROM endpoint_pauses)
               -- One resource, one delivery at a time, in version order: skip an
               -- event while another of its resource is in flight (one discarded on
-              -- the wire too) or is pending and comes first.
+              -- the wire too) or is pending and comes first. At one version a delete
+              -- comes last: the version gate stores no other after it.
               AND (r.resource_id IS NULL OR NOT EXISTS (
                   SELECT 1 FROM receipts AS o
                   WHERE o.endpoint = r.endpoint AND o.resource_kind = r.resource_kind
@@ -181,7 +182,8 @@ pub(super) fn lease_in(tx: &Transaction<'_>, r: &LeaseRequest) -> Result<Vec<Lea
                          OR o.state = 'pending' AND (
                             COALESCE(o.resource_version, -1) < COALESCE(r.resource_version, -1)
                             OR (COALESCE(o.resource_version, -1) = COALESCE(r.resource_version, -1)
-                                AND (o.received_at_ms, o.event_id) < (r.received_at_ms, r.event_id))))))
+                                AND (o.deleted, o.received_at_ms, o.event_id)
+                                    < (r.deleted, r.received_at_ms, r.event_id))))))
             ORDER BY next_attempt_at_ms, received_at_ms
             LIMIT ?5)
          RETURNING endpoint, event_id, body, headers, event_type, plugin,

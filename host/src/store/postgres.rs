@@ -189,7 +189,8 @@ impl PgStore {
                   AND endpoint NOT IN (SELECT endpoint FROM endpoint_pauses)
                   -- One resource, one delivery at a time, in version order: skip an
                   -- event while another of its resource is in flight (one discarded
-                  -- on the wire too) or is pending and comes first.
+                  -- on the wire too) or is pending and comes first. At one version a
+                  -- delete comes last: the version gate stores no other after it.
                   AND (r.resource_id IS NULL OR NOT EXISTS (
                       SELECT 1 FROM receipts AS o
                       WHERE o.endpoint = r.endpoint AND o.resource_kind = r.resource_kind
@@ -199,7 +200,8 @@ impl PgStore {
                              OR o.state = 'pending' AND (
                                 COALESCE(o.resource_version, -1) < COALESCE(r.resource_version, -1)
                                 OR (COALESCE(o.resource_version, -1) = COALESCE(r.resource_version, -1)
-                                    AND (o.received_at_ms, o.event_id) < (r.received_at_ms, r.event_id))))))
+                                    AND (o.deleted, o.received_at_ms, o.event_id)
+                                    < (r.deleted, r.received_at_ms, r.event_id))))))
                 ORDER BY next_attempt_at_ms, received_at_ms
                 LIMIT $5
                 FOR UPDATE OF r SKIP LOCKED)
