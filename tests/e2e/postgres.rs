@@ -471,6 +471,7 @@ struct Proxy {
     port: u16,
     up: Arc<AtomicBool>,
     cut: tokio::sync::watch::Sender<u64>,
+    hush: tokio::sync::watch::Sender<u64>,
     accepting: tokio::task::JoinHandle<()>,
 }
 
@@ -482,23 +483,31 @@ impl Proxy {
         let port = listener.local_addr().expect("addr").port();
         let up = Arc::new(AtomicBool::new(true));
         let (cut, _) = tokio::sync::watch::channel(0u64);
-        let (flag, cuts) = (up.clone(), cut.clone());
+        let (hush, _) = tokio::sync::watch::channel(0u64);
+        let (flag, cuts, hushes) = (up.clone(), cut.clone(), hush.clone());
         let accepting = tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
                 if !flag.load(Ordering::SeqCst) {
                     drop(client);
                     continue;
                 }
-                let mut cut = cuts.subscribe();
+                let (mut cut, mut hush) = (cuts.subscribe(), hushes.subscribe());
                 tokio::spawn(async move {
                     let Ok(mut server) = tokio::net::TcpStream::connect("127.0.0.1:5432").await
                     else {
                         return;
                     };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        _ = cut.changed() => {}
+                    let hushed = tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => false,
+                        _ = cut.changed() => false,
+                        _ = hush.changed() => true,
+                    };
+                    if hushed {
+                        // Both ends stay open and nothing more passes: no reset, no
+                        // answer, as when a route is gone.
+                        std::future::pending::<()>().await;
                     }
+                    drop((client, server));
                 });
             }
         });
@@ -506,6 +515,7 @@ impl Proxy {
             port,
             up,
             cut,
+            hush,
             accepting,
         }
     }
@@ -521,6 +531,11 @@ impl Proxy {
 
     fn up(&self) {
         self.up.store(true, Ordering::SeqCst);
+    }
+
+    /// Every connection open now goes silent for good; new ones pass as before.
+    fn hush(&self) {
+        self.hush.send_modify(|n| *n += 1);
     }
 
     /// Cut every connection and close the port: connecting is refused.
@@ -578,6 +593,55 @@ async fn an_unreachable_database_answers_503_within_2_s_and_recovers() {
         "pending"
     );
     assert_eq!(server.count_receipts("stripe").await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_gone_silent_under_a_batch_is_given_up_and_ingest_recovers() {
+    let db = PgDatabase::create();
+    let proxy = Proxy::start().await;
+    // Statements are bounded at 500 ms on the server: a batch waits 1 s for an answer.
+    let store = format!(
+        "[store]\nurl = \"{}\"\nstatement_timeout_ms = 500\n",
+        proxy.url(&db)
+    );
+    let server = Server::start(&stripe_config(&store)).await;
+    let t = now();
+    let first = stripe_event("evt_before", "customer.updated", "cus_1", t);
+    let (status, _) = server.post_stripe(&[STRIPE_SECRET], t, &first).await;
+    assert_eq!(status, 200);
+
+    // Every connection open now, the batches' own among them, answers nothing more.
+    proxy.hush();
+    let during = stripe_event("evt_during", "customer.updated", "cus_2", t);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(30);
+    let mut answers = Vec::new();
+    loop {
+        let (status, answer) = server.post_stripe(&[STRIPE_SECRET], t, &during).await;
+        answers.push(status);
+        if status == 200 {
+            assert_eq!(answer["status"], "accepted");
+            break;
+        }
+        assert_eq!(answer, json!({"error": "store_unavailable"}));
+        assert!(Instant::now() < deadline, "not recovered: {answers:?}");
+    }
+    // Without a limit of its own, the batch would wait on the silent connection for
+    // as long as the kernel keeps it (minutes), and every request would get 503.
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(15),
+        "recovered after {took:?}: {answers:?}"
+    );
+    // Counted past the proxy: the server's idle connections are silent too.
+    let mut direct = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url())
+        .await
+        .expect("connect");
+    let kept: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM receipts")
+        .fetch_one(&mut direct)
+        .await
+        .expect("count");
+    assert_eq!(kept, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

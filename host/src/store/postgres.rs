@@ -108,7 +108,13 @@ impl PgStore {
             .await?;
         let accepted = Arc::new(Notify::new());
         Ok(PgStore {
-            batcher: batch::Batcher::spawn(pool.clone(), accepted.clone()),
+            // Each statement of a batch is bounded on the server; the batch's wait
+            // for an answer at all, here.
+            batcher: batch::Batcher::spawn(
+                pool.clone(),
+                accepted.clone(),
+                config.statement_timeout.saturating_mul(2),
+            ),
             pool,
             accepted,
         })

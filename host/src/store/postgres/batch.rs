@@ -30,7 +30,10 @@
 //! written, and is tried once more on a new connection from the pool. After a longer
 //! pause the next batch takes its connection from the pool, whose test finds a
 //! connection dropped without a word while idle (a firewall's idle timeout) and
-//! replaces it, within the connect timeout.
+//! replaces it, within the connect timeout. A connection that goes silent while a
+//! batch is on it (a failover behind a proxy, a route gone, no reset) gets the batch
+//! no answer: past twice the statement timeout, which bounds each of its statements,
+//! the connection is closed and the batch tried once more on a new one.
 
 use super::super::judge::{Held, Judged, Moved, ResourceKey, headers_json, judge, version_i64};
 use super::super::writer::{MAX_BATCH, QUEUE, queue_full};
@@ -57,14 +60,25 @@ pub(in crate::store) struct Batcher {
 }
 
 impl Batcher {
-    pub(in crate::store) fn spawn(pool: PgPool, accepted: Arc<Notify>) -> Batcher {
-        Batcher::holding_for(pool, accepted, HELD_IDLE)
+    /// `within`: how long each step of a batch (judging, committing) may wait for
+    /// PostgreSQL before its connection counts as lost.
+    pub(in crate::store) fn spawn(
+        pool: PgPool,
+        accepted: Arc<Notify>,
+        within: Duration,
+    ) -> Batcher {
+        Batcher::holding_for(pool, accepted, HELD_IDLE, within)
     }
 
     /// With how long a connection is held idle (the tests hold it longer).
-    fn holding_for(pool: PgPool, accepted: Arc<Notify>, idle: Duration) -> Batcher {
+    fn holding_for(
+        pool: PgPool,
+        accepted: Arc<Notify>,
+        idle: Duration,
+        within: Duration,
+    ) -> Batcher {
         let (queue, receipts) = mpsc::channel(QUEUE);
-        tokio::spawn(run(pool, receipts, accepted, idle));
+        tokio::spawn(run(pool, receipts, accepted, idle, within));
         Batcher { queue }
     }
 
@@ -90,6 +104,7 @@ async fn run(
     mut queue: mpsc::Receiver<(Box<NewReceipt>, Reply)>,
     accepted: Arc<Notify>,
     idle: Duration,
+    within: Duration,
 ) {
     let mut held: Option<PoolConnection<Postgres>> = None;
     let mut last_batch = Instant::now();
@@ -120,7 +135,7 @@ async fn run(
         if last_batch.elapsed() > idle {
             held = None;
         }
-        let result = commit(&pool, &mut held, &receipts).await;
+        let result = commit(&pool, &mut held, &receipts, within).await;
         last_batch = Instant::now();
         match result {
             Ok(outcomes) => {
@@ -153,12 +168,18 @@ async fn run(
 /// PostgreSQL picks it as a deadlock's victim (at most [`ATTEMPTS`] times), and tried
 /// once more on a new connection when its connection was lost before the commit. A
 /// lost connection is closed; one that failed otherwise goes back to the pool, which
-/// tests it. A commit that failed is never tried again, since it may have landed.
+/// tests it. A commit that failed is never tried again, since it may have landed. A
+/// step without an answer `within` counts as a lost connection.
 async fn commit(
     pool: &PgPool,
     held: &mut Option<PoolConnection<Postgres>>,
     receipts: &[&NewReceipt],
+    within: Duration,
 ) -> Result<Vec<Outcome>, StoreError> {
+    let silent = || {
+        let reason = format!("no answer from PostgreSQL within {within:?}");
+        sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, reason))
+    };
     let mut reconnected = false;
     for attempt in 1..=ATTEMPTS {
         let conn = match held {
@@ -170,16 +191,19 @@ async fn commit(
             let outcomes = record_all(&mut tx, receipts).await?;
             Ok::<_, sqlx::Error>((tx, outcomes))
         };
-        let (error, committing) = match judged.await {
-            Ok((tx, Some(outcomes))) => match tx.commit().await {
-                Ok(()) => return Ok(outcomes),
-                Err(e) => (e, true),
+        let (error, committing) = match tokio::time::timeout(within, judged).await {
+            Ok(Ok((tx, Some(outcomes)))) => match tokio::time::timeout(within, tx.commit()).await {
+                Ok(Ok(())) => return Ok(outcomes),
+                Ok(Err(e)) => (e, true),
+                Err(_) => (silent(), true),
             },
-            Ok((tx, None)) => match tx.rollback().await {
-                Ok(()) => continue,
-                Err(e) => (e, false),
+            Ok(Ok((tx, None))) => match tokio::time::timeout(within, tx.rollback()).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => (e, false),
+                Err(_) => (silent(), false),
             },
-            Err(e) => (e, false),
+            Ok(Err(e)) => (e, false),
+            Err(_) => (silent(), false),
         };
         let lost = connection_lost(&error);
         if lost && let Some(conn) = held.as_mut() {
@@ -405,6 +429,8 @@ mod tests {
     use sqlx::{Executor as _, PgConnection};
 
     const SERVER: &str = "postgres://postgres@127.0.0.1:5432";
+    /// Twice the default statement timeout, as a store opened with it waits.
+    const WITHIN: Duration = Duration::from_secs(10);
 
     /// One receipt through the batcher, answered after its batch commits.
     async fn record(batcher: &Batcher, receipt: NewReceipt) -> Result<Outcome, StoreError> {
@@ -442,12 +468,12 @@ mod tests {
         let (pool, done) = database("batch").await;
         let before = fixture::before();
         let before: Vec<&NewReceipt> = before.iter().collect();
-        commit(&pool, &mut None, &before)
+        commit(&pool, &mut None, &before, WITHIN)
             .await
             .expect("first commit");
         let batch = fixture::batch();
         let batch: Vec<&NewReceipt> = batch.iter().collect();
-        let outcomes = commit(&pool, &mut None, &batch)
+        let outcomes = commit(&pool, &mut None, &batch, WITHIN)
             .await
             .expect("batch commit");
         assert_eq!(outcomes, fixture::outcomes());
@@ -513,7 +539,9 @@ mod tests {
         ];
         let second: Vec<&NewReceipt> = second.iter().collect();
         assert_eq!(
-            commit(&pool, &mut None, &second).await.expect("second"),
+            commit(&pool, &mut None, &second, WITHIN)
+                .await
+                .expect("second"),
             [Outcome::Duplicate, Outcome::StaleVersion]
         );
         done().await;
@@ -528,7 +556,7 @@ mod tests {
         // Held however long the test takes, so that the second batch meets the closed
         // connection rather than a tested one.
         let hour = Duration::from_secs(3600);
-        let batcher = Batcher::holding_for(pool.clone(), Arc::new(Notify::new()), hour);
+        let batcher = Batcher::holding_for(pool.clone(), Arc::new(Notify::new()), hour, WITHIN);
         let first = fixture::receipt("evt_a", "a", Some(1), false);
         assert_eq!(
             record(&batcher, first).await.expect("first"),
