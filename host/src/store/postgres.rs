@@ -99,6 +99,14 @@ impl PgStore {
                         "SELECT set_config('synchronous_commit', 'on', false)
                          WHERE current_setting('synchronous_commit') = 'off'",
                     )
+                    .execute(&mut *conn)
+                    .await?;
+                    // The batches' and leases' locking is built for READ COMMITTED:
+                    // under a server default of REPEATABLE READ or SERIALIZABLE, two
+                    // processes' batches would fail whole on serialization errors.
+                    sqlx::query(
+                        "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                    )
                     .execute(conn)
                     .await?;
                     Ok(())
