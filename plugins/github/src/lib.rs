@@ -19,7 +19,9 @@
 //! a label, `repository` for the repository). Only then does `action == "deleted"` mark
 //! the resource deleted: an `issue_comment` or `pull_request_review_comment` that is
 //! `deleted` names the issue or pull request the comment was on, and a `star` or
-//! `deploy_key` that is `deleted` names the repository; all of those live on. And only a
+//! `deploy_key` that is `deleted` names the repository; all of those live on. Since
+//! `X-GitHub-Event` is not signed, a body that carries a `comment` or a `review` never
+//! deletes: a deleted comment's body sent again as `issues` leaves its issue alive. And only a
 //! `repository` event versions the repository: the other events that fall back to it
 //! (`push`, `status`, `create`, `delete`, `commit_comment`, `workflow_dispatch`,
 //! `repository_dispatch`, `star`, …) happened in it without changing it, so its
@@ -183,10 +185,16 @@ impl Provider for GitHub {
             } else {
                 None
             };
+            // The event's name is not signed: a deleted comment's body sent again
+            // under `issues` must not delete its issue. A body that carries a comment
+            // or a review is never its object's own deletion.
+            let of_a_part = ["/comment", "/review"]
+                .iter()
+                .any(|part| body.raw(part).is_some());
             event = event
                 .resource(kind, id)
                 .version(version)
-                .deleted(own && action.as_deref() == Some("deleted"));
+                .deleted(own && !of_a_part && action.as_deref() == Some("deleted"));
         }
         Ok(event)
     }
@@ -650,7 +658,9 @@ mod tests {
     #[test]
     fn only_the_objects_own_event_deletes_it() {
         let at_1 = r#"{"id":1,"updated_at":"2024-01-01T00:00:01Z"}"#;
-        let deleted = |object: &str| {
+        let deleted =
+            |object: &str| format!(r#"{{"action":"deleted","{object}":{at_1},{REPOSITORY}}}"#);
+        let comment_deleted = |object: &str| {
             format!(r#"{{"action":"deleted","{object}":{at_1},"comment":{{"id":9}},{REPOSITORY}}}"#)
         };
         let own = |kind: &str| (kind.to_owned(), "1".to_owned(), AT_1, true);
@@ -666,13 +676,21 @@ mod tests {
         ] {
             assert_eq!(described(event, &deleted(kind)), own(kind), "{event}");
         }
-        // A deleted comment names what it was on, which is not deleted.
-        for (event, kind) in [
-            ("issue_comment", "issue"),
-            ("pull_request_review_comment", "pull_request"),
-            ("discussion_comment", "discussion"),
+        // A deleted comment names what it was on, which is not deleted; nor when its
+        // body is sent again under that object's own event (the name is not signed).
+        for (event, kind, own_event) in [
+            ("issue_comment", "issue", "issues"),
+            (
+                "pull_request_review_comment",
+                "pull_request",
+                "pull_request",
+            ),
+            ("discussion_comment", "discussion", "discussion"),
         ] {
-            assert_eq!(described(event, &deleted(kind)), lives_on(kind), "{event}");
+            for event in [event, own_event] {
+                let body = comment_deleted(kind);
+                assert_eq!(described(event, &body), lives_on(kind), "{event}");
+            }
         }
         // Events that name only the repository delete nothing.
         for event in ["star", "deploy_key", "project", "branch_protection_rule"] {
