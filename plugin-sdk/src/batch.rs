@@ -57,10 +57,12 @@ pub struct BatchId {
 }
 
 impl BatchId {
-    /// Fold in the next event's key (`None`: it has none).
+    /// Fold in the next event's key (`None`: it has none). Keys are joined by `\n`, so
+    /// a key holding one could make two different batches one id: such a key counts
+    /// as none (no provider's event id holds a newline).
     pub fn add(&mut self, key: Option<&str>) {
         match key {
-            Some(key) if !self.keyless => {
+            Some(key) if !self.keyless && !key.contains('\n') => {
                 if self.count == 0 {
                     self.first = key.to_owned();
                 } else {
@@ -90,6 +92,21 @@ impl BatchId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_holding_a_newline_counts_as_none() {
+        let id = |keys: &[&str]| {
+            let mut batch = BatchId::default();
+            for key in keys {
+                batch.add(Some(key));
+            }
+            batch.finish()
+        };
+        // Joined, these two would read the same.
+        assert_eq!(id(&["a\nb", "c"]), None);
+        assert!(id(&["a", "b", "c"]).is_some_and(|id| id.starts_with("batch-sha256:")));
+        assert_eq!(id(&["a\nb"]), None);
+    }
 
     #[test]
     fn shared_keeps_one_value_until_two_differ() {
