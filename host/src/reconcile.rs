@@ -175,22 +175,13 @@ pub async fn run(
             run
         }
         other => {
-            let run = RunRow {
-                id: format!("rec_{}", crate::tenancy::random_hex(8)),
-                endpoint: endpoint.to_string(),
-                since: options.since,
-                dry_run: options.dry_run,
-                state: "running".into(),
-                cursor: None,
-                pages: 0,
-                seen: 0,
-                present: 0,
-                repaired: 0,
-                errors: 0,
-                last_error: None,
-                started_at_ms: crate::clock::now_ms(),
-                ended_at_ms: None,
-            };
+            let run = RunRow::begun(
+                format!("rec_{}", crate::tenancy::random_hex(8)),
+                endpoint,
+                options.since,
+                options.dry_run,
+                crate::clock::now_ms(),
+            );
             app.store.create_run(&run).await?;
             if let Some(mut superseded) = other {
                 superseded.state = "failed".into();

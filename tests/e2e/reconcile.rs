@@ -6,6 +6,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use hookhost::reconcile::{Options, run};
+use hookhost::store::{RepairRow, RunRow};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -222,13 +223,13 @@ async fn a_run_repairs_exactly_the_events_that_never_arrived_and_a_second_run_re
     }
 
     // The run: five pages (one answered 429 first), the three repaired.
-    let repaired = run(&server.app, "stripe", Options { since, dry_run: false }).await.expect("run");
+    let repaired = reconciled(&server, "stripe", since).await;
     assert_eq!(
         (repaired.state.as_str(), repaired.pages, repaired.seen, repaired.present, repaired.repaired),
         ("done", 5, 50, 47, 3),
         "{repaired:?}"
     );
-    let (_, repairs) = server.app.store.run(&repaired.id).await.expect("read").expect("the run");
+    let repairs = repairs_of(&server, &repaired).await;
     let mut ids: Vec<&str> = repairs.iter().map(|r| r.event_id.as_str()).collect();
     ids.sort_unstable();
     assert_eq!(ids, MISSING);
@@ -258,7 +259,7 @@ async fn a_run_repairs_exactly_the_events_that_never_arrived_and_a_second_run_re
     }
 
     // A second run finds nothing missing.
-    let again = run(&server.app, "stripe", Options { since, dry_run: false }).await.expect("run");
+    let again = reconciled(&server, "stripe", since).await;
     assert_eq!(
         (again.state.as_str(), again.seen, again.present, again.repaired),
         ("done", 50, 50, 0),
@@ -317,16 +318,7 @@ async fn a_run_killed_mid_way_resumes_from_its_cursor() {
     *fake.hang_after.lock().expect("lock") = None;
     let requests_before = fake.seen(|s| s.pages.len());
 
-    let resumed = run(
-        &server.app,
-        "stripe",
-        Options {
-            since: now(),
-            dry_run: false,
-        },
-    )
-    .await
-    .expect("run");
+    let resumed = reconciled(&server, "stripe", now()).await;
     assert_eq!(resumed.id, cut.id, "the same run, resumed");
     assert_eq!(
         (
@@ -467,31 +459,36 @@ async fn the_credential_reaches_only_the_api_never_the_plugin_or_the_log() {
     // An event listed without an id can be neither looked up nor stored so that it
     // is found again: each run leaves it to the operator.
     for _ in 0..2 {
-        let options = Options {
-            since: now() - 3600,
-            dry_run: false,
-        };
-        let ran = run(&server.app, "nameless", options).await.expect("run");
+        let ran = reconciled(&server, "nameless", now() - 3600).await;
         assert_eq!(
             (ran.state.as_str(), ran.seen, ran.present, ran.repaired),
             ("done", 1, 0, 0),
             "{ran:?}"
         );
-        let (_, repairs) = server
-            .app
-            .store
-            .run(&ran.id)
-            .await
-            .expect("read")
-            .expect("the run");
+        let repairs = repairs_of(&server, &ran).await;
         let results: Vec<&str> = repairs.iter().map(|r| r.result.as_str()).collect();
         assert_eq!(results, ["malformed_event"]);
     }
     assert_eq!(server.count_receipts("nameless").await, 0);
 }
 
+/// Reconcile `endpoint` now, looking back to `since` (not a dry run).
+async fn reconciled(server: &Server, endpoint: &str, since: i64) -> RunRow {
+    let options = Options {
+        since,
+        dry_run: false,
+    };
+    run(&server.app, endpoint, options).await.expect("run")
+}
+
+/// The repairs `ran` recorded.
+async fn repairs_of(server: &Server, ran: &RunRow) -> Vec<RepairRow> {
+    let stored = server.app.store.run(&ran.id).await.expect("read");
+    stored.expect("the run").1
+}
+
 /// Reconcile `endpoint` over the last hour: the run fails, its error saying `because`.
-async fn failed_run(server: &Server, endpoint: &str, because: &str) -> hookhost::store::RunRow {
+async fn failed_run(server: &Server, endpoint: &str, because: &str) -> RunRow {
     let since = now() - 3600;
     let ran = run(
         &server.app,
@@ -865,16 +862,7 @@ async fn github_with_missing(missing: &[u64], refused: &[u64]) -> (FakeGitHub, S
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn github_deliveries_that_never_arrived_are_redelivered() {
     let (fake, server) = github_with_missing(&[2, 5], &[]).await;
-    let ran = run(
-        &server.app,
-        "github",
-        Options {
-            since: 0,
-            dry_run: false,
-        },
-    )
-    .await
-    .expect("run");
+    let ran = reconciled(&server, "github", 0).await;
     assert_eq!(
         (
             ran.state.as_str(),
@@ -896,13 +884,7 @@ async fn github_deliveries_that_never_arrived_are_redelivered() {
             ("push", "issues.opened")
         );
     }
-    let (_, repairs) = server
-        .app
-        .store
-        .run(&ran.id)
-        .await
-        .expect("read")
-        .expect("the run");
+    let repairs = repairs_of(&server, &ran).await;
     assert!(
         repairs.iter().all(|r| r.result == "redelivery_requested"),
         "{repairs:?}"
@@ -915,16 +897,7 @@ async fn github_deliveries_that_never_arrived_are_redelivered() {
             .all(|a| *a == format!("Bearer {GITHUB_TOKEN}"))
     );
 
-    let again = run(
-        &server.app,
-        "github",
-        Options {
-            since: 0,
-            dry_run: false,
-        },
-    )
-    .await
-    .expect("run");
+    let again = reconciled(&server, "github", 0).await;
     assert_eq!(
         (again.seen, again.present, again.repaired),
         (6, 6, 0),
@@ -944,25 +917,10 @@ async fn a_run_failing_mid_page_keeps_the_repairs_it_made() {
     // Newest first, two a page: the second page holds 4, then 3, whose redelivery
     // GitHub refuses.
     let (fake, server) = github_with_missing(&[3, 4], &[103]).await;
-    let ran = run(
-        &server.app,
-        "github",
-        Options {
-            since: 0,
-            dry_run: false,
-        },
-    )
-    .await
-    .expect("run");
+    let ran = reconciled(&server, "github", 0).await;
     assert_eq!((ran.state.as_str(), ran.repaired), ("failed", 1), "{ran:?}");
     assert_eq!(*fake.redelivered.lock().expect("lock"), vec![104]);
-    let (_, repairs) = server
-        .app
-        .store
-        .run(&ran.id)
-        .await
-        .expect("read")
-        .expect("the run");
+    let repairs = repairs_of(&server, &ran).await;
     let made: Vec<(&str, &str)> = repairs
         .iter()
         .map(|r| (r.event_id.as_str(), r.result.as_str()))
@@ -976,34 +934,16 @@ async fn a_run_failing_mid_page_keeps_the_repairs_it_made() {
 async fn a_run_looking_further_back_supersedes_an_unfinished_one() {
     let (_fake, server) = github_with_missing(&[], &[]).await;
     let started_at_ms = now() * 1000;
-    let cut = hookhost::store::RunRow {
-        id: "rec_cut".into(),
-        endpoint: "github".into(),
-        since: now() - 3600,
-        dry_run: false,
-        state: "running".into(),
-        cursor: None,
-        pages: 0,
-        seen: 0,
-        present: 0,
-        repaired: 0,
-        errors: 0,
-        last_error: None,
+    let cut = RunRow::begun(
+        "rec_cut".into(),
+        "github",
+        now() - 3600,
+        false,
         started_at_ms,
-        ended_at_ms: None,
-    };
+    );
     server.app.store.create_run(&cut).await.expect("create");
     let since = now() - 7 * 86_400;
-    let ran = run(
-        &server.app,
-        "github",
-        Options {
-            since,
-            dry_run: false,
-        },
-    )
-    .await
-    .expect("run");
+    let ran = reconciled(&server, "github", since).await;
     assert_ne!(ran.id, cut.id);
     assert_eq!(
         (ran.since, ran.state.as_str(), ran.seen),
@@ -1058,16 +998,7 @@ async fn the_generic_mapping_lists_events_from_its_configured_endpoint() {
         )
         .await;
     assert_eq!(status, 200, "{answer}");
-    let ran = run(
-        &server.app,
-        "ledger",
-        Options {
-            since: t - 60,
-            dry_run: false,
-        },
-    )
-    .await
-    .expect("run");
+    let ran = reconciled(&server, "ledger", t - 60).await;
     assert_eq!(
         (ran.state.as_str(), ran.seen, ran.present, ran.repaired),
         ("done", 3, 1, 2),

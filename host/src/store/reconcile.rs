@@ -29,6 +29,28 @@ pub struct RunRow {
     pub ended_at_ms: Option<i64>,
 }
 
+impl RunRow {
+    /// A run that starts now: `running`, before its first page.
+    pub fn begun(id: String, endpoint: &str, since: i64, dry_run: bool, now_ms: i64) -> RunRow {
+        RunRow {
+            id,
+            endpoint: endpoint.to_string(),
+            since,
+            dry_run,
+            state: "running".into(),
+            cursor: None,
+            pages: 0,
+            seen: 0,
+            present: 0,
+            repaired: 0,
+            errors: 0,
+            last_error: None,
+            started_at_ms: now_ms,
+            ended_at_ms: None,
+        }
+    }
+}
+
 /// One missing event a run found.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
 pub struct RepairRow {
