@@ -595,80 +595,30 @@ impl<'de, const FIND: bool> Visitor<'de> for TopLevel<'_, '_, 'de, FIND> {
 }
 
 /// A member's key: borrowed from the document unless it had escapes.
-///
-/// Taken as the key's raw text, which serde_json reads as leniently as the validating
-/// pass skips it, and unescaped here. A key may hold an escaped lone surrogate
-/// (`"\udc00"`: valid JSON grammar, and what JavaScript's `JSON.stringify` writes for
-/// one), which serde_json's string reader refuses: refusing it here would end an
-/// array's reading early, or leave a member that is present unfound. Such a key reads
-/// with U+FFFD in the surrogate's place, which names nothing a plugin looks for.
-/// (serde_json's lenient byte-string reader would do, but links its float formatter
-/// into every plugin: docs/performance.md, section 45.)
 struct KeyText;
 
 impl<'de> de::DeserializeSeed<'de> for KeyText {
     type Value = Cow<'de, str>;
 
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        let raw = <&RawValue as de::Deserialize>::deserialize(d)?.get();
-        let quoted = raw
-            .strip_prefix('"')
-            .and_then(|key| key.strip_suffix('"'))
-            .ok_or_else(|| de::Error::custom("a key that is not a string"))?;
-        Ok(if quoted.contains('\\') {
-            Cow::Owned(unescape_key(quoted))
-        } else {
-            Cow::Borrowed(quoted)
-        })
+        d.deserialize_str(self)
     }
 }
 
-/// A JSON string's text (validated, between its quotes) with its escapes read; a lone
-/// surrogate reads as U+FFFD.
-fn unescape_key(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    let hex4 = |chars: &mut core::str::Chars<'_>| -> Option<u32> {
-        let digits = chars.as_str().get(..4)?;
-        let unit = u32::from_str_radix(digits, 16).ok()?;
-        chars.nth(3);
-        Some(unit)
-    };
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        let read = match chars.next() {
-            Some('b') => Some('\u{8}'),
-            Some('f') => Some('\u{c}'),
-            Some('n') => Some('\n'),
-            Some('r') => Some('\r'),
-            Some('t') => Some('\t'),
-            Some('u') => match hex4(&mut chars) {
-                Some(high @ 0xD800..=0xDBFF) => {
-                    // A pair only when a low surrogate's escape follows at once.
-                    let low = chars
-                        .as_str()
-                        .strip_prefix("\\u")
-                        .and_then(|rest| u32::from_str_radix(rest.get(..4)?, 16).ok())
-                        .filter(|low| (0xDC00..=0xDFFF).contains(low));
-                    match low {
-                        Some(low) => {
-                            chars.nth(5);
-                            char::from_u32(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
-                        }
-                        None => None,
-                    }
-                }
-                Some(unit) => char::from_u32(unit),
-                None => None,
-            },
-            other => other,
-        };
-        out.push(read.unwrap_or(char::REPLACEMENT_CHARACTER));
+impl<'de> Visitor<'de> for KeyText {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+        f.write_str("a string key")
     }
-    out
+
+    fn visit_borrowed_str<E>(self, key: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(key))
+    }
+
+    fn visit_str<E>(self, key: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(key.to_owned()))
+    }
 }
 
 /// A pointer being looked for in the validating pass: which of the wanted it is, its
@@ -1199,54 +1149,6 @@ mod tests {
         let [first] = RawJson(r#"{"k": 1, "rest": ?"#).members(["k"]);
         assert_eq!(first.map(RawJson::text), Some("1"));
         assert_eq!(RawJson("[1, 2]").members(["0"]), [None]);
-    }
-
-    #[test]
-    fn a_key_holding_a_lone_surrogate_names_nothing_and_stops_nothing() {
-        // Valid grammar, as JavaScript writes a string with an unpaired surrogate.
-        let batch = r#"[{"id":"a"},{"\udc00":1,"id":"b"},{"\ud800x":2,"id":"c"}]"#;
-        let json = Json::parse(batch.as_bytes()).expect("valid");
-        let mut events = json.elements("").expect("an array");
-        let mut ids = Vec::new();
-        while let Some(found) = events.next_object(["id"]) {
-            let [id] = found.expect("an object");
-            ids.push(id.and_then(|id| id.str("")).map(Cow::into_owned));
-        }
-        assert_eq!(ids, [Some("a".into()), Some("b".into()), Some("c".into())]);
-        // A member past such a key is found, by a lookup and in the validating pass;
-        // at the top level too.
-        let nested = br#"{"data":{"\udc00":1,"id":"x"},"\udfff":0,"type":"t"}"#;
-        for json in [
-            Json::parse(nested).expect("valid"),
-            Json::parse_finding(nested, &["/data/id"]).expect("valid"),
-        ] {
-            assert_eq!(json.str("/data/id").as_deref(), Some("x"));
-            assert_eq!(json.str("/type").as_deref(), Some("t"));
-        }
-    }
-
-    #[test]
-    fn keys_are_unescaped_as_serde_json_reads_them_and_lone_surrogates_as_u_fffd() {
-        for (escaped, read) in [
-            (r#"plain"#, "plain"),
-            (r#"\u0069d"#, "id"),
-            (r#"a\"b\\c\/d\b\f\n\r\t"#, "a\"b\\c/d\u{8}\u{c}\n\r\t"),
-            (r#"\ud83d\ude00!"#, "\u{1f600}!"),
-            (r#"\ud800x"#, "\u{fffd}x"),
-            (r#"\udc00\ud83d"#, "\u{fffd}\u{fffd}"),
-            (r#"\ud800\u0041"#, "\u{fffd}A"),
-        ] {
-            assert_eq!(unescape_key(escaped), read, "{escaped}");
-            if !read.contains('\u{fffd}') {
-                let quoted = alloc::format!("\"{escaped}\"");
-                let strict: String = serde_json::from_str(&quoted).expect("a JSON string");
-                assert_eq!(strict, read, "as serde_json reads {escaped}");
-            }
-        }
-        // An escaped key names its member.
-        let json = Json::parse(br#"{"\u0069d":"x","n":{"\u0069d":"y"}}"#).expect("valid");
-        assert_eq!(json.str("/id").as_deref(), Some("x"));
-        assert_eq!(json.str("/n/id").as_deref(), Some("y"));
     }
 
     #[test]
