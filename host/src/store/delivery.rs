@@ -158,7 +158,7 @@ impl SqliteStore {
 }
 
 pub(super) fn lease_in(tx: &Transaction<'_>, r: &LeaseRequest) -> Result<Vec<Leased>, StoreError> {
-    let mut lease = tx.prepare_cached(
+    let mut lease = tx.prepare_cached(&format!(
         "UPDATE receipts SET lease_owner = ?1, lease_expires_at_ms = ?2
          WHERE rowid IN (
             -- The partial index holds only pending rows: the cost follows the
@@ -169,26 +169,13 @@ pub(super) fn lease_in(tx: &Transaction<'_>, r: &LeaseRequest) -> Result<Vec<Lea
               AND endpoint IN (SELECT value FROM json_each(?4))
               -- Read with the lease, so a pause that committed first always holds.
               AND endpoint NOT IN (SELECT endpoint FROM endpoint_pauses)
-              -- One resource, one delivery at a time, in version order: skip an
-              -- event while another of its resource is in flight (one discarded on
-              -- the wire too) or is pending and comes first. At one version a delete
-              -- comes last: the version gate stores no other after it.
-              AND (r.resource_id IS NULL OR NOT EXISTS (
-                  SELECT 1 FROM receipts AS o
-                  WHERE o.endpoint = r.endpoint AND o.resource_kind = r.resource_kind
-                    AND o.resource_id = r.resource_id AND o.state IN ('pending', 'discarded')
-                    AND o.rowid <> r.rowid
-                    AND (o.lease_expires_at_ms > ?3
-                         OR o.state = 'pending' AND (
-                            COALESCE(o.resource_version, -1) < COALESCE(r.resource_version, -1)
-                            OR (COALESCE(o.resource_version, -1) = COALESCE(r.resource_version, -1)
-                                AND (o.deleted, o.received_at_ms, o.event_id)
-                                    < (r.deleted, r.received_at_ms, r.event_id))))))
+              AND {waits}
             ORDER BY next_attempt_at_ms, received_at_ms
             LIMIT ?5)
          RETURNING endpoint, event_id, body, headers, event_type, plugin,
                    resource_kind, resource_id, resource_version, attempts, signed_at",
-    )?;
+        waits = no_other_of_its_resource_first("?3"),
+    ))?;
     let leased = lease
         .query_map(
             params![
@@ -217,6 +204,28 @@ pub(super) fn lease_in(tx: &Transaction<'_>, r: &LeaseRequest) -> Result<Vec<Lea
         )?
         .collect::<Result<_, _>>()?;
     Ok(leased)
+}
+
+/// The lease's rule for the events of one resource, on a due receipt aliased `r`, at
+/// `now` (the statement's placeholder): one delivery at a time, in version order.
+/// An event is skipped while another of its resource is in flight (one discarded on
+/// the wire too) or is pending and comes first. At one version a delete comes last:
+/// the version gate stores no other after it. Events without a resource have no
+/// order. The same on both backends.
+pub(super) fn no_other_of_its_resource_first(now: &str) -> String {
+    format!(
+        "(r.resource_id IS NULL OR NOT EXISTS (
+            SELECT 1 FROM receipts AS o
+            WHERE o.endpoint = r.endpoint AND o.resource_kind = r.resource_kind
+              AND o.resource_id = r.resource_id AND o.state IN ('pending', 'discarded')
+              AND o.event_id <> r.event_id
+              AND (o.lease_expires_at_ms > {now}
+                   OR o.state = 'pending' AND (
+                      COALESCE(o.resource_version, -1) < COALESCE(r.resource_version, -1)
+                      OR (COALESCE(o.resource_version, -1) = COALESCE(r.resource_version, -1)
+                          AND (o.deleted, o.received_at_ms, o.event_id)
+                              < (r.deleted, r.received_at_ms, r.event_id))))))"
+    )
 }
 
 /// Record every attempt of a write batch in two statements, whatever their number:

@@ -9,7 +9,7 @@
 
 mod batch;
 
-use super::delivery::{cap, moved_on};
+use super::delivery::{cap, moved_on, no_other_of_its_resource_first};
 use super::operator::{LIST_CAP, NOT_SUPERSEDED, REPLAYABLE, REQUEUE};
 use super::{
     AttemptRecord, Filter, Leased, Next, Position, Purged, ReceiptRow, StoreError, Summary,
@@ -193,7 +193,7 @@ impl PgStore {
             .bind(LEASE_LOCK)
             .execute(&mut *tx)
             .await?;
-        let rows = sqlx::query(
+        let rows = sqlx::query(&format!(
             "WITH picked AS (
                 SELECT endpoint, event_id FROM receipts AS r
                 WHERE state = 'pending' AND next_attempt_at_ms <= $3
@@ -201,21 +201,7 @@ impl PgStore {
                   AND endpoint = ANY($4)
                   -- Read with the lease, so a pause that committed first always holds.
                   AND endpoint NOT IN (SELECT endpoint FROM endpoint_pauses)
-                  -- One resource, one delivery at a time, in version order: skip an
-                  -- event while another of its resource is in flight (one discarded
-                  -- on the wire too) or is pending and comes first. At one version a
-                  -- delete comes last: the version gate stores no other after it.
-                  AND (r.resource_id IS NULL OR NOT EXISTS (
-                      SELECT 1 FROM receipts AS o
-                      WHERE o.endpoint = r.endpoint AND o.resource_kind = r.resource_kind
-                        AND o.resource_id = r.resource_id AND o.state IN ('pending', 'discarded')
-                        AND o.event_id <> r.event_id
-                        AND (o.lease_expires_at_ms > $3
-                             OR o.state = 'pending' AND (
-                                COALESCE(o.resource_version, -1) < COALESCE(r.resource_version, -1)
-                                OR (COALESCE(o.resource_version, -1) = COALESCE(r.resource_version, -1)
-                                    AND (o.deleted, o.received_at_ms, o.event_id)
-                                    < (r.deleted, r.received_at_ms, r.event_id))))))
+                  AND {waits}
                 ORDER BY next_attempt_at_ms, received_at_ms
                 LIMIT $5
                 FOR UPDATE OF r SKIP LOCKED)
@@ -224,7 +210,8 @@ impl PgStore {
              WHERE receipts.endpoint = picked.endpoint AND receipts.event_id = picked.event_id
              RETURNING receipts.endpoint, receipts.event_id, body, headers, event_type, plugin,
                        resource_kind, resource_id, resource_version, attempts, signed_at",
-        )
+            waits = no_other_of_its_resource_first("$3"),
+        ))
         .bind(owner)
         .bind(until_ms)
         .bind(now_ms)
