@@ -176,10 +176,6 @@ async fn commit(
     receipts: &[&NewReceipt],
     within: Duration,
 ) -> Result<Vec<Outcome>, StoreError> {
-    let silent = || {
-        let reason = format!("no answer from PostgreSQL within {within:?}");
-        sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, reason))
-    };
     let mut reconnected = false;
     for attempt in 1..=ATTEMPTS {
         let conn = match held {
@@ -191,19 +187,16 @@ async fn commit(
             let outcomes = record_all(&mut tx, receipts).await?;
             Ok::<_, sqlx::Error>((tx, outcomes))
         };
-        let (error, committing) = match tokio::time::timeout(within, judged).await {
-            Ok(Ok((tx, Some(outcomes)))) => match tokio::time::timeout(within, tx.commit()).await {
-                Ok(Ok(())) => return Ok(outcomes),
-                Ok(Err(e)) => (e, true),
-                Err(_) => (silent(), true),
+        let (error, committing) = match answered(within, judged).await {
+            Ok((tx, Some(outcomes))) => match answered(within, tx.commit()).await {
+                Ok(()) => return Ok(outcomes),
+                Err(e) => (e, true),
             },
-            Ok(Ok((tx, None))) => match tokio::time::timeout(within, tx.rollback()).await {
-                Ok(Ok(())) => continue,
-                Ok(Err(e)) => (e, false),
-                Err(_) => (silent(), false),
+            Ok((tx, None)) => match answered(within, tx.rollback()).await {
+                Ok(()) => continue,
+                Err(e) => (e, false),
             },
-            Ok(Err(e)) => (e, false),
-            Err(_) => (silent(), false),
+            Err(e) => (e, false),
         };
         let lost = connection_lost(&error);
         if lost && let Some(conn) = held.as_mut() {
@@ -224,6 +217,23 @@ async fn commit(
     Err(StoreError::Unavailable(
         "concurrent writers kept changing the batch's receipts".into(),
     ))
+}
+
+/// A step of a batch, or an I/O error (so [`connection_lost`]) when PostgreSQL gives
+/// it no answer `within`.
+async fn answered<T>(
+    within: Duration,
+    step: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, sqlx::Error> {
+    tokio::time::timeout(within, step)
+        .await
+        .unwrap_or_else(|_| {
+            let reason = format!("no answer from PostgreSQL within {within:?}");
+            Err(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                reason,
+            )))
+        })
 }
 
 /// Whether an error says the connection itself is gone: its socket, the protocol, or
