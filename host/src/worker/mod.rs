@@ -124,6 +124,7 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
                                         )),
                                     },
                                     next: Next::Quarantined,
+                                    endpoint,
                                     event,
                                 };
                                 record(&mut recording, Some(record_unopened));
@@ -194,6 +195,8 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
 
 /// One attempt whose answer is in, to be recorded.
 struct Attempted {
+    /// The endpoint it was leased for: its plugin labels the attempt's metrics.
+    endpoint: Arc<Endpoint>,
     event: Leased,
     record: AttemptRecord,
     next: Next,
@@ -202,6 +205,7 @@ struct Attempted {
 impl Attempted {
     async fn record(self, app: Arc<App>, owner: String) {
         let Attempted {
+            endpoint,
             event,
             record,
             next,
@@ -211,20 +215,13 @@ impl Attempted {
             .finish_attempt(&event, &owner, &record, &next)
             .await
         {
-            Ok(()) => {
-                // The label its requests were counted under, while it is served.
-                let served = app.endpoints.get(&event.endpoint);
-                let plugin = served
-                    .as_deref()
-                    .map_or(&*event.plugin, |e| e.plugin.label());
-                app.metrics.attempted(
-                    &event.endpoint,
-                    plugin,
-                    &next,
-                    event.signed_at,
-                    record.ended_at_ms,
-                );
-            }
+            Ok(()) => app.metrics.attempted(
+                &event.endpoint,
+                endpoint.plugin.label(),
+                &next,
+                event.signed_at,
+                record.ended_at_ms,
+            ),
             // The lease expires and the event is delivered again: at least once, never lost.
             Err(error) => tracing::error!(%error, "attempt not recorded"),
         }
@@ -285,6 +282,7 @@ async fn deliver(
         error,
     };
     Some(Attempted {
+        endpoint,
         event,
         record,
         next,
