@@ -266,22 +266,13 @@ async fn page(
     for remote in page.events {
         run.seen += 1;
         let id = remote.event.id.clone().unwrap_or_default();
-        if id.is_empty() {
-            // Without an id it cannot be looked up, nor stored so that it is found.
-            repairs.push(RepairRow {
-                event_id: id,
-                event_type: remote.event.event_type,
-                result: "malformed_event".into(),
-                at_ms: crate::clock::now_ms(),
-            });
-            continue;
-        }
-        if app
-            .store
-            .receipt(&endpoint.id, &id)
-            .await
-            .map_err(|e| e.to_string())?
-            .is_some()
+        if !id.is_empty()
+            && app
+                .store
+                .receipt(&endpoint.id, &id)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some()
         {
             run.present += 1;
             continue;
@@ -289,6 +280,9 @@ async fn page(
         let event_type = remote.event.event_type.clone();
         // What became of the missing event, and whether that counts as repaired.
         let (result, repaired) = match (run.dry_run, remote.repair) {
+            // Without an id it can be neither looked up nor stored so that it is found:
+            // left for the operator.
+            _ if id.is_empty() => ("malformed_event".to_string(), false),
             (true, Repair::Store(_)) => ("would_repair".to_string(), true),
             (true, Repair::Redeliver(_)) => ("would_redeliver".to_string(), true),
             // Not storable in both stores (a NUL, an id past 1 KiB): left for the
