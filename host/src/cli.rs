@@ -625,10 +625,11 @@ fn operate(operation: Operation) -> anyhow::Result<()> {
             return result;
         }
         let store = crate::store::Store::open(&config.store).await?;
-        let result = match known(&config, &store, &operation).await {
-            Ok(()) => run_operation(&store, operation).await,
-            Err(error) => Err(error),
-        };
+        let result = async {
+            known(&config, &store, &operation).await?;
+            run_operation(&store, operation).await
+        }
+        .await;
         store.close().await;
         result
     })

@@ -477,20 +477,18 @@ fn reconcile_config(
             "must be greater than 0".into(),
         ));
     }
-    let lookback_seconds = raw.lookback_seconds.unwrap_or(86_400);
-    if !(1..=MAX_RECONCILE_SECONDS).contains(&lookback_seconds) {
-        return Err(invalid(
-            "lookback_seconds",
-            format!("must be from 1 to {MAX_RECONCILE_SECONDS} (a year)"),
-        ));
-    }
-    if let Some(every) = raw.every_seconds {
-        if !(1..=MAX_RECONCILE_SECONDS).contains(&every) {
-            return Err(invalid(
-                "every_seconds",
-                format!("must be from 1 to {MAX_RECONCILE_SECONDS} (a year)"),
-            ));
+    let within_a_year = |key: &str, seconds: u64| {
+        if (1..=MAX_RECONCILE_SECONDS).contains(&seconds) {
+            Ok(seconds)
+        } else {
+            let reason = format!("must be from 1 to {MAX_RECONCILE_SECONDS} (a year)");
+            Err(invalid(key, reason))
         }
+    };
+    let lookback_seconds =
+        within_a_year("lookback_seconds", raw.lookback_seconds.unwrap_or(86_400))?;
+    if let Some(every) = raw.every_seconds {
+        within_a_year("every_seconds", every)?;
         if every > lookback_seconds {
             return Err(invalid(
                 "every_seconds",
