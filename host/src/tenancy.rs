@@ -351,37 +351,34 @@ fn empty_object() -> serde_json::Value {
 
 /// The sealed destination secret's id (its associated data, with the endpoint's id).
 const DESTINATION: &str = "destination";
+/// The sealed handshake token's id, likewise.
+const HANDSHAKE: &str = "handshake_token";
 
 impl EndpointSpec {
     /// The endpoint as the configuration file would have it. Without the destination's
     /// secret there is no destination.
-    fn config(
-        &self,
-        id: &str,
-        secrets: Vec<Secret>,
-        destination_secret: Option<Secret>,
-    ) -> EndpointConfig {
+    fn config(&self, id: &str, secrets: Vec<Secret>, write_only: WriteOnly) -> EndpointConfig {
         let schedule = self
             .retry_schedule_seconds
             .clone()
             .unwrap_or_else(|| crate::config::DEFAULT_RETRY_SCHEDULE_SECONDS.to_vec());
-        let destination = self
-            .destination
-            .as_ref()
-            .zip(destination_secret)
-            .map(|(d, secret)| crate::config::DestinationConfig {
-                url: d.url.clone(),
-                ca: None,
-                secret,
-                connect_timeout: Duration::from_millis(d.connect_timeout_ms.unwrap_or(2_000)),
-                timeout: Duration::from_millis(d.timeout_ms.unwrap_or(15_000)),
-            });
+        let destination =
+            self.destination
+                .as_ref()
+                .zip(write_only.destination)
+                .map(|(d, secret)| crate::config::DestinationConfig {
+                    url: d.url.clone(),
+                    ca: None,
+                    secret,
+                    connect_timeout: Duration::from_millis(d.connect_timeout_ms.unwrap_or(2_000)),
+                    timeout: Duration::from_millis(d.timeout_ms.unwrap_or(15_000)),
+                });
         EndpointConfig {
             id: id.to_string(),
             plugin: self.plugin.clone(),
             secrets,
             tolerance: self.tolerance,
-            handshake_token: None,
+            handshake_token: write_only.handshake,
             plugin_config: self.config.clone(),
             destination,
             retry_schedule: schedule.into_iter().map(Duration::from_secs).collect(),
@@ -410,18 +407,24 @@ fn build_managed(
             .collect();
         let opened = key.open_active(active.iter().copied());
         let secret_ids = active.iter().map(|s| s.id.clone()).collect();
-        let destination = endpoint
-            .destination_sealed
-            .as_deref()
-            .map(|sealed| key.open(&endpoint.id, DESTINATION, sealed))
-            .transpose();
+        let open = |sealed: &Option<Vec<u8>>, what| {
+            let opened = sealed.as_deref().map(|s| key.open(&endpoint.id, what, s));
+            opened.transpose()
+        };
+        let write_only = open(&endpoint.destination_sealed, DESTINATION).and_then(|destination| {
+            let handshake = open(&endpoint.handshake_sealed, HANDSHAKE)?;
+            Ok(WriteOnly {
+                destination,
+                handshake,
+            })
+        });
         let checked = endpoint
             .facts
             .as_deref()
             .and_then(|facts| serde_json::from_str::<CheckedFacts>(facts).ok());
         let built = serde_json::from_str::<EndpointSpec>(&endpoint.spec)
             .map_err(|e| e.to_string())
-            .and_then(|spec| Ok(spec.config(&endpoint.id, opened?, destination?)))
+            .and_then(|spec| Ok(spec.config(&endpoint.id, opened?, write_only?)))
             .and_then(|config| build(app, &endpoint.tenant, config, checked.as_ref()));
         match built {
             Ok((mut built, _)) => {
@@ -975,6 +978,7 @@ fn shown(endpoint: &ManagedEndpoint) -> serde_json::Value {
         "tenant": endpoint.tenant,
         "path": format!("/webhooks/{}", endpoint.id),
         "spec": spec,
+        "handshake_token_set": endpoint.handshake_sealed.is_some(),
         "read_only": false,
         "created_at_ms": endpoint.created_at_ms,
         "updated_at_ms": endpoint.updated_at_ms,
@@ -1065,6 +1069,39 @@ struct Settings {
     retry_schedule_seconds: Option<Vec<u64>>,
     #[serde(default)]
     destination: Option<NewDestination>,
+    /// The token a GET handshake must present (Meta's `hub.verify_token`), write-only:
+    /// absent keeps the stored one (none on a new endpoint), `null` removes it.
+    #[serde(default, deserialize_with = "present")]
+    handshake_token: Option<Option<String>>,
+}
+
+/// A field given, even as `null` (`Some(None)`); absent stays `None`, its default.
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
+/// An endpoint's write-only settings, opened: never in its spec, never shown.
+#[derive(Default)]
+struct WriteOnly {
+    /// The destination's signing secret.
+    destination: Option<Secret>,
+    /// The token its GET handshake must present.
+    handshake: Option<Secret>,
+}
+
+impl WriteOnly {
+    /// Sealed for the endpoint `id`: (destination secret, handshake token).
+    fn sealed(&self, key: &MasterKey, id: &str) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+        let seal = |secret: &Option<Secret>, what| secret.as_ref().map(|s| key.seal(id, what, s));
+        (
+            seal(&self.destination, DESTINATION),
+            seal(&self.handshake, HANDSHAKE),
+        )
+    }
 }
 
 /// A destination as given: its settings and, write-only, its signing secret (on a
@@ -1081,14 +1118,25 @@ struct NewDestination {
     timeout_ms: Option<u64>,
 }
 
+/// What a request says of an endpoint's write-only settings: each `None` where it
+/// leaves the stored one as it is.
+struct Given {
+    destination: Option<Secret>,
+    /// `Some(None)`: the token is removed.
+    handshake: Option<Option<Secret>>,
+}
+
 impl Settings {
-    /// The settings to store, and the destination's new secret if one was given.
-    fn split(self) -> (EndpointSpec, Option<Secret>) {
-        let secret = self
-            .destination
-            .as_ref()
-            .and_then(|d| d.secret.clone())
-            .map(Secret::new);
+    /// The settings to store, and the write-only ones given.
+    fn split(self) -> (EndpointSpec, Given) {
+        let given = Given {
+            destination: self
+                .destination
+                .as_ref()
+                .and_then(|d| d.secret.clone())
+                .map(Secret::new),
+            handshake: self.handshake_token.map(|token| token.map(Secret::new)),
+        };
         let spec = EndpointSpec {
             plugin: self.plugin,
             config: self.config,
@@ -1100,7 +1148,7 @@ impl Settings {
                 timeout_ms: d.timeout_ms,
             }),
         };
-        (spec, secret)
+        (spec, given)
     }
 }
 
@@ -1112,7 +1160,7 @@ async fn validate(
     spec: &EndpointSpec,
     id: &str,
     secrets: Vec<Secret>,
-    destination_secret: Option<Secret>,
+    write_only: WriteOnly,
 ) -> Result<String, ApiError> {
     let invalid = |reason: &str| {
         error(
@@ -1125,15 +1173,19 @@ async fn validate(
         crate::config::check_retry_schedule(schedule)
             .map_err(|reason| invalid(&format!("retry_schedule_seconds: {reason}")))?;
     }
-    if spec.destination.is_some() && destination_secret.is_none() {
+    if spec.destination.is_some() && write_only.destination.is_none() {
         return Err(invalid(
             "destination.secret: a destination needs its signing secret",
         ));
     }
-    let (app, config) = (
-        api.app.clone(),
-        spec.config(id, secrets, destination_secret),
-    );
+    if write_only
+        .handshake
+        .as_ref()
+        .is_some_and(|t| t.expose().is_empty())
+    {
+        return Err(invalid("handshake_token: the token is empty"));
+    }
+    let (app, config) = (api.app.clone(), spec.config(id, secrets, write_only));
     if let Some(d) = &config.destination {
         let checked = api.app.delivery.check_timeout(d.timeout);
         checked.map_err(|reason| invalid(&format!("destination.timeout_ms: {reason}")))?;
@@ -1180,7 +1232,11 @@ async fn create_endpoint(
         return Err(error(StatusCode::CONFLICT, "endpoint_exists", Some(reason)));
     }
     let secret = Secret::new(body.secret);
-    let (spec, destination_secret) = body.settings.split();
+    let (spec, given) = body.settings.split();
+    let write_only = WriteOnly {
+        destination: given.destination,
+        handshake: given.handshake.flatten(),
+    };
     let tenants = api.app.store.tenants().await?;
     let limit = quotas(&api.tenancy, tenants.iter().find(|t| t.id == tenant)).max_endpoints;
     let existing = api.app.store.managed_endpoints(Some(&tenant)).await?.len();
@@ -1188,15 +1244,15 @@ async fn create_endpoint(
         let reason = format!("the tenant's quota is {limit} endpoints");
         return Err(error(StatusCode::FORBIDDEN, "quota_exceeded", Some(reason)));
     }
-    let given = destination_secret.clone();
-    let facts = validate(&api, &spec, &id, vec![secret.clone()], given).await?;
+    let (destination_sealed, handshake_sealed) = write_only.sealed(&api.tenancy.master_key, &id);
+    let facts = validate(&api, &spec, &id, vec![secret.clone()], write_only).await?;
     let now = crate::clock::now_ms();
-    let key = &api.tenancy.master_key;
     let endpoint = ManagedEndpoint {
         id: id.clone(),
         tenant,
         spec: serde_json::to_string(&spec).unwrap_or_default(),
-        destination_sealed: destination_secret.map(|s| key.seal(&id, DESTINATION, &s)),
+        destination_sealed,
+        handshake_sealed,
         facts: Some(facts),
         created_at_ms: now,
         updated_at_ms: now,
@@ -1239,25 +1295,27 @@ async fn update_endpoint(
     let endpoint = owned(&api, &caller, &id).await?;
     let secrets = active_secrets(&api, &endpoint).await?;
     let (spec, given) = settings.split();
-    let key = &api.tenancy.master_key;
-    // A destination without a new secret keeps the stored one.
-    let destination_sealed = match (&spec.destination, &given) {
-        (None, _) => None,
-        (Some(_), Some(secret)) => Some(key.seal(&id, DESTINATION, secret)),
-        (Some(_), None) => endpoint.destination_sealed.clone(),
+    // What is not given is kept: a destination's secret (while it has a destination)
+    // and the handshake token.
+    let destination = match (&spec.destination, given.destination) {
+        (None, _) => Ok(None),
+        (Some(_), Some(secret)) => Ok(Some(secret)),
+        (Some(_), None) => kept(&api, &endpoint, &endpoint.destination_sealed, DESTINATION),
     };
-    let destination_secret = match (&given, &destination_sealed) {
-        (Some(secret), _) => Some(secret.clone()),
-        (None, Some(sealed)) => Some(key.open(&id, DESTINATION, sealed).map_err(|reason| {
-            tracing::error!(endpoint = %id, %reason, "destination secret does not open");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "secret_unreadable", None)
-        })?),
-        (None, None) => None,
+    let handshake = match given.handshake {
+        Some(token) => Ok(token),
+        None => kept(&api, &endpoint, &endpoint.handshake_sealed, HANDSHAKE),
     };
-    let facts = validate(&api, &spec, &id, secrets, destination_secret).await?;
+    let write_only = WriteOnly {
+        destination: destination?,
+        handshake: handshake?,
+    };
+    let (destination_sealed, handshake_sealed) = write_only.sealed(&api.tenancy.master_key, &id);
+    let facts = validate(&api, &spec, &id, secrets, write_only).await?;
     let updated = ManagedEndpoint {
         spec: serde_json::to_string(&spec).unwrap_or_default(),
         destination_sealed,
+        handshake_sealed,
         facts: Some(facts),
         updated_at_ms: crate::clock::now_ms(),
         ..endpoint
@@ -1267,6 +1325,22 @@ async fn update_endpoint(
     }
     reload(&api).await;
     ok(shown(&updated))
+}
+
+/// A write-only setting kept from the stored endpoint, opened.
+fn kept(
+    api: &Api,
+    endpoint: &ManagedEndpoint,
+    sealed: &Option<Vec<u8>>,
+    what: &str,
+) -> Result<Option<Secret>, ApiError> {
+    let opened = sealed
+        .as_deref()
+        .map(|s| api.tenancy.master_key.open(&endpoint.id, what, s));
+    opened.transpose().map_err(|reason| {
+        tracing::error!(endpoint = %endpoint.id, %reason, setting = what, "sealed setting does not open");
+        error(StatusCode::INTERNAL_SERVER_ERROR, "secret_unreadable", None)
+    })
 }
 
 fn upload_limit(tenancy: &TenancyConfig) -> usize {
@@ -1446,7 +1520,8 @@ pub async fn candidate(
         .await
         .map_err(|e| e.to_string())?;
     let opened = tenancy.master_key.open_active(&secrets)?;
-    let config = spec.config(&endpoint.id, opened, None);
+    // Shadow replay stores and delivers nothing, and replays no handshake.
+    let config = spec.config(&endpoint.id, opened, WriteOnly::default());
     let (on_thread, tenant) = (app.clone(), endpoint.tenant.clone());
     app.plugin_threads
         .run(move || build(&on_thread, &tenant, config, None).map(|(built, _)| built))
@@ -1550,7 +1625,7 @@ async fn add_secret(
         destination: None,
         ..spec
     };
-    validate(&api, &spec, &id, vec![secret.clone()], None).await?;
+    validate(&api, &spec, &id, vec![secret.clone()], WriteOnly::default()).await?;
     let added = sealed(&api, &id, &secret);
     if !api.app.store.add_secret(&endpoint.tenant, &added).await? {
         return Err(not_found());

@@ -462,6 +462,52 @@ async fn a_tenant_reaches_only_its_own_and_secrets_are_write_only_and_sealed() {
 }
 
 crate::both_stores! {
+async fn a_tenant_endpoint_sets_keeps_and_removes_its_handshake_token() {
+    // A tenant's Meta endpoint answers the verification GET with the token it was
+    // given, keeps the token through a replacement that leaves it out, and refuses the
+    // GET once the token is removed. The token is sealed at rest and never shown.
+    const TOKEN: &str = "acme-verify-token-marker";
+    let server = Server::start(&config()).await;
+    let addr = api(&server).await;
+    let (acme, ingest) = (tenant(addr, "acme").await, server.addr);
+    let verify = |token: &str| {
+        let path = format!("/webhooks/acme.meta?hub.mode=subscribe&hub.verify_token={token}&hub.challenge=1158201444");
+        async move {
+        let (status, _, body) = request_raw(ingest, "GET", &path, &[], Default::default()).await;
+        (status, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    let meta = |token: Value| json!({"name": "meta", "plugin": "meta", "secret": "app-secret", "handshake_token": token});
+
+    let (status, refused) = call(addr, "POST", "/v1/endpoints", &acme, meta(json!(""))).await;
+    assert_eq!((status, &refused["error"]), (400, &json!("invalid_endpoint")), "{refused}");
+    assert!(refused["reason"].as_str().unwrap_or_default().contains("handshake_token"), "{refused}");
+
+    let (status, created) = call(addr, "POST", "/v1/endpoints", &acme, meta(json!(TOKEN))).await;
+    assert_eq!((status, &created["handshake_token_set"]), (201, &json!(true)), "{created}");
+    assert!(!created.to_string().contains(TOKEN), "{created}");
+    assert_eq!(verify(TOKEN).await, (200, "1158201444".to_string()));
+    assert_eq!(verify("guess").await.0, 403);
+    let stored = server.app.store.managed_endpoints(Some("acme")).await.expect("endpoints");
+    let sealed = stored[0].handshake_sealed.clone().expect("the token is stored");
+    assert!(!sealed.windows(TOKEN.len()).any(|w| w == TOKEN.as_bytes()), "the token is stored in the clear");
+
+    // A replacement that does not name the token keeps it.
+    let (status, replaced) = call(addr, "PUT", "/v1/endpoints/acme.meta", &acme, json!({"plugin": "meta", "retry_schedule_seconds": [0, 60]})).await;
+    assert_eq!((status, &replaced["handshake_token_set"]), (200, &json!(true)), "{replaced}");
+    assert_eq!(verify(TOKEN).await.0, 200);
+    let (_, shown) = call(addr, "GET", "/v1/endpoints/acme.meta", &acme, Value::Null).await;
+    assert_eq!(shown["handshake_token_set"], json!(true), "{shown}");
+    assert!(!shown.to_string().contains(TOKEN), "{shown}");
+
+    // `null` removes it: every verification GET is refused again.
+    let (status, removed) = call(addr, "PUT", "/v1/endpoints/acme.meta", &acme, json!({"plugin": "meta", "handshake_token": null})).await;
+    assert_eq!((status, &removed["handshake_token_set"]), (200, &json!(false)), "{removed}");
+    assert_eq!(verify(TOKEN).await.0, 403);
+    let stored = server.app.store.managed_endpoints(Some("acme")).await.expect("endpoints");
+    assert_eq!(stored[0].handshake_sealed, None);
+}
+
 async fn a_change_through_one_process_is_served_by_another_within_two_seconds() {
     let a = Server::start(&config()).await;
     // B is the hookhost binary, a process of its own, sharing A's store (on

@@ -47,6 +47,8 @@ pub struct ManagedEndpoint {
     pub spec: String,
     /// The destination's signing secret, sealed.
     pub destination_sealed: Option<Vec<u8>>,
+    /// The token its GET handshake must present, sealed.
+    pub handshake_sealed: Option<Vec<u8>>,
     /// Its plugin's configuration check, as answered for one plugin digest (JSON; see
     /// `tenancy::CheckedFacts`).
     pub facts: Option<String>,
@@ -171,7 +173,8 @@ impl Store {
         tenant: Option<&str>,
     ) -> Result<Vec<ManagedEndpoint>, StoreError> {
         const SQL: &str =
-            "SELECT id, tenant, spec, destination_sealed, facts, created_at_ms, updated_at_ms
+            "SELECT id, tenant, spec, destination_sealed, handshake_sealed, facts, created_at_ms,
+                                  updated_at_ms
                            FROM managed_endpoints WHERE ($1 IS NULL OR tenant = $1) ORDER BY id";
         Ok(on_pool!(self, reads, pool => {
             sqlx::query_as(SQL).bind(tenant).fetch_all(pool).await?
@@ -186,8 +189,9 @@ impl Store {
         secret: &SealedSecret,
     ) -> Result<bool, StoreError> {
         const SQL: &str =
-            "INSERT INTO managed_endpoints (id, tenant, spec, destination_sealed, facts, created_at_ms, updated_at_ms)
-                           VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING";
+            "INSERT INTO managed_endpoints (id, tenant, spec, destination_sealed, handshake_sealed, facts,
+                                                          created_at_ms, updated_at_ms)
+                           VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
             let created = sqlx::query(SQL)
@@ -195,6 +199,7 @@ impl Store {
                 .bind(&endpoint.tenant)
                 .bind(&endpoint.spec)
                 .bind(&endpoint.destination_sealed)
+                .bind(&endpoint.handshake_sealed)
                 .bind(&endpoint.facts)
                 .bind(endpoint.created_at_ms)
                 .bind(endpoint.updated_at_ms)
@@ -211,11 +216,12 @@ impl Store {
         })
     }
 
-    /// Replace a tenant's endpoint's settings and destination secret; `false` when it
-    /// has no such endpoint.
+    /// Replace a tenant's endpoint's settings, destination secret and handshake token;
+    /// `false` when it has no such endpoint.
     pub async fn update_endpoint(&self, endpoint: &ManagedEndpoint) -> Result<bool, StoreError> {
         const SQL: &str =
-            "UPDATE managed_endpoints SET spec = $3, destination_sealed = $4, facts = $5, updated_at_ms = $6
+            "UPDATE managed_endpoints SET spec = $3, destination_sealed = $4, handshake_sealed = $5,
+                                         facts = $6, updated_at_ms = $7
                            WHERE id = $1 AND tenant = $2";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
@@ -224,6 +230,7 @@ impl Store {
                 .bind(&endpoint.tenant)
                 .bind(&endpoint.spec)
                 .bind(&endpoint.destination_sealed)
+                .bind(&endpoint.handshake_sealed)
                 .bind(&endpoint.facts)
                 .bind(endpoint.updated_at_ms);
             if query.execute(&mut *tx).await?.rows_affected() == 0 {
