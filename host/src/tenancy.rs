@@ -19,7 +19,9 @@ use crate::config::{EndpointConfig, Quotas, TenancyConfig};
 use crate::endpoints::{Endpoint, TenantLimits};
 use crate::http::{App, IngestError};
 use crate::plugins::{Described, Fetch, Plugin, Residency};
-use crate::store::{ManagedEndpoint, Retired, SealedSecret, StoreError, TenantPlugin, TenantRow};
+use crate::store::{
+    Added, ManagedEndpoint, Retired, SealedSecret, StoreError, TenantPlugin, TenantRow,
+};
 use crate::verify::Secret;
 use axum::Json;
 use axum::extract::{Path, Request, State};
@@ -798,6 +800,12 @@ fn error(status: StatusCode, code: &'static str, reason: Option<String>) -> ApiE
     }
 }
 
+/// 403 `quota_exceeded`: the tenant has `limit` of `what` already.
+fn over_quota(limit: u32, what: &str) -> ApiError {
+    let reason = format!("the tenant's quota is {limit} {what}");
+    error(StatusCode::FORBIDDEN, "quota_exceeded", Some(reason))
+}
+
 fn not_found() -> ApiError {
     error(StatusCode::NOT_FOUND, "not_found", None)
 }
@@ -1239,11 +1247,6 @@ async fn create_endpoint(
     };
     let tenants = api.app.store.tenants().await?;
     let limit = quotas(&api.tenancy, tenants.iter().find(|t| t.id == tenant)).max_endpoints;
-    let existing = api.app.store.managed_endpoints(Some(&tenant)).await?.len();
-    if existing >= limit as usize {
-        let reason = format!("the tenant's quota is {limit} endpoints");
-        return Err(error(StatusCode::FORBIDDEN, "quota_exceeded", Some(reason)));
-    }
     let (destination_sealed, handshake_sealed) = write_only.sealed(&api.tenancy.master_key, &id);
     let facts = validate(&api, &spec, &id, vec![secret.clone()], write_only).await?;
     let now = crate::clock::now_ms();
@@ -1258,8 +1261,11 @@ async fn create_endpoint(
         updated_at_ms: now,
     };
     let first = sealed(&api, &id, &secret);
-    if !api.app.store.create_endpoint(&endpoint, &first).await? {
-        return Err(error(StatusCode::CONFLICT, "endpoint_exists", None));
+    let added = api.app.store.create_endpoint(&endpoint, &first, limit);
+    match added.await? {
+        Added::Added => {}
+        Added::Exists => return Err(error(StatusCode::CONFLICT, "endpoint_exists", None)),
+        Added::OverQuota => return Err(over_quota(limit, "endpoints")),
     }
     reload(&api).await;
     created(shown(&endpoint))
@@ -1394,10 +1400,13 @@ async fn upload_plugin(
             Some(reason),
         ));
     }
+    // Checked again as it is stored; here, so that an upload past the quota is not
+    // compiled first. Bytes the tenant has already are not one more.
     let existing = api.app.store.tenant_plugins(&tenant).await?;
-    if existing.len() >= quotas.max_plugins as usize {
-        let reason = format!("the tenant's quota is {} plugins", quotas.max_plugins);
-        return Err(error(StatusCode::FORBIDDEN, "quota_exceeded", Some(reason)));
+    let digest = hex::encode(Sha256::digest(&wasm));
+    let known = existing.iter().any(|p| p.digest == digest);
+    if !known && existing.len() >= quotas.max_plugins as usize {
+        return Err(over_quota(quotas.max_plugins, "plugins"));
     }
     if body.vectors.is_empty() {
         return Err(invalid("invalid_request", "vectors: at least one".into()));
@@ -1447,9 +1456,16 @@ async fn upload_plugin(
     // What it says of itself is kept beside it: endpoints naming it are served
     // without loading it, until a request needs its code.
     let described = serde_json::to_string(&plugin.described()).unwrap_or_default();
-    let added = api.app.store.add_plugin(&row, &wasm, &described).await?;
+    let added = api
+        .app
+        .store
+        .add_plugin(&row, &wasm, &described, quotas.max_plugins);
     let shown = plugin_shown(&row, Some(plugin.contract()));
-    if added { created(shown) } else { ok(shown) }
+    match added.await? {
+        Added::Added => created(shown),
+        Added::Exists => ok(shown),
+        Added::OverQuota => Err(over_quota(quotas.max_plugins, "plugins")),
+    }
 }
 
 async fn list_plugins(

@@ -619,6 +619,55 @@ async fn quotas_bound_a_tenants_request_rate_and_its_endpoints() {
     );
 }
 
+crate::both_stores! {
+async fn quotas_hold_against_additions_made_at_once() {
+    // Counted in the transaction that adds: twelve endpoints created at once by a
+    // tenant with room for three make three; three plugins uploaded at once with room
+    // for two make two. Bytes the tenant has uploaded already are not one more.
+    let server = Server::start(&config_with("max_plugins = 2\n")).await;
+    let addr = api(&server).await;
+    let acme = json!({"id": "acme", "name": "Acme", "max_endpoints": 3});
+    assert_eq!(call(addr, "POST", "/v1/tenants", OPERATOR, acme).await.0, 201);
+    let (_, issued) = call(addr, "POST", "/v1/tenants/acme/tokens", OPERATOR, Value::Null).await;
+    let token = issued["token"].as_str().expect("token").to_string();
+
+    let creations: Vec<_> = (0..12)
+        .map(|n| {
+            let (token, new) = (token.clone(), json!({"name": format!("e{n}"), "plugin": "stripe", "secret": SECRET}));
+            tokio::spawn(async move { call(addr, "POST", "/v1/endpoints", &token, new).await.0 })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for creation in creations {
+        answers.push(creation.await.expect("task"));
+    }
+    answers.sort_unstable();
+    assert_eq!(answers, [vec![201; 3], vec![403; 9]].concat());
+    let (_, listed) = call(addr, "GET", "/v1/endpoints", &token, Value::Null).await;
+    assert_eq!(listed.as_array().map(Vec::len), Some(3), "{listed}");
+
+    let hostile = std::fs::read(guest("hostile")).expect("the test guest");
+    let upload = |tag: &str| json!({"wasm_base64": b64(&with_custom_section(&hostile, tag)), "vectors": [guest_vector("test.event")]});
+    let uploads: Vec<_> = ["a", "b", "c"]
+        .into_iter()
+        .map(|tag| {
+            let (token, body) = (token.clone(), upload(tag));
+            tokio::spawn(async move { (call(addr, "POST", "/v1/plugins", &token, body).await.0, tag) })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for upload in uploads {
+        answers.push(upload.await.expect("task"));
+    }
+    answers.sort_unstable();
+    let statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
+    assert_eq!(statuses, [201, 201, 403], "{answers:?}");
+    let (_, kept) = answers[0];
+    let again = call(addr, "POST", "/v1/plugins", &token, upload(kept)).await;
+    assert_eq!(again.0, 200, "{again:?}");
+}
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_api() {
     let (downstream, port) = crate::delivery::Downstream::start().await;

@@ -80,6 +80,26 @@ pub struct TenantPlugin {
     pub created_at_ms: i64,
 }
 
+/// What adding an endpoint or a plugin did, its quota counted in its transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Added {
+    Added,
+    /// Its id (an endpoint's) or its digest (a plugin's) is the tenant's already.
+    Exists,
+    /// The tenant has its quota of them already.
+    OverQuota,
+}
+
+/// Taken first in a transaction adding to a tenant, the tenant's row lock orders two
+/// additions: the second counts after the first commits, so two cannot each see room
+/// for one more (PostgreSQL reads committed rows; on SQLite the write lock orders
+/// them, across processes too).
+const LOCK_TENANT: &str = "UPDATE tenants SET id = id WHERE id = $1";
+
+/// Likewise a tenant's endpoint's row, for a change to its secrets; no row when the
+/// tenant has no such endpoint.
+const LOCK_ENDPOINT: &str = "UPDATE managed_endpoints SET id = id WHERE id = $1 AND tenant = $2";
+
 /// What retiring a secret did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retired {
@@ -181,19 +201,26 @@ impl Store {
         }))
     }
 
-    /// Create a managed endpoint with its first secret, in one transaction; `false`
-    /// when the id is taken.
+    /// Create a managed endpoint with its first secret, in one transaction, unless its
+    /// tenant has `max_endpoints` already or the id is taken.
     pub async fn create_endpoint(
         &self,
         endpoint: &ManagedEndpoint,
         secret: &SealedSecret,
-    ) -> Result<bool, StoreError> {
+        max_endpoints: u32,
+    ) -> Result<Added, StoreError> {
+        const COUNT: &str = "SELECT COUNT(*) FROM managed_endpoints WHERE tenant = $1";
         const SQL: &str =
             "INSERT INTO managed_endpoints (id, tenant, spec, destination_sealed, handshake_sealed, facts,
                                                           created_at_ms, updated_at_ms)
                            VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
+            sqlx::query(LOCK_TENANT).bind(&endpoint.tenant).execute(&mut *tx).await?;
+            let count: i64 = sqlx::query_scalar(COUNT).bind(&endpoint.tenant).fetch_one(&mut *tx).await?;
+            if count >= i64::from(max_endpoints) {
+                return Ok(Added::OverQuota);
+            }
             let created = sqlx::query(SQL)
                 .bind(&endpoint.id)
                 .bind(&endpoint.tenant)
@@ -207,12 +234,12 @@ impl Store {
                 .await?
                 .rows_affected() == 1;
             if !created {
-                return Ok(false);
+                return Ok(Added::Exists);
             }
             insert_secret!(&mut *tx, secret);
             sqlx::query(BUMP).execute(&mut *tx).await?;
             tx.commit().await?;
-            Ok(true)
+            Ok(Added::Added)
         })
     }
 
@@ -270,15 +297,15 @@ impl Store {
         tenant: &str,
         secret: &SealedSecret,
     ) -> Result<bool, StoreError> {
-        const OWNED: &str = "SELECT COUNT(*) FROM managed_endpoints WHERE id = $1 AND tenant = $2";
+        // The endpoint's row lock, not a read: a delete of the endpoint (which takes
+        // it first) either commits before, and then no row is locked here, or waits
+        // and deletes this secret with the others. A read would let the delete commit
+        // between it and the insert, leaving a secret that a later endpoint of the
+        // same id would take for its own.
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
-            let owned: i64 = sqlx::query_scalar(OWNED)
-                .bind(&secret.endpoint)
-                .bind(tenant)
-                .fetch_one(&mut *tx)
-                .await?;
-            if owned == 0 {
+            let locked = sqlx::query(LOCK_ENDPOINT).bind(&secret.endpoint).bind(tenant).execute(&mut *tx).await?;
+            if locked.rows_affected() == 0 {
                 return Ok(false);
             }
             insert_secret!(&mut *tx, secret);
@@ -306,18 +333,31 @@ impl Store {
         }))
     }
 
-    /// Keep an uploaded plugin with what it said of itself (`described`, JSON);
-    /// `false` when the tenant already has these bytes.
+    /// Keep an uploaded plugin with what it said of itself (`described`, JSON), unless
+    /// the tenant has these bytes already or `max_plugins` others.
     pub async fn add_plugin(
         &self,
         plugin: &TenantPlugin,
         wasm: &[u8],
         described: &str,
-    ) -> Result<bool, StoreError> {
+        max_plugins: u32,
+    ) -> Result<Added, StoreError> {
+        const KNOWN: &str = "SELECT COUNT(*) FROM tenant_plugins WHERE tenant = $1 AND digest = $2";
+        const COUNT: &str = "SELECT COUNT(*) FROM tenant_plugins WHERE tenant = $1";
         const SQL: &str =
             "INSERT INTO tenant_plugins (tenant, digest, name, version, size, wasm, created_at_ms, described)
-                           VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
-        Ok(on_pool!(self, writes, pool => {
+                           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+        on_pool!(self, writes, pool => {
+            let mut tx = pool.begin().await?;
+            sqlx::query(LOCK_TENANT).bind(&plugin.tenant).execute(&mut *tx).await?;
+            let known: i64 = sqlx::query_scalar(KNOWN).bind(&plugin.tenant).bind(&plugin.digest).fetch_one(&mut *tx).await?;
+            if known > 0 {
+                return Ok(Added::Exists);
+            }
+            let count: i64 = sqlx::query_scalar(COUNT).bind(&plugin.tenant).fetch_one(&mut *tx).await?;
+            if count >= i64::from(max_plugins) {
+                return Ok(Added::OverQuota);
+            }
             sqlx::query(SQL)
                 .bind(&plugin.tenant)
                 .bind(&plugin.digest)
@@ -327,10 +367,11 @@ impl Store {
                 .bind(wasm)
                 .bind(plugin.created_at_ms)
                 .bind(described)
-                .execute(pool)
-                .await?
-                .rows_affected() == 1
-        }))
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(Added::Added)
+        })
     }
 
     /// A tenant's uploaded plugins, oldest first.
@@ -411,7 +452,6 @@ impl Store {
         // the second reads the active secrets after the first commits, so they cannot
         // each see the other's secret still active and leave none (PostgreSQL reads
         // committed rows; SQLite's one writer orders them already).
-        const LOCK: &str = "UPDATE managed_endpoints SET id = id WHERE id = $1 AND tenant = $2";
         const ACTIVE: &str = "SELECT s.id FROM endpoint_secrets s
                               JOIN managed_endpoints e ON e.id = s.endpoint
                               WHERE s.endpoint = $1 AND e.tenant = $2 AND s.retired_at_ms IS NULL";
@@ -419,7 +459,7 @@ impl Store {
                               WHERE id = $1 AND endpoint = $2";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
-            sqlx::query(LOCK).bind(endpoint).bind(tenant).execute(&mut *tx).await?;
+            sqlx::query(LOCK_ENDPOINT).bind(endpoint).bind(tenant).execute(&mut *tx).await?;
             let active: Vec<String> = sqlx::query_scalar(ACTIVE)
                 .bind(endpoint)
                 .bind(tenant)
