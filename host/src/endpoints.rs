@@ -163,6 +163,10 @@ pub fn named_plugin(config: &EndpointConfig, catalog: &Catalog) -> Result<Arc<Pl
 pub struct Registry {
     current: RwLock<Arc<HashMap<String, Arc<Endpoint>>>>,
     fixed: Vec<Arc<Endpoint>>,
+    /// Held from reading the tenants' endpoints in the store to swapping them in, so
+    /// that rebuilds run one at a time: one begun on older rows cannot finish after,
+    /// and replace, one begun on newer rows.
+    pub reloading: tokio::sync::Mutex<()>,
 }
 
 impl Registry {
@@ -170,6 +174,7 @@ impl Registry {
         let registry = Registry {
             current: RwLock::default(),
             fixed: endpoints.into_iter().map(Arc::new).collect(),
+            reloading: tokio::sync::Mutex::const_new(()),
         };
         registry.replace_managed(Vec::new());
         registry

@@ -669,6 +669,7 @@ pub async fn keep_registry_current(
 
 /// Rebuild the tenants' endpoints now and swap them in.
 pub async fn refresh(app: &Arc<App>, tenancy: &TenancyConfig) -> Result<(), StoreError> {
+    let _one_at_a_time = app.endpoints.reloading.lock().await;
     let tenants = app.store.tenants().await?;
     let managed = app.store.managed_endpoints(None).await?;
     let secrets = app.store.secrets(None, None).await?;
