@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// What one attempt came to.
@@ -69,12 +69,20 @@ pub struct HttpDestination {
     key: Vec<u8>,
     connect_timeout: Duration,
     timeout: Duration,
-    /// Idle keep-alive connections, reused before a new one is opened.
-    idle: std::sync::Mutex<Vec<SendRequest<Full<Bytes>>>>,
+    /// Idle keep-alive connections, each with when it was last used, newest last:
+    /// reused before a new one is opened.
+    idle: std::sync::Mutex<Vec<(Instant, SendRequest<Full<Bytes>>)>>,
+    /// How long a connection may idle and still be reused ([`IDLE_FOR`]).
+    idle_for: Duration,
 }
 
 /// Idle connections kept per destination; more are closed when returned.
 const IDLE_CONNECTIONS: usize = 32;
+
+/// A connection idle longer than this is closed, not reused. A middlebox (a NAT, a
+/// load balancer) may drop an idle connection without a word; a request sent on it
+/// would wait out the attempt's whole timeout. 90 s, as common HTTP clients keep them.
+const IDLE_FOR: Duration = Duration::from_secs(90);
 
 impl fmt::Debug for HttpDestination {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -134,6 +142,7 @@ impl HttpDestination {
             connect_timeout: config.connect_timeout,
             timeout: config.timeout,
             idle: std::sync::Mutex::new(Vec::new()),
+            idle_for: IDLE_FOR,
         })
     }
 
@@ -188,9 +197,12 @@ impl HttpDestination {
     /// else a new one.
     async fn connection(&self, reuse: bool) -> Result<(SendRequest<Full<Bytes>>, bool), String> {
         if reuse {
-            // Skip idle connections the destination has closed meanwhile.
-            while let Some(mut sender) = self.idle.lock().ok().and_then(|mut idle| idle.pop()) {
-                if sender.ready().await.is_ok() {
+            // Skip idle connections the destination has closed meanwhile, and close
+            // those idle too long (dropping the sender closes its connection).
+            while let Some((since, mut sender)) =
+                self.idle.lock().ok().and_then(|mut idle| idle.pop())
+            {
+                if since.elapsed() < self.idle_for && sender.ready().await.is_ok() {
                     return Ok((sender, true));
                 }
             }
@@ -233,9 +245,12 @@ impl HttpDestination {
         .await;
         if matches!(drained, Ok(Ok(_)))
             && let Ok(mut idle) = self.idle.lock()
-            && idle.len() < IDLE_CONNECTIONS
         {
-            idle.push(sender);
+            // The oldest, beneath the others, are closed here once idle too long.
+            idle.retain(|(since, _)| since.elapsed() < self.idle_for);
+            if idle.len() < IDLE_CONNECTIONS {
+                idle.push((Instant::now(), sender));
+            }
         }
     }
 }
@@ -424,6 +439,64 @@ mod tests {
                 "destination: connect_timeout_ms and timeout_ms must be greater than 0"
             );
         }
+    }
+
+    /// A kept-alive connection is reused while it has idled less than `idle_for`, and
+    /// closed, a new one opened, once it has idled longer.
+    #[tokio::test]
+    async fn a_connection_idle_too_long_is_closed_not_reused() {
+        use axum::extract::{ConnectInfo, State};
+        type Peers = std::sync::Arc<std::sync::Mutex<Vec<std::net::SocketAddr>>>;
+        let peers = Peers::default();
+        let seen = |State(peers): State<Peers>, ConnectInfo(peer)| async move {
+            peers.lock().expect("peers").push(peer);
+            hyper::StatusCode::NO_CONTENT
+        };
+        let app = axum::Router::new()
+            .route("/in", axum::routing::post(seen))
+            .with_state(peers.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}/in", listener.local_addr().expect("addr"));
+        let service = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+        tokio::spawn(async move { axum::serve(listener, service).await });
+
+        let mut destination = HttpDestination::new(&DestinationConfig {
+            url,
+            ca: None,
+            secret: crate::verify::Secret::new("whsec_a2V5"),
+            connect_timeout: Duration::from_secs(2),
+            timeout: Duration::from_secs(5),
+        })
+        .expect("destination");
+        destination.idle_for = Duration::from_millis(300);
+        let event = Leased {
+            endpoint: "e".into(),
+            event_id: "evt_1".into(),
+            body: b"{}".to_vec(),
+            headers: vec![("content-type".into(), "application/json".into())],
+            event_type: "t".into(),
+            plugin: "stripe".into(),
+            resource_kind: None,
+            resource_id: None,
+            resource_version: None,
+            attempts: 0,
+            signed_at: None,
+            lease_expires_at_ms: 0,
+        };
+        for pause in [0, 0, 600] {
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            let answer = destination.deliver("e", "stripe", &event).await;
+            assert_eq!(answer, Answer::Delivered(204));
+        }
+        let peers = peers.lock().expect("peers").clone();
+        assert_eq!(peers.len(), 3, "{peers:?}");
+        assert_eq!(
+            peers[0], peers[1],
+            "the second attempt reuses the connection"
+        );
+        assert_ne!(peers[1], peers[2], "the idle connection is not reused");
     }
 
     #[test]
