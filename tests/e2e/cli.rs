@@ -255,6 +255,47 @@ fn a_rust_log_that_does_not_parse_is_reported_and_info_kept() {
     assert!(ok && !stderr.contains("RUST_LOG"), "{stderr}");
 }
 
+/// A file endpoint whose destination timeout the lease would cut is served, with a
+/// warning at start naming the endpoint and both figures; one under the cut is not.
+#[test]
+fn serve_warns_of_a_destination_timeout_the_lease_cuts() {
+    let dir = tempfile::tempdir().expect("dir");
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let endpoint = |id: &str, timeout_ms: u64| {
+        format!(
+            "[[endpoint]]\nid = \"{id}\"\nplugin = \"stripe\"\nsecrets = [\"whsec_test\"]\n\
+             [endpoint.destination]\nurl = \"http://127.0.0.1:9/hook\"\n\
+             secret = \"whsec_c3BlYy1kZXN0aW5hdGlvbg==\"\ntimeout_ms = {timeout_ms}\n"
+        )
+    };
+    let config = format!(
+        "[delivery]\nlease_seconds = 4\n{}{}",
+        endpoint("slow", 3_000),
+        endpoint("quick", 2_999)
+    );
+    let served = runtime.block_on(crate::support::Process::start(
+        dir.path(),
+        "hookhost",
+        &config,
+    ));
+    let (status, log) = served.terminate();
+    assert!(status.success(), "exit {status:?}\n{log}");
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("destination.timeout_ms"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{log}");
+    assert!(
+        warned[0].contains("WARN") && warned[0].contains("slow"),
+        "{log}"
+    );
+    assert!(
+        warned[0].contains("3000 ms is not under 3000 ms")
+            && warned[0].contains("delivery.lease_seconds (4 s)"),
+        "{log}"
+    );
+}
+
 #[test]
 fn serve_refuses_a_bad_config_naming_file_key_and_reason() {
     let dir = tempfile::tempdir().expect("dir");
