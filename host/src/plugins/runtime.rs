@@ -964,8 +964,10 @@ impl Plugin {
         &self,
         call_limits: PluginLimits,
     ) -> Result<(Store<State>, Instance), PluginFailure> {
-        let mut store = self.new_store(call_limits);
+        // The code first (loading it may take a while), then the store: its deadline
+        // counts from now.
         let pre = self.pre()?;
+        let mut store = self.new_store(call_limits);
         let instance = match &*pre {
             Pre::V0_1(pre, exports) => pre
                 .instance_pre()
