@@ -1176,11 +1176,20 @@ fn classify(error: wasmtime::Error, during: &str) -> PluginFailure {
     if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
         return PluginFailure::Timeout;
     }
-    let text = format!("{error:#}");
-    if text.contains("growing memory") {
+    // Judged by the root cause, the host's own words: the whole text carries the wasm
+    // backtrace, in which the plugin names its functions.
+    if error.root_cause().to_string().contains("growing memory") {
         return PluginFailure::Memory;
     }
-    let text: String = text.chars().take(512).collect();
+    // Escaped, so that such a name cannot start a log line of its own making.
+    let mut text = String::new();
+    for c in format!("{error:#}").chars().take(512) {
+        if c.is_control() {
+            text.extend(c.escape_default());
+        } else {
+            text.push(c);
+        }
+    }
     if during == "instantiate" {
         PluginFailure::Instantiate(text)
     } else {
@@ -1556,6 +1565,28 @@ mod tests {
     /// The built-ins are written without `std`, so their components import nothing
     /// but the contract's types: no WASI to link, one core module to instantiate. A
     /// plugin built with `std` (the test guest) imports WASI.
+    /// A failure is judged by the host's own words, not by what the plugin named its
+    /// functions, and what is kept of it is one line whatever those names hold.
+    #[test]
+    fn a_failure_is_judged_by_its_cause_and_kept_on_one_line() {
+        let named = |cause: wasmtime::Error| cause.context("0: plugin function\ngrowing memory");
+        let trapped = classify(
+            named(wasmtime::Error::new(Trap::UnreachableCodeReached)),
+            "call",
+        );
+        let PluginFailure::Trap(text) = trapped else {
+            panic!("a trap named like a memory failure is a trap: {trapped:?}");
+        };
+        assert!(
+            !text.contains('\n') && text.contains("function\\ngrowing"),
+            "{text}"
+        );
+        let grown = named(wasmtime::format_err!(
+            "forcing trap when growing memory to 9 bytes"
+        ));
+        assert_eq!(classify(grown, "call"), PluginFailure::Memory);
+    }
+
     #[test]
     fn built_ins_import_nothing_but_the_contract() {
         let catalog = built_ins();
