@@ -1000,6 +1000,8 @@ impl Plugin {
         };
         let limits = self.load_limits();
         let mut store = self.new_store(limits);
+        // A page of events is no request's answer: only the plugin's memory bounds it.
+        store.set_hostcall_fuel(self.limits.memory_bytes.saturating_mul(PULL_FUEL_PER_BYTE));
         let instance = instance_pre
             .instantiate(&mut store)
             .map_err(|e| classify(e, "instantiate"))?;
@@ -1105,10 +1107,31 @@ impl Plugin {
     }
 }
 
-/// A fresh store: an empty sandbox, `limits`' memory, a deadline `time` away.
+/// What one call may have the host copy out of the guest, as wasmtime counts it (a
+/// list's elements at the size of the host's copy), per byte of `output_bytes`.
+/// An answer within the output cap needs far less: its elements are counted there
+/// at [`super::bindings::ELEMENT_BYTES`] each, about their host size. Without a
+/// budget of its own, wasmtime lets a call copy 128 MiB, which a guest pointing many
+/// list elements at the same bytes makes of a few MiB, before the cap is checked.
+const FUEL_PER_OUTPUT_BYTE: usize = 16;
+/// The least budget, whatever `output_bytes` is.
+const MIN_FUEL: usize = 1024 * 1024;
+/// A reconciliation call's budget, per byte of the plugin's memory.
+const PULL_FUEL_PER_BYTE: usize = 4;
+/// Elements one table may grow to. The pooling allocator bounds tables at this too;
+/// the on-demand allocator (when the pool's address space is refused) would not.
+const TABLE_ELEMENTS: usize = 20_000;
+
+/// A fresh store: an empty sandbox, `limits`' memory and output budget, a deadline
+/// `time` away.
 fn new_store(limits: PluginLimits, time: Duration) -> Store<State> {
+    let fuel = limits
+        .output_bytes
+        .saturating_mul(FUEL_PER_OUTPUT_BYTE)
+        .max(MIN_FUEL);
     let limits = StoreLimitsBuilder::new()
         .memory_size(limits.memory_bytes)
+        .table_elements(TABLE_ELEMENTS)
         // The size limit holds for each memory: a component of many core modules, each
         // with its own memory, would otherwise get that many times the limit. Built-in
         // plugins have one memory, a handful of tables and of core instances.
@@ -1128,6 +1151,7 @@ fn new_store(limits: PluginLimits, time: Duration) -> Store<State> {
     );
     store.limiter(|s| &mut s.limits);
     store.set_epoch_deadline(deadline_ticks(time));
+    store.set_hostcall_fuel(fuel);
     store
 }
 
@@ -1169,7 +1193,16 @@ fn guarded<T>(
     call: impl FnOnce(&mut Store<State>) -> wasmtime::Result<T>,
 ) -> Result<T, PluginFailure> {
     store.set_epoch_deadline(deadline_ticks(limits.time));
-    call(store).map_err(|e| classify(e, "call"))
+    call(store).map_err(|e| {
+        // Past the budget set in `new_store`: the answer is refused while it is
+        // being copied, as it would be once copied.
+        let root = e.root_cause().to_string();
+        if root.contains("fuel allocated for hostcalls has been exhausted") {
+            PluginFailure::OutputTooLarge(limits.output_bytes)
+        } else {
+            classify(e, "call")
+        }
+    })
 }
 
 fn classify(error: wasmtime::Error, during: &str) -> PluginFailure {
