@@ -12,8 +12,15 @@ use super::PluginFailure;
 use super::runtime::{Pre, compile_uncached, prepare};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
+use sha2::{Digest, Sha256};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+/// After a load fails, requests needing the code are answered with that failure for
+/// this long before a load is tried again: each try reads the component from the
+/// store and may compile it, on a plugin thread, while other requests wait.
+const RETRY_LOAD_AFTER: Duration = Duration::from_secs(10);
 
 /// Gives an uploaded component's bytes (from the store), when its compiled code is
 /// not in the disk cache.
@@ -96,6 +103,8 @@ pub struct LazyCode {
     /// The code; loading happens under this lock, so a burst of first requests
     /// loads it once.
     slot: Mutex<Option<Arc<Pre>>>,
+    /// The last load's failure and when, while it is not tried again (under `slot`).
+    failed: Mutex<Option<(Instant, String)>>,
     /// Size of the loaded compiled image, bytes; 0 when not loaded.
     size: AtomicUsize,
     last_used: AtomicU64,
@@ -114,6 +123,7 @@ impl LazyCode {
             contract,
             fetch,
             slot: Mutex::new(None),
+            failed: Mutex::new(None),
             size: AtomicUsize::new(0),
             last_used: AtomicU64::new(0),
             residency: residency.clone(),
@@ -133,7 +143,17 @@ impl LazyCode {
             if let Some(pre) = &*slot {
                 return Ok(pre.clone());
             }
-            let (pre, size) = self.load().map_err(PluginFailure::Instantiate)?;
+            let mut failed = locked(&self.failed);
+            if let Some((at, why)) = &*failed
+                && at.elapsed() < RETRY_LOAD_AFTER
+            {
+                return Err(PluginFailure::Instantiate(why.clone()));
+            }
+            let (pre, size) = self.load().map_err(|why| {
+                *failed = Some((Instant::now(), why.clone()));
+                PluginFailure::Instantiate(why)
+            })?;
+            *failed = None;
             *slot = Some(pre.clone());
             self.size.store(size, Ordering::Relaxed);
             pre
@@ -144,7 +164,18 @@ impl LazyCode {
 
     /// Map the compiled code from the disk cache, or compile the component's bytes.
     fn load(&self) -> Result<(Arc<Pre>, usize), String> {
-        let fetch = || (self.fetch)().map_err(wasmtime::Error::msg);
+        let fetch = || {
+            let bytes = (self.fetch)().map_err(wasmtime::Error::msg)?;
+            // The compiled code is cached under the digest, for every tenant with
+            // these bytes: what is compiled must be the bytes the digest names.
+            let digest: [u8; 32] = Sha256::digest(&bytes).into();
+            if digest != self.digest {
+                return Err(wasmtime::Error::msg(
+                    "the stored bytes are not the digest's",
+                ));
+            }
+            Ok(bytes)
+        };
         let component = compile_uncached(&self.digest, fetch)
             .map_err(|e| format!("the uploaded plugin's code cannot be loaded: {e:#}"))?;
         let image = component.image_range();
@@ -174,5 +205,44 @@ impl std::fmt::Debug for LazyCode {
             .field("digest", &hex::encode(self.digest))
             .field("bytes", &self.bytes())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A load that fails is not tried again within `RETRY_LOAD_AFTER`: requests in
+    /// between get its failure without reading the store again.
+    #[test]
+    fn a_failed_load_is_answered_from_memory_for_a_while() {
+        let fetched = Arc::new(AtomicUsize::new(0));
+        let counted = fetched.clone();
+        let fetch: Fetch = Box::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Err("the store is unreachable".into())
+        });
+        let code = LazyCode::new([7; 32], "0.2.0", fetch, &Residency::new(1 << 20));
+        for _ in 0..3 {
+            let failure = code.pre().err().map(|f| f.to_string()).unwrap_or_default();
+            assert!(failure.contains("the store is unreachable"), "{failure}");
+        }
+        assert_eq!(fetched.load(Ordering::SeqCst), 1);
+        // Once the wait is over, the next request tries again.
+        let past = Instant::now().checked_sub(RETRY_LOAD_AFTER);
+        if let (Some(past), Some((at, _))) = (past, &mut *locked(&code.failed)) {
+            *at = past;
+        }
+        assert!(code.pre().is_err());
+        assert_eq!(fetched.load(Ordering::SeqCst), 2);
+    }
+
+    /// Bytes that are not the digest's are never compiled (nor cached under it).
+    #[test]
+    fn bytes_that_are_not_the_digests_are_refused() {
+        let fetch: Fetch = Box::new(|| Ok(b"\0asm not the digest's bytes".to_vec()));
+        let code = LazyCode::new([9; 32], "0.2.0", fetch, &Residency::new(1 << 20));
+        let failure = code.pre().err().map(|f| f.to_string()).unwrap_or_default();
+        assert!(failure.contains("not the digest's"), "{failure}");
     }
 }
