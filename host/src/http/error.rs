@@ -78,9 +78,13 @@ impl IngestError {
 
 impl From<crate::plugins::threads::ThreadFailure> for IngestError {
     /// A plugin call that panicked the host or found no thread is the plugin's 500,
-    /// never a hang and never the sender's fault.
-    fn from(_: crate::plugins::threads::ThreadFailure) -> Self {
-        IngestError::PluginFailed
+    /// never a hang and never the sender's fault; one that found no room in the
+    /// threads' queue in time is 429 `overloaded`.
+    fn from(failure: crate::plugins::threads::ThreadFailure) -> Self {
+        match failure {
+            crate::plugins::threads::ThreadFailure::Busy => IngestError::Overloaded,
+            _ => IngestError::PluginFailed,
+        }
     }
 }
 

@@ -34,6 +34,11 @@ const QUEUED_PER_THREAD: usize = 64;
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// How long a request's call may wait for room in the queue: past that, every
+/// thread has a full queue of calls ahead of it, and the request is answered 429
+/// `overloaded` rather than left waiting (its body held) with no answer.
+const ROOM_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A job that did not produce its answer. Never the sender's fault: HTTP 500.
 #[derive(Debug, thiserror::Error, Clone, Copy, PartialEq, Eq)]
 pub enum ThreadFailure {
@@ -41,6 +46,9 @@ pub enum ThreadFailure {
     Panicked,
     #[error("the plugin threads have stopped")]
     Stopped,
+    /// No room in the queue within [`ROOM_WITHIN`]: the server is overloaded.
+    #[error("the plugin threads' queue had no room")]
+    Busy,
 }
 
 /// Threads named `hookhost-plugin-N` fed by one bounded queue.
@@ -48,6 +56,8 @@ pub enum ThreadFailure {
 pub struct PluginThreads {
     jobs: flume::Sender<Job>,
     threads: usize,
+    /// [`ROOM_WITHIN`], but in tests.
+    room_within: std::time::Duration,
 }
 
 impl PluginThreads {
@@ -67,7 +77,11 @@ impl PluginThreads {
                 .name(format!("hookhost-plugin-{n}"))
                 .spawn(move || work(&queue))?;
         }
-        Ok(PluginThreads { jobs, threads })
+        Ok(PluginThreads {
+            jobs,
+            threads,
+            room_within: ROOM_WITHIN,
+        })
     }
 
     /// How many calls run at once.
@@ -99,20 +113,30 @@ impl PluginThreads {
         answered.await.map_err(|_| ThreadFailure::Stopped)?
     }
 
-    /// Queue `call` on a plugin thread, waiting (asynchronously) for room first, and
-    /// return once it is queued: the call answers its request itself, through what it
-    /// carries, so the request wakes only for that answer. A call that panics drops
-    /// what it carries, and its request sees a call that did not answer.
+    /// Queue `call` on a plugin thread, waiting (asynchronously) for room first, at
+    /// most [`ROOM_WITHIN`] ([`ThreadFailure::Busy`] then), and return once it is
+    /// queued: the call answers its request itself, through what it carries, so the
+    /// request wakes only for that answer. A call that panics drops what it carries,
+    /// and its request sees a call that did not answer.
     pub async fn dispatch<F>(&self, call: F) -> Result<(), ThreadFailure>
     where
         F: FnOnce() + Send + 'static,
     {
-        self.queue(Box::new(move || {
+        let job: Job = Box::new(move || {
             if let Err(panic) = catch_unwind(AssertUnwindSafe(call)) {
                 log_panic(&*panic);
             }
-        }))
-        .await
+        });
+        // Room at once is the common case, and it reads no clock.
+        match self.jobs.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(flume::TrySendError::Disconnected(_)) => Err(ThreadFailure::Stopped),
+            Err(flume::TrySendError::Full(job)) => {
+                tokio::time::timeout(self.room_within, self.queue(job))
+                    .await
+                    .map_err(|_| ThreadFailure::Busy)?
+            }
+        }
     }
 
     async fn queue(&self, job: Job) -> Result<(), ThreadFailure> {
@@ -170,6 +194,55 @@ mod tests {
             "a plugin thread must not have a Tokio context"
         );
         assert_eq!(pool.run(|| 6 * 7).await, Ok(42));
+    }
+
+    /// With the thread busy and its queue full, a dispatched call waits for room at
+    /// most `room_within`, then is answered `Busy`, and never runs; once there is room
+    /// again, calls are queued and run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_finding_no_room_in_time_is_busy_and_never_runs() {
+        let mut pool = PluginThreads::start(1).expect("threads start");
+        pool.room_within = std::time::Duration::from_millis(200);
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let (started, running) = oneshot::channel();
+        pool.dispatch(move || {
+            let _ = started.send(());
+            let _ = held.recv();
+        })
+        .await
+        .expect("queued");
+        running.await.expect("the thread is held");
+        let ran = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = |ran: &std::sync::Arc<std::sync::atomic::AtomicUsize>| {
+            let ran = ran.clone();
+            move || {
+                ran.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        };
+        for _ in 0..QUEUED_PER_THREAD {
+            pool.dispatch(count(&ran)).await.expect("room in the queue");
+        }
+        let waited = std::time::Instant::now();
+        assert_eq!(pool.dispatch(count(&ran)).await, Err(ThreadFailure::Busy));
+        assert!(
+            waited.elapsed() >= pool.room_within,
+            "{:?}",
+            waited.elapsed()
+        );
+
+        release.send(()).expect("release");
+        let (answer, answered) = oneshot::channel();
+        pool.dispatch(move || {
+            let _ = answer.send(());
+        })
+        .await
+        .expect("room again");
+        answered.await.expect("the last call ran");
+        // The queue runs in order: every queued call ran, the refused one did not.
+        assert_eq!(
+            ran.load(std::sync::atomic::Ordering::SeqCst),
+            QUEUED_PER_THREAD
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,12 +344,20 @@ mod tests {
         // A queue nobody serves: its receiving end is gone.
         let (jobs, queue) = flume::bounded::<Job>(1);
         drop(queue);
-        let pool = PluginThreads { jobs, threads: 1 };
+        let pool = PluginThreads {
+            jobs,
+            threads: 1,
+            room_within: ROOM_WITHIN,
+        };
         assert_eq!(pool.run(|| 1).await, Err(ThreadFailure::Stopped));
 
         // A job dropped without being run (its thread gone) also answers.
         let (jobs, queue) = flume::bounded::<Job>(1);
-        let pool = PluginThreads { jobs, threads: 1 };
+        let pool = PluginThreads {
+            jobs,
+            threads: 1,
+            room_within: ROOM_WITHIN,
+        };
         let dropper = std::thread::spawn(move || drop(queue.recv()));
         assert_eq!(pool.run(|| 1).await, Err(ThreadFailure::Stopped));
         dropper.join().expect("dropper thread");
