@@ -20,7 +20,7 @@ use crate::endpoints::{Endpoint, TenantLimits};
 use crate::http::{App, IngestError};
 use crate::plugins::{Described, Fetch, Plugin, Residency};
 use crate::store::{
-    Added, ManagedEndpoint, Retired, SealedSecret, StoreError, TenantPlugin, TenantRow,
+    Added, Edited, ManagedEndpoint, Retired, SealedSecret, StoreError, TenantPlugin, TenantRow,
 };
 use crate::verify::Secret;
 use axum::Json;
@@ -1319,19 +1319,38 @@ async fn update_endpoint(
     };
     let (destination_sealed, handshake_sealed) = write_only.sealed(&api.tenancy.master_key, &id);
     let facts = validate(&api, &spec, &id, secrets, write_only).await?;
+    let read_at_ms = endpoint.updated_at_ms;
     let updated = ManagedEndpoint {
         spec: serde_json::to_string(&spec).unwrap_or_default(),
         destination_sealed,
         handshake_sealed,
         facts: Some(facts),
-        updated_at_ms: crate::clock::now_ms(),
+        updated_at_ms: after(read_at_ms),
         ..endpoint
     };
-    if !api.app.store.update_endpoint(&updated).await? {
-        return Err(not_found());
-    }
+    edited(api.app.store.update_endpoint(&updated, read_at_ms).await?)?;
     reload(&api).await;
     ok(shown(&updated))
+}
+
+/// A change's `updated_at_ms`: now, and always past the one it replaces, which is how
+/// a change checked against the endpoint as it was read finds whether it has moved.
+fn after(read_at_ms: i64) -> i64 {
+    crate::clock::now_ms().max(read_at_ms.saturating_add(1))
+}
+
+/// A change to an endpoint as the API answers it: 404 when it is gone, 409
+/// `endpoint_changed` when another change came between reading and writing it.
+fn edited(edited: Edited) -> Result<(), ApiError> {
+    match edited {
+        Edited::Edited => Ok(()),
+        Edited::Missing => Err(not_found()),
+        Edited::Stale => Err(error(
+            StatusCode::CONFLICT,
+            "endpoint_changed",
+            Some("the endpoint changed while this request was checked; read it and retry".into()),
+        )),
+    }
 }
 
 /// A write-only setting kept from the stored endpoint, opened.
@@ -1644,9 +1663,13 @@ async fn add_secret(
     };
     validate(&api, &spec, &id, vec![secret.clone()], WriteOnly::default()).await?;
     let added = sealed(&api, &id, &secret);
-    if !api.app.store.add_secret(&endpoint.tenant, &added).await? {
-        return Err(not_found());
-    }
+    let read_at_ms = endpoint.updated_at_ms;
+    let store = &api.app.store;
+    edited(
+        store
+            .add_secret(&endpoint.tenant, &added, read_at_ms, after(read_at_ms))
+            .await?,
+    )?;
     reload(&api).await;
     created(secret_shown(&added, true))
 }

@@ -620,6 +620,52 @@ async fn quotas_bound_a_tenants_request_rate_and_its_endpoints() {
 }
 
 crate::both_stores! {
+async fn a_change_checked_against_an_overtaken_endpoint_is_not_written() {
+    // A replacement or a new secret is checked against the endpoint as it was read;
+    // written after another change, it would stand unchecked against that change (a
+    // plugin switch beside a secret in the old plugin's key format leaves an endpoint
+    // that does not build). The store writes it only if the endpoint is unchanged.
+    use hookhost::store::{Edited, ManagedEndpoint, SealedSecret};
+    let server = Server::start(&config()).await;
+    let addr = api(&server).await;
+    let acme = tenant(addr, "acme").await;
+    let new = json!({"name": "shop", "plugin": "stripe", "secret": SECRET});
+    assert_eq!(call(addr, "POST", "/v1/endpoints", &acme, new).await.0, 201);
+    let store = &server.app.store;
+    let read = store.managed_endpoints(Some("acme")).await.expect("endpoints").remove(0);
+
+    let replaced = json!({"plugin": "stripe", "retry_schedule_seconds": [0, 60]});
+    assert_eq!(call(addr, "PUT", "/v1/endpoints/acme.shop", &acme, replaced).await.0, 200);
+    let now = read.updated_at_ms + 1;
+    let stale = ManagedEndpoint { updated_at_ms: now, ..read.clone() };
+    assert_eq!(store.update_endpoint(&stale, read.updated_at_ms).await.expect("update"), Edited::Stale);
+    let secret = SealedSecret {
+        id: "sec_overtaken".into(),
+        endpoint: "acme.shop".into(),
+        sealed: vec![0; 48],
+        fingerprint: "fp_overtaken".into(),
+        created_at_ms: now,
+        retired_at_ms: None,
+        last_matched_at_ms: None,
+    };
+    assert_eq!(store.add_secret("acme", &secret, read.updated_at_ms, now).await.expect("add"), Edited::Stale);
+    let (_, shown) = call(addr, "GET", "/v1/endpoints/acme.shop", &acme, Value::Null).await;
+    assert_eq!(shown["spec"]["retry_schedule_seconds"], json!([0, 60]), "{shown}");
+    let (_, secrets) = call(addr, "GET", "/v1/endpoints/acme.shop/secrets", &acme, Value::Null).await;
+    assert_eq!(secrets.as_array().map(Vec::len), Some(1), "{secrets}");
+
+    // Read afresh, both are written; a gone endpoint is missing.
+    let read = store.managed_endpoints(Some("acme")).await.expect("endpoints").remove(0);
+    let later = read.updated_at_ms + 1;
+    assert_eq!(store.add_secret("acme", &secret, read.updated_at_ms, later).await.expect("add"), Edited::Edited);
+    let fresh = ManagedEndpoint { updated_at_ms: later + 1, ..read.clone() };
+    assert_eq!(store.update_endpoint(&fresh, later).await.expect("update"), Edited::Edited);
+    let gone = ManagedEndpoint { id: "acme.gone".into(), ..fresh.clone() };
+    assert_eq!(store.update_endpoint(&gone, later + 1).await.expect("update"), Edited::Missing);
+}
+}
+
+crate::both_stores! {
 async fn quotas_hold_against_additions_made_at_once() {
     // Counted in the transaction that adds: twelve endpoints created at once by a
     // tenant with room for three make three; three plugins uploaded at once with room

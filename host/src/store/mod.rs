@@ -53,7 +53,7 @@ pub use delivery::{AttemptRecord, Leased, Next};
 pub use forensics::{ForensicFilter, ForensicRow, ForensicSummary, NewForensic};
 pub use operator::{Filter, Position, Summary};
 pub use reconcile::{RepairRow, RunRow};
-pub use tenancy::{Added, ManagedEndpoint, Retired, SealedSecret, TenantPlugin, TenantRow};
+pub use tenancy::{Added, Edited, ManagedEndpoint, Retired, SealedSecret, TenantPlugin, TenantRow};
 
 pub use sqlite::{ReceiptRow, single_commit_rate};
 pub use writer::COMMIT_TIMEOUT;

@@ -96,9 +96,24 @@ pub enum Added {
 /// them, across processes too).
 const LOCK_TENANT: &str = "UPDATE tenants SET id = id WHERE id = $1";
 
-/// Likewise a tenant's endpoint's row, for a change to its secrets; no row when the
+/// Likewise a tenant's endpoint's row, for retiring its secrets; no row when the
 /// tenant has no such endpoint.
 const LOCK_ENDPOINT: &str = "UPDATE managed_endpoints SET id = id WHERE id = $1 AND tenant = $2";
+
+/// What a change to an endpoint did, checked against the endpoint as its caller read
+/// it (its `updated_at_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edited {
+    Edited,
+    /// The tenant has no such endpoint.
+    Missing,
+    /// The endpoint changed after it was read: what the caller checked no longer holds.
+    Stale,
+}
+
+/// Whether a tenant's endpoint is there, for telling [`Edited::Missing`] from
+/// [`Edited::Stale`].
+const EXISTS: &str = "SELECT COUNT(*) FROM managed_endpoints WHERE id = $1 AND tenant = $2";
 
 /// What retiring a secret did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,13 +258,18 @@ impl Store {
         })
     }
 
-    /// Replace a tenant's endpoint's settings, destination secret and handshake token;
-    /// `false` when it has no such endpoint.
-    pub async fn update_endpoint(&self, endpoint: &ManagedEndpoint) -> Result<bool, StoreError> {
+    /// Replace a tenant's endpoint's settings, destination secret and handshake token,
+    /// unless it has changed since it was read at `read_at_ms` (its `updated_at_ms`
+    /// then): the new settings were checked against its secrets as they were.
+    pub async fn update_endpoint(
+        &self,
+        endpoint: &ManagedEndpoint,
+        read_at_ms: i64,
+    ) -> Result<Edited, StoreError> {
         const SQL: &str =
             "UPDATE managed_endpoints SET spec = $3, destination_sealed = $4, handshake_sealed = $5,
                                          facts = $6, updated_at_ms = $7
-                           WHERE id = $1 AND tenant = $2";
+                           WHERE id = $1 AND tenant = $2 AND updated_at_ms = $8";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
             let query = sqlx::query(SQL)
@@ -259,13 +279,15 @@ impl Store {
                 .bind(&endpoint.destination_sealed)
                 .bind(&endpoint.handshake_sealed)
                 .bind(&endpoint.facts)
-                .bind(endpoint.updated_at_ms);
+                .bind(endpoint.updated_at_ms)
+                .bind(read_at_ms);
             if query.execute(&mut *tx).await?.rows_affected() == 0 {
-                return Ok(false);
+                let there: i64 = sqlx::query_scalar(EXISTS).bind(&endpoint.id).bind(&endpoint.tenant).fetch_one(&mut *tx).await?;
+                return Ok(if there == 0 { Edited::Missing } else { Edited::Stale });
             }
             sqlx::query(BUMP).execute(&mut *tx).await?;
             tx.commit().await?;
-            Ok(true)
+            Ok(Edited::Edited)
         })
     }
 
@@ -290,28 +312,34 @@ impl Store {
         })
     }
 
-    /// Add a secret to a tenant's endpoint (it becomes current); `false` when the
-    /// tenant has no such endpoint.
+    /// Add a secret to a tenant's endpoint (it becomes current), unless the endpoint
+    /// has changed since it was read at `read_at_ms` (the secret was checked against
+    /// its plugin then); the endpoint's `updated_at_ms` moves to `now_ms`.
     pub async fn add_secret(
         &self,
         tenant: &str,
         secret: &SealedSecret,
-    ) -> Result<bool, StoreError> {
-        // The endpoint's row lock, not a read: a delete of the endpoint (which takes
-        // it first) either commits before, and then no row is locked here, or waits
-        // and deletes this secret with the others. A read would let the delete commit
-        // between it and the insert, leaving a secret that a later endpoint of the
-        // same id would take for its own.
+        read_at_ms: i64,
+        now_ms: i64,
+    ) -> Result<Edited, StoreError> {
+        // The endpoint's row is written first, not read: a delete of the endpoint
+        // (which takes its row first) either commits before, and then no row is
+        // written here, or waits and deletes this secret with the others. A read
+        // would let the delete commit between it and the insert, leaving a secret that
+        // a later endpoint of the same id would take for its own.
+        const TOUCH: &str = "UPDATE managed_endpoints SET updated_at_ms = $3
+                             WHERE id = $1 AND tenant = $2 AND updated_at_ms = $4";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
-            let locked = sqlx::query(LOCK_ENDPOINT).bind(&secret.endpoint).bind(tenant).execute(&mut *tx).await?;
-            if locked.rows_affected() == 0 {
-                return Ok(false);
+            let touch = sqlx::query(TOUCH).bind(&secret.endpoint).bind(tenant).bind(now_ms).bind(read_at_ms);
+            if touch.execute(&mut *tx).await?.rows_affected() == 0 {
+                let there: i64 = sqlx::query_scalar(EXISTS).bind(&secret.endpoint).bind(tenant).fetch_one(&mut *tx).await?;
+                return Ok(if there == 0 { Edited::Missing } else { Edited::Stale });
             }
             insert_secret!(&mut *tx, secret);
             sqlx::query(BUMP).execute(&mut *tx).await?;
             tx.commit().await?;
-            Ok(true)
+            Ok(Edited::Edited)
         })
     }
 
