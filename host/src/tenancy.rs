@@ -1199,6 +1199,7 @@ async fn validate(
         let checked = api.app.delivery.check_timeout(d.timeout);
         checked.map_err(|reason| invalid(&format!("destination.timeout_ms: {reason}")))?;
     }
+    let _one_at_a_time = plugin_work().await?;
     // A tenant's endpoint ids are `{tenant}.{name}`.
     let tenant = id.split('.').next().unwrap_or_default().to_string();
     know_uploaded(&api.app, &tenant, &spec.plugin).await?;
@@ -1211,6 +1212,16 @@ async fn validate(
     let checked =
         built.map_err(|reason| error(StatusCode::BAD_REQUEST, "invalid_endpoint", Some(reason)))?;
     Ok(serde_json::to_string(&checked).unwrap_or_default())
+}
+
+/// Waited for by the tenant API's plugin work (checking an endpoint's configuration,
+/// judging an upload, shadow replay), so that it runs one call at a time: however many
+/// calls tenants make, they hold one plugin thread at most (a configuration check may
+/// take seconds), and the rest stay free for every endpoint's requests.
+async fn plugin_work() -> Result<tokio::sync::SemaphorePermit<'static>, ApiError> {
+    static PLUGIN_WORK: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+    let permit = PLUGIN_WORK.acquire().await;
+    permit.map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed", None))
 }
 
 /// A secret sealed for `endpoint`, with a fresh id.
@@ -1431,13 +1442,7 @@ async fn upload_plugin(
     if body.vectors.is_empty() {
         return Err(invalid("invalid_request", "vectors: at least one".into()));
     }
-    // One upload is compiled and judged at a time: judging holds a plugin thread, and
-    // the rest stay free for every endpoint's requests.
-    static VALIDATING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
-    let _validating = VALIDATING
-        .acquire()
-        .await
-        .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed", None))?;
+    let _one_at_a_time = plugin_work().await?;
     // Compiling is CPU work of seconds: off the async workers.
     let (origin, limits, bytes) = (
         crate::plugins::Origin::Upload(tenant.clone()),
@@ -1526,6 +1531,7 @@ async fn shadow(
         ));
     }
     let endpoint = owned(&api, &caller, &id).await?;
+    let _one_at_a_time = plugin_work().await?;
     let current = api.app.endpoints.get(&id).ok_or_else(|| {
         let reason = "the endpoint is not being served (see the server's log)".to_string();
         error(StatusCode::CONFLICT, "endpoint_not_served", Some(reason))

@@ -1411,6 +1411,56 @@ async fn uploaded_plugins_load_on_first_use_and_leave_when_the_budget_needs_room
     assert_eq!(residency(admin).await, (3.0, 0.0, 3.0));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tenant_apis_plugin_work_leaves_the_other_plugin_threads_to_ingest() {
+    // Configuration checks that spin for their whole time limit (2 s), asked for four at
+    // once: run one at a time, they hold one plugin thread, and a webhook sent
+    // meanwhile is answered at once. Each holding a thread of its own, they would
+    // hold every thread for seconds, and the webhook would wait behind them.
+    let server = Server::start(&config()).await;
+    let threads = server.app.plugin_threads.threads();
+    assert!(
+        threads >= 2,
+        "needs a plugin thread beside the API's: {threads}"
+    );
+    let addr = api(&server).await;
+    let acme = tenant(addr, "acme").await;
+    let shop = json!({"name": "shop", "plugin": "stripe", "secret": SECRET});
+    assert_eq!(
+        call(addr, "POST", "/v1/endpoints", &acme, shop).await.0,
+        201
+    );
+    let hostile = std::fs::read(guest("hostile")).expect("the test guest");
+    let upload = json!({"wasm_base64": b64(&hostile), "vectors": [guest_vector("test.event")]});
+    let (status, uploaded) = call(addr, "POST", "/v1/plugins", &acme, upload).await;
+    assert_eq!(status, 201, "{uploaded}");
+    let digest = uploaded["digest"].as_str().expect("digest").to_string();
+
+    let spinning: Vec<_> = (0..2 * threads)
+        .map(|n| {
+            let (acme, digest) = (acme.clone(), digest.clone());
+            let new = json!({"name": format!("spin{n}"), "plugin": digest, "secret": "s", "config": {"check": "loop"}});
+            tokio::spawn(async move { call(addr, "POST", "/v1/endpoints", &acme, new).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent = Instant::now();
+    assert_eq!(
+        post_signed(server.addr, "acme.shop", SECRET, "evt_beside_checks").await,
+        200
+    );
+    let took = sent.elapsed();
+    for check in spinning {
+        let (status, refused) = check.await.expect("task");
+        assert_ne!(status, 201, "{refused}");
+    }
+    // A containment check, not a benchmark: behind the checks it would be seconds.
+    assert!(
+        took < Duration::from_millis(1_500),
+        "the webhook waited {took:?}"
+    );
+}
+
 /// `wasm` with a custom section holding `tag` appended: the same code, another digest.
 fn with_custom_section(wasm: &[u8], tag: &str) -> Vec<u8> {
     let name = b"hookhost-test";

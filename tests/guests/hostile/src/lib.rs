@@ -23,6 +23,8 @@
 //! is a string: an empty one is the only way to list an event without one).
 //! `{"thin": true}`: every event is thin; its current object is `GET /objects/{id}`,
 //! versioned by the object's `version`.
+//!
+//! `{"check": "loop"}`: its configuration check spins forever.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -152,8 +154,16 @@ impl Provider for Hostile {
             "reconcile_cursor",
             "reconcile_nameless",
             "thin",
+            "check",
         ];
         ConfigError::only_keys(config, KEYS)?;
+        if config.get("check").and_then(|c| c.as_str()) == Some("loop") {
+            // A configuration check that never ends: only its time limit stops it.
+            let mut x: u64 = 1;
+            loop {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        }
         Ok(EndpointFacts::default())
     }
 
