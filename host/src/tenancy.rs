@@ -1650,6 +1650,9 @@ struct NewSecret {
     value: String,
 }
 
+/// Active secrets one tenant endpoint may have.
+const MAX_ACTIVE_SECRETS: usize = 10;
+
 /// Add a secret: it becomes current; the others stay active until retired.
 async fn add_secret(
     State(api): State<Api>,
@@ -1658,6 +1661,22 @@ async fn add_secret(
     Body(body): Body<NewSecret>,
 ) -> Answer {
     let endpoint = owned(&api, &caller, &id).await?;
+    // Every request is checked against every active secret, and every process opens
+    // them all at each reload: a bound, counted as read with the endpoint (a secret
+    // added meanwhile moves the endpoint, and this one is then not written).
+    let secrets = api
+        .app
+        .store
+        .secrets(Some(&endpoint.tenant), Some(&id))
+        .await?;
+    if secrets.iter().filter(|s| s.retired_at_ms.is_none()).count() >= MAX_ACTIVE_SECRETS {
+        let reason = format!("at most {MAX_ACTIVE_SECRETS} active secrets; retire one first");
+        return Err(error(
+            StatusCode::CONFLICT,
+            "too_many_secrets",
+            Some(reason),
+        ));
+    }
     let secret = Secret::new(body.value);
     let spec: EndpointSpec = serde_json::from_str(&endpoint.spec)
         .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "spec_unreadable", None))?;

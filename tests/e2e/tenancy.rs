@@ -1412,6 +1412,53 @@ async fn uploaded_plugins_load_on_first_use_and_leave_when_the_budget_needs_room
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_holds_ten_active_secrets_at_most() {
+    let server = Server::start(&config()).await;
+    let addr = api(&server).await;
+    let acme = tenant(addr, "acme").await;
+    let shop = json!({"name": "shop", "plugin": "stripe", "secret": SECRET});
+    assert_eq!(
+        call(addr, "POST", "/v1/endpoints", &acme, shop).await.0,
+        201
+    );
+    let path = "/v1/endpoints/acme.shop/secrets";
+    for n in 2..=10 {
+        let added = call(
+            addr,
+            "POST",
+            path,
+            &acme,
+            json!({"value": format!("whsec_{n}")}),
+        )
+        .await;
+        assert_eq!(added.0, 201, "{added:?}");
+    }
+    let (status, refused) = call(addr, "POST", path, &acme, json!({"value": "whsec_11"})).await;
+    assert_eq!(
+        (status, &refused["error"]),
+        (409, &json!("too_many_secrets")),
+        "{refused}"
+    );
+    // A retired one makes room.
+    let (_, secrets) = call(addr, "GET", path, &acme, Value::Null).await;
+    let oldest = secrets[9]["id"]
+        .as_str()
+        .expect("the first secret")
+        .to_string();
+    let retired = call(
+        addr,
+        "POST",
+        &format!("{path}/{oldest}/retire"),
+        &acme,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(retired.0, 200, "{retired:?}");
+    let added = call(addr, "POST", path, &acme, json!({"value": "whsec_11"})).await;
+    assert_eq!(added.0, 201, "{added:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tenant_apis_plugin_work_leaves_the_other_plugin_threads_to_ingest() {
     // Configuration checks that spin for their whole time limit (2 s), asked for four at
     // once: run one at a time, they hold one plugin thread, and a webhook sent
