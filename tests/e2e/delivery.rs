@@ -472,6 +472,47 @@ async fn at_one_version_a_delete_is_delivered_after_the_event_accepted_before_it
 }
 
 crate::both_stores! {
+async fn a_replay_leaves_an_event_whose_attempt_is_on_the_wire() {
+    // Discarded while its attempt is on the wire, an event keeps its lease. A replay
+    // then would clear that lease, and the event would go out again beside the
+    // attempt: it is left until the attempt ends, then replayed.
+    let server = Server::start(&stripe_config("")).await;
+    let store = &server.app.store;
+    let now_ms = now() * 1000;
+    store
+        .record(new_receipt("evt_wire", "cus_replay", Some(1), now_ms))
+        .await
+        .expect("record");
+    let endpoints = vec!["stripe".to_string()];
+    let lease = || store.lease_due("w", &endpoints, now_ms + 1, Duration::from_secs(60), 10);
+    let first = lease().await.expect("lease");
+    assert_eq!(first.len(), 1);
+    assert!(store.discard("stripe", "evt_wire", "by hand").await.expect("discard"));
+    let this_one = hookhost::store::Filter {
+        event_id: Some("evt_wire".into()),
+        ..Default::default()
+    };
+    assert_eq!(store.replay(&this_one).await.expect("replay"), 0);
+    assert!(lease().await.expect("lease").is_empty(), "leased twice at once");
+
+    let attempt = AttemptRecord {
+        started_at_ms: now_ms,
+        ended_at_ms: now_ms + 1,
+        status: Some(200),
+        error: None,
+    };
+    store
+        .finish_attempt(&first[0], "w", &attempt, &Next::Delivered)
+        .await
+        .expect("finish");
+    assert_eq!(store.replay(&this_one).await.expect("replay"), 1);
+    let again = lease().await.expect("lease");
+    let ids: Vec<&str> = again.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(ids, ["evt_wire"]);
+}
+}
+
+crate::both_stores! {
 async fn an_event_discarded_on_the_wire_holds_its_resource_until_the_attempt_ends() {
     // No destination: the server's own workers leave the events alone.
     let server = Server::start(&stripe_config("")).await;

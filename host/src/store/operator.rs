@@ -4,6 +4,7 @@
 use super::sqlite::SqliteStore;
 use super::{Backend, StoreError};
 use base64::Engine as _;
+use sqlx::Row as _;
 
 /// Which receipts to list or replay; every field narrows. One definition serves the
 /// CLI (`--endpoint … --state dead,quarantined --type …`) and the admin API's query
@@ -118,6 +119,12 @@ pub(super) const NOT_SUPERSEDED: &str = "NOT EXISTS (
       AND newer.resource_id = r.resource_id
       AND newer.resource_version > r.resource_version
       AND newer.state IN ('pending', 'delivered'))";
+/// A replay's other rule, on a receipt aliased `r`, with the time as `now`: none whose
+/// lease is live. Only a discarded receipt keeps one (its attempt still on the wire);
+/// replayed, it would lose that lease and go out again beside that attempt.
+pub(super) fn lease_over(now: &str) -> String {
+    format!("(r.lease_expires_at_ms IS NULL OR r.lease_expires_at_ms <= {now})")
+}
 /// What a replay sets on a receipt it queues again: pending, with a fresh retry
 /// schedule and no lease.
 pub(super) const REQUEUE: &str = "state = 'pending', state_reason = 'replayed', attempts = 0,
@@ -168,18 +175,28 @@ impl SqliteStore {
     /// In batches of [`REPLAY_BATCH`], each its own transaction: SQLite rewrites a whole
     /// row (body included) to change its state, and one statement over a large replay
     /// would hold the write lock past the writer's busy timeout, so that every receipt
-    /// waiting to commit meanwhile got 503. A replayed event is pending, so the next
-    /// batch takes the events after it.
+    /// waiting to commit meanwhile got 503. Each batch starts after the last event the
+    /// one before it took, in arrival order: the workers deliver replayed events between
+    /// batches, and an event delivered again must not be taken again.
     pub async fn replay(&self, filter: &Filter) -> Result<u64, StoreError> {
         let limit = u64::from(filter.limit.unwrap_or(u32::MAX));
         let sql = replay_sql();
         let mut replayed = 0;
+        let mut after: Option<(i64, i64)> = None;
         while replayed < limit {
             let batch = u32::try_from((limit - replayed).min(REPLAY_BATCH)).unwrap_or(u32::MAX);
-            let done = filtered(&sql, filter, batch)
-                .execute(&self.worker)
-                .await?
-                .rows_affected();
+            let rows = filtered(&sql, filter, batch)
+                .bind(crate::clock::now_ms())
+                .bind(after.map(|(at, _)| at))
+                .bind(after.map(|(_, row)| row))
+                .fetch_all(&self.worker)
+                .await?;
+            let taken = rows
+                .iter()
+                .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)));
+            let taken: Vec<(i64, i64)> = taken.collect::<Result<_, sqlx::Error>>()?;
+            after = taken.iter().copied().max().or(after);
+            let done = taken.len() as u64;
             replayed += done;
             if done > 0 {
                 self.accepted.notify_one();
@@ -372,16 +389,21 @@ pub(super) fn shown(
     })
 }
 
-/// Queue again what a filter matches in a replayable state and not superseded, the
-/// limit (`?10`) counting what is replayed.
+/// Queue again what a filter matches in a replayable state, not superseded and not
+/// leased, after the position `(?12, ?13)` (arrival time, row id; none: from the
+/// start), the limit (`?10`) counting what is replayed; the time is `?11`. Returns
+/// each replayed event's position.
 fn replay_sql() -> String {
     format!(
         "UPDATE receipts SET {REQUEUE}
          WHERE rowid IN (
             -- The limit counts what is replayed, not what the filter matches.
             SELECT rowid FROM receipts AS r WHERE {WHERE} AND r.state IN {REPLAYABLE}
-              AND {NOT_SUPERSEDED}
-            ORDER BY r.received_at_ms LIMIT ?10)"
+              AND {NOT_SUPERSEDED} AND {lease_over}
+              AND (?12 IS NULL OR (r.received_at_ms, r.rowid) > (?12, ?13))
+            ORDER BY r.received_at_ms, r.rowid LIMIT ?10)
+         RETURNING received_at_ms, rowid",
+        lease_over = lease_over("?11"),
     )
 }
 

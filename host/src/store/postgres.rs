@@ -10,7 +10,7 @@
 mod batch;
 
 use super::delivery::{cap, moved_on, no_other_of_its_resource_first};
-use super::operator::{LIST_CAP, NOT_SUPERSEDED, REPLAYABLE, REQUEUE};
+use super::operator::{LIST_CAP, NOT_SUPERSEDED, REPLAYABLE, REQUEUE, lease_over};
 use super::{
     AttemptRecord, Filter, Leased, Next, Position, Purged, ReceiptRow, StoreError, Summary,
 };
@@ -325,6 +325,7 @@ impl PgStore {
     /// newer version delivered or pending. Returns how many.
     pub async fn replay(&self, filter: &Filter) -> Result<u64, StoreError> {
         let done = filtered(&replay_sql(), filter, filter.limit.unwrap_or(u32::MAX))
+            .bind(crate::clock::now_ms())
             .execute(&self.pool)
             .await?;
         if done.rows_affected() > 0 {
@@ -538,17 +539,22 @@ fn filtered<'q>(
         .bind(i64::from(limit))
 }
 
-/// Queue again what a filter matches in a replayable state and not superseded, the
-/// limit (`$10`) counting what is replayed.
+/// Queue again what a filter matches in a replayable state, not superseded and not
+/// leased, the limit (`$10`) counting what is replayed; the time is `$11`. The row's
+/// own state and lease are checked again on the row being updated: a statement that
+/// waited for another replay's row locks sees the row as that one (or a worker's
+/// lease after it) left it, where its subquery still sees it as it was.
 fn replay_sql() -> String {
     format!(
-        "UPDATE receipts SET {REQUEUE}
-         WHERE (endpoint, event_id) IN (
+        "UPDATE receipts AS r SET {REQUEUE}
+         WHERE r.state IN {REPLAYABLE} AND {lease_over}
+           AND (r.endpoint, r.event_id) IN (
             -- The limit counts what is replayed, not what the filter matches.
             SELECT r.endpoint, r.event_id FROM receipts AS r
             WHERE {WHERE} AND r.state IN {REPLAYABLE}
-              AND {NOT_SUPERSEDED}
-            ORDER BY r.received_at_ms LIMIT $10)"
+              AND {NOT_SUPERSEDED} AND {lease_over}
+            ORDER BY r.received_at_ms LIMIT $10)",
+        lease_over = lease_over("$11"),
     )
 }
 
