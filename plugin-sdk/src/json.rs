@@ -165,6 +165,12 @@ impl Json {
         kind(&self.text) == Kind::Object
     }
 
+    /// Whether the document is an object whose members are all named in `names`, as
+    /// [`RawJson::has_only_members`].
+    pub fn has_only_members(&self, names: &[&str]) -> bool {
+        RawJson(&self.text).has_only_members(names)
+    }
+
     /// The elements of the array at a JSON Pointer (`""`: the document is the array),
     /// read one at a time as the iterator is advanced; `None` when there is no array
     /// there. Nothing is collected, so a batch of any length is read in constant memory.
@@ -276,6 +282,23 @@ impl<'a> RawJson<'a> {
         };
         let _ = serde_json::Deserializer::from_str(self.0).deserialize_any(picker);
         found
+    }
+
+    /// Whether this is an object whose members are all named in `names`: the shape of
+    /// one kind of event, where an unsigned header says which kind a body is.
+    ///
+    /// ```
+    /// # use hookhost_plugin_sdk::Json;
+    /// let json = Json::parse(br#"{"action": "deleted", "repository": {}, "key": {}}"#)?;
+    /// assert!(json.has_only_members(&["action", "repository", "key"]));
+    /// assert!(!json.has_only_members(&["action", "repository"]));
+    /// # Ok::<(), hookhost_plugin_sdk::Rejection>(())
+    /// ```
+    pub fn has_only_members(self, names: &[&str]) -> bool {
+        let only = OnlyMembers { names };
+        // The first other name ends the reading early, as an error: `false` too.
+        let read = serde_json::Deserializer::from_str(self.0).deserialize_any(only);
+        read.unwrap_or(false)
     }
 
     /// The value at a JSON Pointer within this value, as a view of its own.
@@ -492,6 +515,37 @@ impl<'de, const N: usize> Visitor<'de> for Picker<'_, '_, 'de, N> {
     }
 
     scalars!(());
+}
+
+/// Reads an object's member names, skipping their values: whether each is one of
+/// `names`. Anything but an object is `false`.
+struct OnlyMembers<'n> {
+    names: &'n [&'n str],
+}
+
+impl<'de> Visitor<'de> for OnlyMembers<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        while let Some(key) = map.next_key_seed(KeyText)? {
+            if !self.names.iter().any(|name| *name == key) {
+                return Ok(false);
+            }
+            map.next_value::<IgnoredAny>()?;
+        }
+        Ok(true)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(false)
+    }
+
+    scalars!(false);
 }
 
 /// An iterator over the array a lookup found; `None` for any other kind.
