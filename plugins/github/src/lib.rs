@@ -20,8 +20,10 @@
 //! the resource deleted: an `issue_comment` or `pull_request_review_comment` that is
 //! `deleted` names the issue or pull request the comment was on, and a `star` or
 //! `deploy_key` that is `deleted` names the repository; all of those live on. Since
-//! `X-GitHub-Event` is not signed, a body that carries a `comment` or a `review` never
-//! deletes: a deleted comment's body sent again as `issues` leaves its issue alive. And only a
+//! `X-GitHub-Event` is not signed, the body must also be that event's shape: the object
+//! and only `action`, `repository`, `sender`, `organization`, `installation` and
+//! `enterprise` beside it. A deleted comment's body sent again as `issues`, or a deleted
+//! star's (`starred_at`) as `repository`, leaves its issue or repository alive. And only a
 //! `repository` event versions the repository: the other events that fall back to it
 //! (`push`, `status`, `create`, `delete`, `commit_comment`, `workflow_dispatch`,
 //! `repository_dispatch`, `star`, …) happened in it without changing it, so its
@@ -185,16 +187,23 @@ impl Provider for GitHub {
             } else {
                 None
             };
-            // The event's name is not signed: a deleted comment's body sent again
-            // under `issues` must not delete its issue. A body that carries a comment
-            // or a review is never its object's own deletion.
-            let of_a_part = ["/comment", "/review"]
-                .iter()
-                .any(|part| body.raw(part).is_some());
-            event = event
-                .resource(kind, id)
-                .version(version)
-                .deleted(own && !of_a_part && action.as_deref() == Some("deleted"));
+            // The event's name is not signed: a deleted comment's body sent again under
+            // `issues`, or a deleted star's under `repository`, must not delete what it
+            // names. Only a body of the object's own event (the object, and who did
+            // what to it where) is its deletion; one carrying anything else (a
+            // `comment`, a `review`, a star's `starred_at`, a deploy key's `key`) is not.
+            let deletion = own
+                && action.as_deref() == Some("deleted")
+                && body.has_only_members(&[
+                    "action",
+                    kind,
+                    "repository",
+                    "sender",
+                    "organization",
+                    "installation",
+                    "enterprise",
+                ]);
+            event = event.resource(kind, id).version(version).deleted(deletion);
         }
         Ok(event)
     }
@@ -704,6 +713,29 @@ mod tests {
         let repository = format!(r#"{{"action":"deleted",{REPOSITORY}}}"#);
         assert_eq!(
             described("repository", &repository),
+            ("repository".into(), "2".into(), AT_2, true)
+        );
+        // Nor when such a body is sent again as `repository`'s own event: what else it
+        // carries says it is not the repository's deletion.
+        for extra in [
+            r#""starred_at":null"#,
+            r#""key":{"id":7}"#,
+            r#""hook_id":3,"hook":{"id":3}"#,
+            r#""rule":{"id":4}"#,
+            r#""project":{"id":5}"#,
+        ] {
+            let body = format!(r#"{{"action":"deleted",{extra},{REPOSITORY}}}"#);
+            assert_eq!(
+                described("repository", &body),
+                ("repository".into(), "2".into(), AT_2, false),
+                "{extra}"
+            );
+        }
+        let with_context = format!(
+            r#"{{"action":"deleted",{REPOSITORY},"sender":{{"id":8}},"organization":{{"id":9}},"installation":{{"id":10}},"enterprise":{{"id":11}}}}"#
+        );
+        assert_eq!(
+            described("repository", &with_context),
             ("repository".into(), "2".into(), AT_2, true)
         );
     }
