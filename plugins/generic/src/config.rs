@@ -4,7 +4,7 @@
 use hookhost_plugin_sdk::prelude::*;
 
 use crate::signature::{Encoding, Labels, Layout, SignatureSpec};
-use crate::template::{self, Context, Piece, Template};
+use crate::template::{self, Context, Piece, Source, Template};
 use hookhost_plugin_sdk::serde_json::{Map, Value};
 use hookhost_plugin_sdk::{Algorithm, ConfigError, KeyFormat};
 
@@ -544,6 +544,13 @@ fn signed(
 ) -> Result<Template, ConfigError> {
     let text = root.string("signed")?;
     if algorithm == Algorithm::Token {
+        if timestamp.is_some() {
+            return Err(ConfigError::new(
+                "timestamp",
+                "algorithm = \"token\" signs nothing, so no time is signed and a window \
+                 would stop no replay: remove [timestamp]",
+            ));
+        }
         if text.is_some() {
             return Err(root.error(
                 "signed",
@@ -579,6 +586,29 @@ fn signed(
                 ));
             }
         }
+    }
+    // A window judged on a time the signature does not cover stops no replay: the
+    // replay carries a fresh time. One in the body is signed with it.
+    let covered = |piece: &Piece| match (piece, timestamp.map(|t| &t.source)) {
+        (Piece::Timestamp, _) => true,
+        (
+            Piece::Field {
+                source: Source::Header(name),
+                before: None,
+            },
+            Some(TimestampSource::Header(header)),
+        ) => name == header,
+        _ => false,
+    };
+    let in_body = timestamp.is_none_or(|t| matches!(t.source, TimestampSource::Pointer(_)));
+    if !in_body && !signed.pieces.iter().any(covered) {
+        return Err(root.error(
+            "signed",
+            format!(
+                "{text:?} does not include {{timestamp}}: the time the window is judged on \
+                 would not be signed, and a replay could carry a fresh one"
+            ),
+        ));
     }
     Ok(signed)
 }

@@ -45,7 +45,7 @@
 //! | `signature.key` | `key-values` (`t=1,v1=ab,v1=cd`): the key whose values are signatures, repeatable; keys and values are split at the first `=` and trimmed |
 //! | `signature.encoding` | required: `hex`, `base64` (standard, padded), `base64url` (padding optional); `text` for `token` (its default) |
 //! | `signed` | the signed message, a template (below); default `"{body}"`; must include `{body}`. Not with `token`, which signs nothing (its message is the body, so the event ids the host derives differ by body) |
-//! | `timestamp.header` / `timestamp.key` / `timestamp.pointer` | exactly one: a header, a key of the `key-values` signature header, or a JSON Pointer into the body |
+//! | `timestamp.header` / `timestamp.key` / `timestamp.pointer` | exactly one: a header, a key of the `key-values` signature header, or a JSON Pointer into the body. A header's or a key's time must be signed (`{timestamp}`, or the header as `{header:NAME}`, in `signed`): a window on an unsigned time stops no replay. Not with `token` |
 //! | `timestamp.unit` | required with a timestamp: `seconds`, `milliseconds` or `rfc3339` |
 //! | `timestamp.tolerance_seconds` | the window, default 300; the endpoint's `tolerance` overrides it. Without a `timestamp` table nothing is timestamped and no window applies |
 //! | `message_id` | value template(s) for the delivery id stored with the receipt |

@@ -89,6 +89,7 @@ fn a_timestamp_without_tolerance_gets_the_default_window() {
     let config = json!({
         "algorithm": "hmac-sha256",
         "signature": {"header": "x-sig", "encoding": "hex"},
+        "signed": "{timestamp}.{body}",
         "timestamp": {"header": "x-ts", "unit": "seconds"}
     });
     let got = facts(&config).expect("valid");
@@ -218,6 +219,55 @@ fn templates_with_unknown_placeholders_or_without_the_body() {
         base(json!({"message_id": "{header:x id}"})),
         "message_id",
         "not an HTTP header name",
+    );
+}
+
+#[test]
+fn a_window_is_judged_only_on_a_signed_time() {
+    // From a header or a key of the signature header, the time must be signed: else a
+    // replay carries a fresh one and the window stops nothing.
+    for timestamp in [
+        json!({"header": "x-ts", "unit": "seconds"}),
+        json!({"header": "x-ts", "unit": "seconds", "tolerance_seconds": 60}),
+    ] {
+        refused(
+            base(json!({"timestamp": timestamp})),
+            "signed",
+            "does not include {timestamp}",
+        );
+    }
+    refused(
+        base(
+            json!({"signed": "{header:x-other}.{body}", "timestamp": {"header": "x-ts", "unit": "seconds"}}),
+        ),
+        "signed",
+        "does not include {timestamp}",
+    );
+    // Signed as {timestamp}, as the header itself, or in the body: accepted.
+    for (signed, timestamp) in [
+        (
+            "{timestamp}.{body}",
+            json!({"header": "x-ts", "unit": "seconds"}),
+        ),
+        (
+            "{header:X-TS}.{body}",
+            json!({"header": "x-ts", "unit": "seconds"}),
+        ),
+        ("{body}", json!({"pointer": "/ts", "unit": "seconds"})),
+    ] {
+        let config = base(json!({"signed": signed, "timestamp": timestamp}));
+        assert!(facts(&config).is_ok(), "{config}");
+    }
+    // A token signs nothing: no window.
+    refused(
+        base(json!({
+            "algorithm": "token",
+            "signed": null,
+            "signature": {"encoding": "text"},
+            "timestamp": {"header": "x-ts", "unit": "seconds"}
+        })),
+        "timestamp",
+        "signs nothing",
     );
 }
 
