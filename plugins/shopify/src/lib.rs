@@ -70,10 +70,15 @@ impl Provider for Shopify {
             && let Some(resource_id) = body.id("/id")
         {
             let kind = topic.split('/').next().unwrap_or(topic);
+            // The topic is not signed: an update's body sent again as `…/delete` must
+            // not delete what it names. A deleted object has no state left to date, and
+            // Shopify's delete payloads carry no `updated_at`; a body with one is not a
+            // deletion, whatever the topic says.
+            let version = body.rfc3339_millis("/updated_at");
             event = event
                 .resource(kind, resource_id)
-                .version(body.rfc3339_millis("/updated_at"))
-                .deleted(topic.ends_with("/delete"));
+                .version(version)
+                .deleted(topic.ends_with("/delete") && body.raw("/updated_at").is_none());
         }
         Ok(event)
     }
@@ -146,14 +151,29 @@ mod tests {
     #[test]
     fn event_maps_headers_and_body_resource() {
         let body = r#"{"id":820982911946154508,"updated_at":"2024-01-01T01:00:00-01:00"}"#;
-        let event = Shopify::describe_event(&delivery("orders/delete", body)).expect("event");
+        let event = Shopify::describe_event(&delivery("orders/updated", body)).expect("event");
         assert_eq!(event.id.as_deref(), Some("w-1"));
-        assert_eq!(event.event_type, "orders/delete");
+        assert_eq!(event.event_type, "orders/updated");
         assert_eq!(event.occurred_at, Some(1_704_067_200));
         assert_eq!(event.resource_kind.as_deref(), Some("orders"));
         assert_eq!(event.resource_id.as_deref(), Some("820982911946154508"));
         assert_eq!(event.resource_version, Some(1_704_074_400_000));
-        assert!(event.deleted);
+        assert!(!event.deleted);
+    }
+
+    #[test]
+    fn only_a_body_without_updated_at_is_a_deletion() {
+        let deleted = r#"{"id":820982911946154508}"#;
+        let event = Shopify::describe_event(&delivery("orders/delete", deleted)).expect("event");
+        assert_eq!((event.resource_version, event.deleted), (None, true));
+        // An update's body sent again under the delete topic (the topic is not signed).
+        let updated = r#"{"id":820982911946154508,"updated_at":"2024-01-01T01:00:00-01:00"}"#;
+        let event = Shopify::describe_event(&delivery("orders/delete", updated)).expect("event");
+        assert_eq!(event.event_type, "orders/delete");
+        assert_eq!(
+            (event.resource_version, event.deleted),
+            (Some(1_704_074_400_000), false)
+        );
     }
 
     #[test]
