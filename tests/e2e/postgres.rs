@@ -805,16 +805,25 @@ async fn retention_on(store: Store) {
         receipt.resource = None;
         store.record(receipt).await.expect("record");
     }
-    // One resource's version 1 dies, then its version 2 is delivered.
-    for (id, version) in [("evt_v1_dead", 1), ("evt_v2_delivered", 2)] {
-        let receipt = new_receipt(id, "cus_kept", Some(version), old);
+    // One resource's version 1 dies, then its version 2 is delivered. Another's three
+    // versions are all delivered.
+    for (id, resource, version) in [
+        ("evt_v1_dead", "cus_kept", 1),
+        ("evt_v2_delivered", "cus_kept", 2),
+        ("evt_m1", "cus_many", 1),
+        ("evt_m2", "cus_many", 2),
+        ("evt_m3", "cus_many", 3),
+    ] {
+        let receipt = new_receipt(id, resource, Some(version), old);
         store.record(receipt).await.expect("record");
     }
     let finish = |event: hookhost::store::Leased| {
         let store = store.clone();
         async move {
             let (next, at) = match event.event_id.as_str() {
-                "evt_old_delivered" | "evt_v2_delivered" => (Next::Delivered, old),
+                "evt_old_delivered" | "evt_v2_delivered" | "evt_m1" | "evt_m2" | "evt_m3" => {
+                    (Next::Delivered, old)
+                }
                 "evt_new_delivered" => (Next::Delivered, now_ms),
                 "evt_old_dead" | "evt_v1_dead" => (Next::Dead, old),
                 _ => (Next::RetryAt(now_ms + DAY), old),
@@ -832,19 +841,27 @@ async fn retention_on(store: Store) {
         }
     };
     let lease = || store.lease_due("w", &endpoints, now_ms, Duration::from_secs(60), 10);
-    let leased = lease().await.expect("lease");
-    assert_eq!(leased.len(), 5, "version 2 waits for version 1");
-    for event in leased {
-        finish(event).await;
+    // Each resource's versions go one at a time, in order.
+    let mut rounds = Vec::new();
+    loop {
+        let leased = lease().await.expect("lease");
+        if leased.is_empty() {
+            break;
+        }
+        rounds.push(leased.len());
+        for event in leased {
+            finish(event).await;
+        }
     }
-    let leased = lease().await.expect("lease");
-    assert_eq!(leased.len(), 1);
-    for event in leased {
-        finish(event).await;
-    }
+    assert_eq!(rounds, [6, 2, 1]);
     let retention = RetentionConfig::default();
     let purged = store.purge(now_ms, &retention).await.expect("purge");
-    assert_eq!((purged.receipts, purged.attempts), (1, 1));
+    // The old delivered event and all three delivered versions, in one purge.
+    assert_eq!((purged.receipts, purged.attempts), (4, 4));
+    for gone in ["evt_m1", "evt_m2", "evt_m3"] {
+        let row = store.receipt("stripe", gone).await.expect("query");
+        assert!(row.is_none(), "{gone} purged");
+    }
     // Version 2 is kept past its retention while version 1 may be replayed: it is
     // what tells a replay that the destination has a newer version.
     let v2 = store
