@@ -472,6 +472,57 @@ async fn at_one_version_a_delete_is_delivered_after_the_event_accepted_before_it
 }
 
 crate::both_stores! {
+async fn a_replay_does_not_bring_a_deleted_resource_back() {
+    // At receipt, a tombstone refuses the resource's events at or under its version,
+    // and those without one. A replay keeps to it: an update at the deletion's version
+    // and an unversioned event (dead before the deletion came) stay where they are;
+    // the deletion itself may go again.
+    let server = Server::start(&stripe_config("")).await;
+    let store = &server.app.store;
+    let now_ms = now() * 1000;
+    let mut deletion = new_receipt("evt_gone", "cus_gone", Some(5), now_ms + 2);
+    if let Some(resource) = deletion.resource.as_mut() {
+        resource.deleted = true;
+    }
+    for receipt in [
+        new_receipt("evt_update", "cus_gone", Some(5), now_ms),
+        new_receipt("evt_plain", "cus_gone", None, now_ms + 1),
+        deletion,
+    ] {
+        store.record(receipt).await.expect("record");
+    }
+    let endpoints = vec!["stripe".to_string()];
+    let attempt = AttemptRecord {
+        started_at_ms: now_ms,
+        ended_at_ms: now_ms + 1,
+        status: Some(200),
+        error: None,
+    };
+    // One at a time: each round leases the resource's next event.
+    for _ in 0..3 {
+        let leased = store
+            .lease_due("w", &endpoints, now_ms + 10, Duration::from_secs(60), 10)
+            .await
+            .expect("lease");
+        for event in leased {
+            let next = if event.event_id == "evt_plain" { Next::Dead } else { Next::Delivered };
+            store.finish_attempt(&event, "w", &attempt, &next).await.expect("finish");
+        }
+    }
+    for (id, state) in [("evt_update", "delivered"), ("evt_plain", "dead"), ("evt_gone", "delivered")] {
+        assert_eq!(server.receipt("stripe", id).await.state, state, "{id}");
+    }
+    let replay = |id: &str| {
+        let filter = hookhost::store::Filter::one("stripe", id);
+        async move { store.replay(&filter).await.expect("replay") }
+    };
+    assert_eq!(replay("evt_update").await, 0);
+    assert_eq!(replay("evt_plain").await, 0);
+    assert_eq!(replay("evt_gone").await, 1);
+}
+}
+
+crate::both_stores! {
 async fn a_replay_leaves_an_event_whose_attempt_is_on_the_wire() {
     // Discarded while its attempt is on the wire, an event keeps its lease. A replay
     // then would clear that lease, and the event would go out again beside the

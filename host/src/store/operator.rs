@@ -111,14 +111,23 @@ pub struct Summary {
 pub(super) const REPLAYABLE: &str = "('dead', 'quarantined', 'delivered', 'discarded')";
 /// A replay's rule, the same in both dialects, on a receipt aliased `r`: an old version
 /// is not sent over a newer one its resource already has delivered, or has on its way.
-/// As at receipt, versions decide: events without one are never stale.
-pub(super) const NOT_SUPERSEDED: &str = "NOT EXISTS (
+/// As at receipt, versions decide: events without one are never stale. And as at
+/// receipt, a deleted resource stays deleted: no event but a deletion is sent at or
+/// under its tombstone's version (without a version, not at all).
+pub(super) const NOT_SUPERSEDED: &str = "(NOT EXISTS (
     SELECT 1 FROM receipts AS newer
     WHERE newer.endpoint = r.endpoint
       AND newer.resource_kind = r.resource_kind
       AND newer.resource_id = r.resource_id
       AND newer.resource_version > r.resource_version
-      AND newer.state IN ('pending', 'delivered'))";
+      AND newer.state IN ('pending', 'delivered'))
+  AND NOT (NOT r.deleted AND EXISTS (
+    SELECT 1 FROM resource_versions AS tomb
+    WHERE tomb.endpoint = r.endpoint
+      AND tomb.resource_kind = r.resource_kind
+      AND tomb.resource_id = r.resource_id
+      AND tomb.deleted
+      AND (r.resource_version IS NULL OR tomb.version >= r.resource_version))))";
 /// A replay's other rule, on a receipt aliased `r`, with the time as `now`: none whose
 /// lease is live. Only a discarded receipt keeps one (its attempt still on the wire);
 /// replayed, it would lose that lease and go out again beside that attempt.
@@ -326,7 +335,8 @@ impl super::Store {
         let requeue = format!(
             "UPDATE receipts AS r SET {REQUEUE}
              WHERE r.endpoint = $1 AND r.event_id = $2 AND r.state IN {REPLAYABLE}
-               AND {NOT_SUPERSEDED}"
+               AND {NOT_SUPERSEDED} AND {lease_over}",
+            lease_over = lease_over("$3"),
         );
         let replayed = on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
@@ -348,6 +358,7 @@ impl super::Store {
             let replayed = sqlx::query(&requeue)
                 .bind(endpoint)
                 .bind(event_id)
+                .bind(crate::clock::now_ms())
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
