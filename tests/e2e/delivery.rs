@@ -471,6 +471,16 @@ async fn at_one_version_a_delete_is_delivered_after_the_event_accepted_before_it
 }
 }
 
+/// An attempt the destination answered 200 at `now_ms`, as these tests finish one.
+fn answered_ok(now_ms: i64) -> AttemptRecord {
+    AttemptRecord {
+        started_at_ms: now_ms,
+        ended_at_ms: now_ms + 1,
+        status: Some(200),
+        error: None,
+    }
+}
+
 crate::both_stores! {
 async fn a_replay_does_not_bring_a_deleted_resource_back() {
     // At receipt, a tombstone refuses the resource's events at or under its version,
@@ -492,12 +502,7 @@ async fn a_replay_does_not_bring_a_deleted_resource_back() {
         store.record(receipt).await.expect("record");
     }
     let endpoints = vec!["stripe".to_string()];
-    let attempt = AttemptRecord {
-        started_at_ms: now_ms,
-        ended_at_ms: now_ms + 1,
-        status: Some(200),
-        error: None,
-    };
+    let attempt = answered_ok(now_ms);
     // One at a time: each round leases the resource's next event.
     for _ in 0..3 {
         let leased = store
@@ -546,12 +551,7 @@ async fn a_replay_leaves_an_event_whose_attempt_is_on_the_wire() {
     assert_eq!(store.replay(&this_one).await.expect("replay"), 0);
     assert!(lease().await.expect("lease").is_empty(), "leased twice at once");
 
-    let attempt = AttemptRecord {
-        started_at_ms: now_ms,
-        ended_at_ms: now_ms + 1,
-        status: Some(200),
-        error: None,
-    };
+    let attempt = answered_ok(now_ms);
     store
         .finish_attempt(&first[0], "w", &attempt, &Next::Delivered)
         .await
@@ -589,12 +589,7 @@ async fn an_event_discarded_on_the_wire_holds_its_resource_until_the_attempt_end
     // Its attempt is still on the wire: version 2 must not overtake it.
     let held = lease().await.expect("lease");
     assert!(held.is_empty(), "{held:?}");
-    let attempt = AttemptRecord {
-        started_at_ms: now_ms,
-        ended_at_ms: now_ms + 1,
-        status: Some(200),
-        error: None,
-    };
+    let attempt = answered_ok(now_ms);
     store
         .finish_attempt(&first[0], "w", &attempt, &Next::Delivered)
         .await

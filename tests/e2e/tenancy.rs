@@ -153,6 +153,13 @@ async fn until(addr: SocketAddr, endpoint: &str, secret: &str, status: u16) -> D
 const SECRET: &str = "whsec_tenant_secret_marker_1";
 const ROTATED: &str = "whsec_tenant_secret_marker_2";
 
+/// Create the tenant's Stripe endpoint `shop`, signed with [`SECRET`].
+async fn create_shop(addr: SocketAddr, token: &str) {
+    let shop = json!({"name": "shop", "plugin": "stripe", "secret": SECRET});
+    let created = call(addr, "POST", "/v1/endpoints", token, shop).await;
+    assert_eq!(created.0, 201, "{created:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_reaches_only_its_own_and_secrets_are_write_only_and_sealed() {
     let server = Server::start(&config()).await;
@@ -629,8 +636,7 @@ async fn a_change_checked_against_an_overtaken_endpoint_is_not_written() {
     let server = Server::start(&config()).await;
     let addr = api(&server).await;
     let acme = tenant(addr, "acme").await;
-    let new = json!({"name": "shop", "plugin": "stripe", "secret": SECRET});
-    assert_eq!(call(addr, "POST", "/v1/endpoints", &acme, new).await.0, 201);
+    create_shop(addr, &acme).await;
     let store = &server.app.store;
     let read = store.managed_endpoints(Some("acme")).await.expect("endpoints").remove(0);
 
@@ -1416,11 +1422,7 @@ async fn an_endpoint_holds_ten_active_secrets_at_most() {
     let server = Server::start(&config()).await;
     let addr = api(&server).await;
     let acme = tenant(addr, "acme").await;
-    let shop = json!({"name": "shop", "plugin": "stripe", "secret": SECRET});
-    assert_eq!(
-        call(addr, "POST", "/v1/endpoints", &acme, shop).await.0,
-        201
-    );
+    create_shop(addr, &acme).await;
     let path = "/v1/endpoints/acme.shop/secrets";
     for n in 2..=10 {
         let added = call(
@@ -1472,11 +1474,7 @@ async fn the_tenant_apis_plugin_work_leaves_the_other_plugin_threads_to_ingest()
     );
     let addr = api(&server).await;
     let acme = tenant(addr, "acme").await;
-    let shop = json!({"name": "shop", "plugin": "stripe", "secret": SECRET});
-    assert_eq!(
-        call(addr, "POST", "/v1/endpoints", &acme, shop).await.0,
-        201
-    );
+    create_shop(addr, &acme).await;
     let hostile = std::fs::read(guest("hostile")).expect("the test guest");
     let upload = json!({"wasm_base64": b64(&hostile), "vectors": [guest_vector("test.event")]});
     let (status, uploaded) = call(addr, "POST", "/v1/plugins", &acme, upload).await;
