@@ -111,7 +111,8 @@ pub struct Summary {
 pub(super) const REPLAYABLE: &str = "('dead', 'quarantined', 'delivered', 'discarded')";
 /// A replay's rule, the same in both dialects, on a receipt aliased `r`: an old version
 /// is not sent over a newer one its resource already has delivered, or has on its way.
-/// As at receipt, versions decide: events without one are never stale. And as at
+/// As at receipt, versions decide: events without one are never stale; at one
+/// version, the later arrival is the newer (delivered after the other). And as at
 /// receipt, a deleted resource stays deleted: no event but a deletion is sent at or
 /// under its tombstone's version (without a version, not at all).
 pub(super) const NOT_SUPERSEDED: &str = "(NOT EXISTS (
@@ -119,7 +120,9 @@ pub(super) const NOT_SUPERSEDED: &str = "(NOT EXISTS (
     WHERE newer.endpoint = r.endpoint
       AND newer.resource_kind = r.resource_kind
       AND newer.resource_id = r.resource_id
-      AND newer.resource_version > r.resource_version
+      AND (newer.resource_version > r.resource_version
+           OR (newer.resource_version = r.resource_version
+               AND (newer.received_at_ms, newer.event_id) > (r.received_at_ms, r.event_id)))
       AND newer.state IN ('pending', 'delivered'))
   AND NOT (NOT r.deleted AND EXISTS (
     SELECT 1 FROM resource_versions AS tomb
