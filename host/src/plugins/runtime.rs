@@ -1595,9 +1595,6 @@ mod tests {
         }
     }
 
-    /// The built-ins are written without `std`, so their components import nothing
-    /// but the contract's types: no WASI to link, one core module to instantiate. A
-    /// plugin built with `std` (the test guest) imports WASI.
     /// A failure is judged by the host's own words, not by what the plugin named its
     /// functions, and what is kept of it is one line whatever those names hold.
     #[test]
@@ -1620,6 +1617,9 @@ mod tests {
         assert_eq!(classify(grown, "call"), PluginFailure::Memory);
     }
 
+    /// The built-ins are written without `std`, so their components import nothing
+    /// but the contract's types: no WASI to link, one core module to instantiate. A
+    /// plugin built with `std` (the test guest) imports WASI.
     #[test]
     fn built_ins_import_nothing_but_the_contract() {
         let catalog = built_ins();
