@@ -190,6 +190,18 @@ impl MasterKey {
             .collect()
     }
 
+    /// [`MasterKey::open`] of a sealed setting that may be unset (`None`).
+    pub fn open_set(
+        &self,
+        endpoint: &str,
+        secret_id: &str,
+        sealed: Option<&[u8]>,
+    ) -> Result<Option<Secret>, String> {
+        sealed
+            .map(|sealed| self.open(endpoint, secret_id, sealed))
+            .transpose()
+    }
+
     /// Open a sealed secret; it must have been sealed for this endpoint and id.
     pub fn open(&self, endpoint: &str, secret_id: &str, sealed: &[u8]) -> Result<Secret, String> {
         if sealed.len() < 24 {
@@ -409,10 +421,8 @@ fn build_managed(
             .collect();
         let opened = key.open_active(active.iter().copied());
         let secret_ids = active.iter().map(|s| s.id.clone()).collect();
-        let open = |sealed: &Option<Vec<u8>>, what| {
-            let opened = sealed.as_deref().map(|s| key.open(&endpoint.id, what, s));
-            opened.transpose()
-        };
+        let open =
+            |sealed: &Option<Vec<u8>>, what| key.open_set(&endpoint.id, what, sealed.as_deref());
         let write_only = open(&endpoint.destination_sealed, DESTINATION).and_then(|destination| {
             let handshake = open(&endpoint.handshake_sealed, HANDSHAKE)?;
             Ok(WriteOnly {
@@ -1371,10 +1381,11 @@ fn kept(
     sealed: &Option<Vec<u8>>,
     what: &str,
 ) -> Result<Option<Secret>, ApiError> {
-    let opened = sealed
-        .as_deref()
-        .map(|s| api.tenancy.master_key.open(&endpoint.id, what, s));
-    opened.transpose().map_err(|reason| {
+    let opened = api
+        .tenancy
+        .master_key
+        .open_set(&endpoint.id, what, sealed.as_deref());
+    opened.map_err(|reason| {
         tracing::error!(endpoint = %endpoint.id, %reason, setting = what, "sealed setting does not open");
         error(StatusCode::INTERNAL_SERVER_ERROR, "secret_unreadable", None)
     })
@@ -1434,7 +1445,8 @@ async fn upload_plugin(
     // Checked again as it is stored; here, so that an upload past the quota is not
     // compiled first. Bytes the tenant has already are not one more.
     let existing = api.app.store.tenant_plugins(&tenant).await?;
-    let digest = hex::encode(Sha256::digest(&wasm));
+    let sha256: [u8; 32] = Sha256::digest(&wasm).into();
+    let digest = hex::encode(sha256);
     let known = existing.iter().any(|p| p.digest == digest);
     if !known && existing.len() >= quotas.max_plugins as usize {
         return Err(over_quota(quotas.max_plugins, "plugins"));
@@ -1449,7 +1461,8 @@ async fn upload_plugin(
         api.app.plugin_limits,
         wasm.clone(),
     );
-    let plugin = tokio::task::spawn_blocking(move || Plugin::load(&bytes, origin, limits))
+    let load = move || Plugin::load_with_digest(&bytes, sha256, origin, limits);
+    let plugin = tokio::task::spawn_blocking(load)
         .await
         .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed", None))?
         .map_err(|e| invalid("invalid_plugin", e.to_string()))?;

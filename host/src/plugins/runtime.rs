@@ -725,8 +725,9 @@ impl Plugin {
     }
 
     /// [`Plugin::load`] of a component whose SHA-256 is already known (a built-in's,
-    /// from the build): with its compiled code cached, `bytes` are then never read.
-    pub(super) fn load_with_digest(
+    /// from the build; an upload's, hashed to check its tenant's quota): with its
+    /// compiled code cached, `bytes` are then never read.
+    pub(crate) fn load_with_digest(
         bytes: &[u8],
         digest: [u8; 32],
         origin: Origin,
