@@ -96,10 +96,6 @@ pub enum Added {
 /// them, across processes too).
 const LOCK_TENANT: &str = "UPDATE tenants SET id = id WHERE id = $1";
 
-/// Likewise a tenant's endpoint's row, for retiring its secrets; no row when the
-/// tenant has no such endpoint.
-const LOCK_ENDPOINT: &str = "UPDATE managed_endpoints SET id = id WHERE id = $1 AND tenant = $2";
-
 /// What a change to an endpoint did, checked against the endpoint as its caller read
 /// it (its `updated_at_ms`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -480,6 +476,7 @@ impl Store {
         // the second reads the active secrets after the first commits, so they cannot
         // each see the other's secret still active and leave none (PostgreSQL reads
         // committed rows; SQLite's one writer orders them already).
+        const LOCK: &str = "UPDATE managed_endpoints SET id = id WHERE id = $1 AND tenant = $2";
         const ACTIVE: &str = "SELECT s.id FROM endpoint_secrets s
                               JOIN managed_endpoints e ON e.id = s.endpoint
                               WHERE s.endpoint = $1 AND e.tenant = $2 AND s.retired_at_ms IS NULL";
@@ -487,7 +484,7 @@ impl Store {
                               WHERE id = $1 AND endpoint = $2";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
-            sqlx::query(LOCK_ENDPOINT).bind(endpoint).bind(tenant).execute(&mut *tx).await?;
+            sqlx::query(LOCK).bind(endpoint).bind(tenant).execute(&mut *tx).await?;
             let active: Vec<String> = sqlx::query_scalar(ACTIVE)
                 .bind(endpoint)
                 .bind(tenant)
