@@ -471,6 +471,31 @@ async fn at_one_version_a_delete_is_delivered_after_the_event_accepted_before_it
 }
 }
 
+/// Lease the Stripe endpoint's due events `rounds` times (a round takes each
+/// resource's next event) and finish each as answered 200, in the state `next` names.
+async fn finish_rounds(
+    store: &hookhost::store::Store,
+    now_ms: i64,
+    rounds: usize,
+    next: impl Fn(&str) -> Next,
+) {
+    let endpoints = vec!["stripe".to_string()];
+    for _ in 0..rounds {
+        let leased = store
+            .lease_due("w", &endpoints, now_ms + 10, Duration::from_secs(60), 10)
+            .await
+            .expect("lease");
+        for event in leased {
+            let next = next(&event.event_id);
+            let attempt = answered_ok(now_ms);
+            store
+                .finish_attempt(&event, "w", &attempt, &next)
+                .await
+                .expect("finish");
+        }
+    }
+}
+
 /// An attempt the destination answered 200 at `now_ms`, as these tests finish one.
 fn answered_ok(now_ms: i64) -> AttemptRecord {
     AttemptRecord {
@@ -501,19 +526,8 @@ async fn a_replay_does_not_bring_a_deleted_resource_back() {
     ] {
         store.record(receipt).await.expect("record");
     }
-    let endpoints = vec!["stripe".to_string()];
-    let attempt = answered_ok(now_ms);
     // One at a time: each round leases the resource's next event.
-    for _ in 0..3 {
-        let leased = store
-            .lease_due("w", &endpoints, now_ms + 10, Duration::from_secs(60), 10)
-            .await
-            .expect("lease");
-        for event in leased {
-            let next = if event.event_id == "evt_plain" { Next::Dead } else { Next::Delivered };
-            store.finish_attempt(&event, "w", &attempt, &next).await.expect("finish");
-        }
-    }
+    finish_rounds(store, now_ms, 3, |id| if id == "evt_plain" { Next::Dead } else { Next::Delivered }).await;
     for (id, state) in [("evt_update", "delivered"), ("evt_plain", "dead"), ("evt_gone", "delivered")] {
         assert_eq!(server.receipt("stripe", id).await.state, state, "{id}");
     }
@@ -538,17 +552,7 @@ async fn a_replay_does_not_send_an_earlier_change_over_a_later_one_of_one_versio
         let receipt = new_receipt(id, "cus_same", Some(7), at);
         store.record(receipt).await.expect("record");
     }
-    let endpoints = vec!["stripe".to_string()];
-    for _ in 0..2 {
-        let leased = store
-            .lease_due("w", &endpoints, now_ms + 10, Duration::from_secs(60), 10)
-            .await
-            .expect("lease");
-        for event in leased {
-            let attempt = answered_ok(now_ms);
-            store.finish_attempt(&event, "w", &attempt, &Next::Delivered).await.expect("finish");
-        }
-    }
+    finish_rounds(store, now_ms, 2, |_| Next::Delivered).await;
     let replay = |id: &str| {
         let filter = hookhost::store::Filter::one("stripe", id);
         async move { store.replay(&filter).await.expect("replay") }
