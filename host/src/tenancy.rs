@@ -20,7 +20,8 @@ use crate::endpoints::{Endpoint, TenantLimits};
 use crate::http::{App, IngestError};
 use crate::plugins::{Described, Fetch, Plugin, Residency};
 use crate::store::{
-    Added, Edited, ManagedEndpoint, Retired, SealedSecret, StoreError, TenantPlugin, TenantRow,
+    Added, Edited, ManagedEndpoint, Paused, Retired, SealedSecret, StoreError, TenantPlugin,
+    TenantRow,
 };
 use crate::verify::Secret;
 use axum::Json;
@@ -1602,12 +1603,22 @@ async fn resume(
 }
 
 async fn set_paused(api: &Api, caller: &Caller, id: &str, paused: bool) -> Answer {
-    owned(api, caller, id).await?;
-    api.app
+    let tenant = tenant_of(caller)?;
+    let now = crate::clock::now_ms();
+    match api
+        .app
         .store
-        .set_paused(id, paused, crate::clock::now_ms())
-        .await?;
-    ok(serde_json::json!({ "id": id, "paused": paused }))
+        .tenant_set_paused(tenant, id, paused, now)
+        .await?
+    {
+        Paused::Done => ok(serde_json::json!({ "id": id, "paused": paused })),
+        Paused::Missing => Err(not_found()),
+        Paused::HeldByOperator => Err(error(
+            StatusCode::CONFLICT,
+            "paused_by_operator",
+            Some("an operator paused this endpoint; only an operator resumes it".into()),
+        )),
+    }
 }
 
 async fn delete_endpoint(

@@ -869,6 +869,53 @@ async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_ap
     delivered("evt_d4").await;
 }
 
+crate::both_stores! {
+async fn a_tenant_resumes_its_own_pause_and_never_an_operators() {
+    // An operator who pauses a tenant's endpoint (one flooding its destination, say)
+    // keeps it paused against the tenant API: the tenant's resume is refused until an
+    // operator resumes it. A tenant's own pause the tenant resumes; an operator's pause
+    // over it takes it over.
+    let server = Server::start(&config()).await;
+    let addr = api(&server).await;
+    let admin = crate::operations::admin(&server).await;
+    let acme = tenant(addr, "acme").await;
+    create_shop(addr, &acme).await;
+    let auth = [("authorization", format!("Bearer {}", crate::operations::ADMIN_TOKEN))];
+    let operator = |verb: &str| {
+        let path = format!("/admin/endpoints/acme.shop/{verb}");
+        let auth = auth.clone();
+        async move { request(admin, "POST", &path, &auth, Default::default()).await.0 }
+    };
+    let by_tenant = |verb: &str| {
+        let path = format!("/v1/endpoints/acme.shop/{verb}");
+        let acme = acme.clone();
+        async move { call(addr, "POST", &path, &acme, Value::Null).await }
+    };
+    let paused = || async { server.app.store.paused().await.expect("paused") };
+    let refused = (409, json!({"error": "paused_by_operator",
+                               "reason": "an operator paused this endpoint; only an operator resumes it"}));
+
+    assert_eq!(by_tenant("pause").await, (200, json!({"id": "acme.shop", "paused": true})));
+    assert_eq!(paused().await, ["acme.shop"]);
+    assert_eq!(by_tenant("resume").await, (200, json!({"id": "acme.shop", "paused": false})));
+    assert!(paused().await.is_empty());
+
+    assert_eq!(operator("pause").await, 200);
+    assert_eq!(by_tenant("pause").await.0, 200);
+    assert_eq!(by_tenant("resume").await, refused);
+    assert_eq!(paused().await, ["acme.shop"]);
+    assert_eq!(operator("resume").await, 200);
+    assert!(paused().await.is_empty());
+
+    assert_eq!(by_tenant("pause").await.0, 200);
+    assert_eq!(operator("pause").await, 200);
+    assert_eq!(by_tenant("resume").await, refused);
+    assert_eq!(paused().await, ["acme.shop"]);
+    assert_eq!(operator("resume").await, 200);
+    assert!(paused().await.is_empty());
+}
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sealing_tenants_bodies_are_sealed_at_rest_and_opened_to_deliver_and_show() {
     let (downstream, port) = crate::delivery::Downstream::start().await;

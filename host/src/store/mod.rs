@@ -53,7 +53,9 @@ pub use delivery::{AttemptRecord, Leased, Next};
 pub use forensics::{ForensicFilter, ForensicRow, ForensicSummary, NewForensic};
 pub use operator::{Filter, Position, Summary};
 pub use reconcile::{RepairRow, RunRow};
-pub use tenancy::{Added, Edited, ManagedEndpoint, Retired, SealedSecret, TenantPlugin, TenantRow};
+pub use tenancy::{
+    Added, Edited, ManagedEndpoint, Paused, Retired, SealedSecret, TenantPlugin, TenantRow,
+};
 
 pub use sqlite::{ReceiptRow, single_commit_rate};
 pub use writer::COMMIT_TIMEOUT;
@@ -316,7 +318,8 @@ forward! {
     fn replayable(&self, filter: &Filter, after: Option<&Position>, limit: u32) -> Result<Vec<Position>, StoreError>;
     /// Discard a receipt with a reason (never deleted).
     fn discard(&self, endpoint: &str, event_id: &str, reason: &str) -> Result<bool, StoreError>;
-    /// Pause or resume an endpoint's delivery.
+    /// Pause or resume an endpoint's delivery as an operator: the pause holds against
+    /// the tenant API; the resume lifts a tenant's pause too.
     fn set_paused(&self, endpoint: &str, paused: bool, now_ms: i64) -> Result<(), StoreError>;
     /// Endpoints whose delivery is paused.
     fn paused(&self) -> Result<Vec<String>, StoreError>;

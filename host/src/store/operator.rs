@@ -284,6 +284,8 @@ impl SqliteStore {
     }
 
     /// Stop (or restart) delivering an endpoint's events; they keep being accepted.
+    /// An operator's pause holds against the tenant's API (it takes over a tenant's
+    /// pause); its resume lifts any pause.
     pub async fn set_paused(
         &self,
         endpoint: &str,
@@ -291,7 +293,8 @@ impl SqliteStore {
         now_ms: i64,
     ) -> Result<(), StoreError> {
         let statement = if paused {
-            "INSERT INTO endpoint_pauses (endpoint, paused_at_ms) VALUES (?, ?) ON CONFLICT DO NOTHING"
+            "INSERT INTO endpoint_pauses (endpoint, paused_at_ms, paused_by) VALUES (?, ?, 'operator')
+             ON CONFLICT (endpoint) DO UPDATE SET paused_by = 'operator'"
         } else {
             "DELETE FROM endpoint_pauses WHERE endpoint = ? AND ? IS NOT NULL"
         };

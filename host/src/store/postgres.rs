@@ -394,6 +394,8 @@ impl PgStore {
     }
 
     /// Stop (or restart) delivering an endpoint's events; they keep being accepted.
+    /// An operator's pause holds against the tenant's API (it takes over a tenant's
+    /// pause); its resume lifts any pause.
     pub async fn set_paused(
         &self,
         endpoint: &str,
@@ -402,8 +404,9 @@ impl PgStore {
     ) -> Result<(), StoreError> {
         if paused {
             sqlx::query(
-                "INSERT INTO endpoint_pauses (endpoint, paused_at_ms) VALUES ($1, $2)
-                 ON CONFLICT DO NOTHING",
+                "INSERT INTO endpoint_pauses (endpoint, paused_at_ms, paused_by)
+                 VALUES ($1, $2, 'operator')
+                 ON CONFLICT (endpoint) DO UPDATE SET paused_by = 'operator'",
             )
             .bind(endpoint)
             .bind(now_ms)

@@ -111,6 +111,22 @@ pub enum Edited {
 /// [`Edited::Stale`].
 const EXISTS: &str = "SELECT COUNT(*) FROM managed_endpoints WHERE id = $1 AND tenant = $2";
 
+/// What a tenant's pause or resume of its endpoint did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Paused {
+    Done,
+    /// The tenant has no such endpoint.
+    Missing,
+    /// An operator paused the endpoint: it stays paused until an operator resumes it.
+    HeldByOperator,
+}
+
+/// Taken first in a transaction changing what belongs to an endpoint, the endpoint's
+/// row lock orders the change with a delete of the endpoint and with other changes
+/// to it (PostgreSQL reads committed rows; SQLite's one writer orders them already).
+/// No row written: the tenant has no such endpoint.
+const LOCK_ENDPOINT: &str = "UPDATE managed_endpoints SET id = id WHERE id = $1 AND tenant = $2";
+
 /// What retiring a secret did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retired {
@@ -308,6 +324,46 @@ impl Store {
         })
     }
 
+    /// Pause or resume a tenant's endpoint's delivery. A tenant resumes its own pause,
+    /// never an operator's; pausing what an operator paused changes nothing.
+    pub async fn tenant_set_paused(
+        &self,
+        tenant: &str,
+        id: &str,
+        paused: bool,
+        now_ms: i64,
+    ) -> Result<Paused, StoreError> {
+        // The endpoint's row is locked first: a delete of the endpoint either commits
+        // before, and nothing is paused here, or waits and deletes this pause with the
+        // endpoint's other rows. Otherwise a pause could outlive its endpoint, and one
+        // created again under the id would start paused.
+        const PAUSE: &str = "INSERT INTO endpoint_pauses (endpoint, paused_at_ms, paused_by)
+                             VALUES ($1, $2, 'tenant') ON CONFLICT (endpoint) DO NOTHING";
+        const RESUME: &str =
+            "DELETE FROM endpoint_pauses WHERE endpoint = $1 AND paused_by = 'tenant'";
+        const HELD: &str = "SELECT COUNT(*) FROM endpoint_pauses WHERE endpoint = $1";
+        let done = on_pool!(self, writes, pool => {
+            let mut tx = pool.begin().await?;
+            let lock = sqlx::query(LOCK_ENDPOINT).bind(id).bind(tenant);
+            if lock.execute(&mut *tx).await?.rows_affected() == 0 {
+                return Ok(Paused::Missing);
+            }
+            let held: i64 = if paused {
+                sqlx::query(PAUSE).bind(id).bind(now_ms).execute(&mut *tx).await?;
+                0
+            } else {
+                sqlx::query(RESUME).bind(id).execute(&mut *tx).await?;
+                sqlx::query_scalar(HELD).bind(id).fetch_one(&mut *tx).await?
+            };
+            tx.commit().await?;
+            if held > 0 { Paused::HeldByOperator } else { Paused::Done }
+        });
+        if !paused && done == Paused::Done {
+            self.wake_workers();
+        }
+        Ok(done)
+    }
+
     /// Add a secret to a tenant's endpoint (it becomes current), unless the endpoint
     /// has changed since it was read at `read_at_ms` (the secret was checked against
     /// its plugin then); the endpoint's `updated_at_ms` moves to `now_ms`.
@@ -472,11 +528,9 @@ impl Store {
         secret: &str,
         now_ms: i64,
     ) -> Result<Retired, StoreError> {
-        // Taken first, the endpoint's row lock orders two retirements of one endpoint:
-        // the second reads the active secrets after the first commits, so they cannot
-        // each see the other's secret still active and leave none (PostgreSQL reads
-        // committed rows; SQLite's one writer orders them already).
-        const LOCK: &str = "UPDATE managed_endpoints SET id = id WHERE id = $1 AND tenant = $2";
+        // The endpoint's row lock orders two retirements of one endpoint: the second
+        // reads the active secrets after the first commits, so they cannot each see
+        // the other's secret still active and leave none.
         const ACTIVE: &str = "SELECT s.id FROM endpoint_secrets s
                               JOIN managed_endpoints e ON e.id = s.endpoint
                               WHERE s.endpoint = $1 AND e.tenant = $2 AND s.retired_at_ms IS NULL";
@@ -484,7 +538,7 @@ impl Store {
                               WHERE id = $1 AND endpoint = $2";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
-            sqlx::query(LOCK).bind(endpoint).bind(tenant).execute(&mut *tx).await?;
+            sqlx::query(LOCK_ENDPOINT).bind(endpoint).bind(tenant).execute(&mut *tx).await?;
             let active: Vec<String> = sqlx::query_scalar(ACTIVE)
                 .bind(endpoint)
                 .bind(tenant)
