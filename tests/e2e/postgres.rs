@@ -789,7 +789,8 @@ async fn sqlite_refuses_a_newer_schema_too() {
 }
 
 /// Retention on one store: delivered receipts older than the retention go with their
-/// attempts; pending ones never; dead ones only under their own setting.
+/// attempts; pending ones never; dead ones only under their own setting, from their
+/// last attempt.
 async fn retention_on(store: Store) {
     const DAY: i64 = 86_400_000;
     let now_ms = now() * 1000;
@@ -800,6 +801,7 @@ async fn retention_on(store: Store) {
         ("evt_new_delivered", now_ms),
         ("evt_old_dead", old),
         ("evt_old_pending", old),
+        ("evt_late_dead", old),
     ] {
         let mut receipt = new_receipt(id, id, Some(1), received);
         receipt.resource = None;
@@ -826,6 +828,8 @@ async fn retention_on(store: Store) {
                 }
                 "evt_new_delivered" => (Next::Delivered, now_ms),
                 "evt_old_dead" | "evt_v1_dead" => (Next::Dead, old),
+                // Retried for weeks, it went dead only yesterday.
+                "evt_late_dead" => (Next::Dead, now_ms - DAY),
                 _ => (Next::RetryAt(now_ms + DAY), old),
             };
             let attempt = AttemptRecord {
@@ -853,7 +857,7 @@ async fn retention_on(store: Store) {
             finish(event).await;
         }
     }
-    assert_eq!(rounds, [6, 2, 1]);
+    assert_eq!(rounds, [7, 2, 1]);
     let retention = RetentionConfig::default();
     let purged = store.purge(now_ms, &retention).await.expect("purge");
     // The old delivered event and all three delivered versions, in one purge.
@@ -895,7 +899,7 @@ async fn retention_on(store: Store) {
             "{kept} kept"
         );
     }
-    // Dead letters go only under their own setting.
+    // Dead letters go only under their own setting, counted from their last attempt.
     let retention = RetentionConfig {
         dead: Some(Duration::from_secs(30 * 86_400)),
         ..retention
@@ -917,11 +921,16 @@ async fn retention_on(store: Store) {
             .is_some(),
         "pending is never purged"
     );
+    let late = store
+        .receipt("stripe", "evt_late_dead")
+        .await
+        .expect("query");
+    assert_eq!(late.map(|r| r.state).as_deref(), Some("dead"));
     // With version 1 gone, version 2 goes at the next purge.
-    assert_eq!(store.count_receipts("stripe").await.expect("count"), 3);
+    assert_eq!(store.count_receipts("stripe").await.expect("count"), 4);
     let purged = store.purge(now_ms, &retention).await.expect("purge");
     assert_eq!((purged.receipts, purged.attempts), (1, 1));
-    assert_eq!(store.count_receipts("stripe").await.expect("count"), 2);
+    assert_eq!(store.count_receipts("stripe").await.expect("count"), 3);
     store.close().await;
 }
 

@@ -325,8 +325,9 @@ forward! {
     fn paused(&self) -> Result<Vec<String>, StoreError>;
     /// Delete what the retention lets go: delivered receipts (and their attempts)
     /// older than `retention.delivered`, except one whose resource has an older
-    /// version that may still be replayed; dead letters, quarantined receipts and
-    /// conflicts only when `retention.dead` is set. Never a pending receipt.
+    /// version that may still be replayed; dead letters, quarantined receipts (from
+    /// their last attempt) and conflicts only when `retention.dead` is set. Never a
+    /// pending receipt.
     fn purge(&self, now_ms: i64, retention: &crate::config::RetentionConfig) -> Result<Purged, StoreError>;
 }
 

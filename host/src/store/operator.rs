@@ -159,6 +159,18 @@ pub(super) fn purgeable_delivered(before: &str) -> String {
               AND NOT (older.state = 'delivered' AND older.delivered_at_ms < {before}))"
     )
 }
+/// Purge's rule for a dead letter or a quarantined receipt past its retention, on a
+/// receipt named `receipts`: counted from when it was settled, its last attempt (an
+/// event retried for weeks goes dead long after it arrived; replayed, it is settled
+/// again), or from its arrival when it was never attempted.
+pub(super) fn purgeable_dead(before: &str) -> String {
+    format!(
+        "state IN ('dead', 'quarantined') AND received_at_ms < {before} AND NOT EXISTS (
+            SELECT 1 FROM attempts AS a
+            WHERE a.endpoint = receipts.endpoint AND a.event_id = receipts.event_id
+              AND a.ended_at_ms >= {before})"
+    )
+}
 /// Events one replay statement takes at most on SQLite (see `replay`).
 const REPLAY_BATCH: u64 = 1_000;
 /// Most rows one listing returns.

@@ -448,7 +448,7 @@ impl PgStore {
         if let Some(dead) = retention.dead {
             let dead_before = now_ms.saturating_sub(super::millis(dead));
             self.purge_class(
-                "state IN ('dead', 'quarantined') AND received_at_ms < $1",
+                &super::operator::purgeable_dead("$1"),
                 dead_before,
                 &mut purged,
             )
