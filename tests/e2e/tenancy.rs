@@ -1505,6 +1505,30 @@ async fn an_endpoint_holds_ten_active_secrets_at_most() {
     assert_eq!(retired.0, 200, "{retired:?}");
     let added = call(addr, "POST", path, &acme, json!({"value": "whsec_11"})).await;
     assert_eq!(added.0, 201, "{added:?}");
+
+    // Retired secrets are kept for the record, the ten retired last: rotating on and
+    // on does not grow the endpoint's rows.
+    for n in 12..=22 {
+        let (_, secrets) = call(addr, "GET", path, &acme, Value::Null).await;
+        let active = secrets.as_array().expect("secrets").iter().rev();
+        let active = active.filter(|s| s["retired_at_ms"].is_null());
+        let id = active
+            .map(|s| s["id"].as_str().expect("id"))
+            .next()
+            .expect("an active secret");
+        let retire = format!("{path}/{id}/retire");
+        assert_eq!(call(addr, "POST", &retire, &acme, Value::Null).await.0, 200);
+        let value = json!({"value": format!("whsec_{n}")});
+        assert_eq!(call(addr, "POST", path, &acme, value).await.0, 201);
+    }
+    let (_, secrets) = call(addr, "GET", path, &acme, Value::Null).await;
+    let secrets = secrets.as_array().expect("secrets");
+    let retired = secrets.iter().filter(|s| !s["retired_at_ms"].is_null());
+    assert_eq!((secrets.len(), retired.count()), (20, 10), "{secrets:?}");
+    assert!(
+        !secrets.iter().any(|s| s["id"] == oldest.as_str()),
+        "the first one retired is forgotten: {secrets:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

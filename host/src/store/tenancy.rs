@@ -127,6 +127,11 @@ pub enum Paused {
 /// No row written: the tenant has no such endpoint.
 const LOCK_ENDPOINT: &str = "UPDATE managed_endpoints SET id = id WHERE id = $1 AND tenant = $2";
 
+/// Retired secrets an endpoint keeps, for the record (they verify nothing): the ones
+/// retired last. Without a bound, adding and retiring would grow the rows every
+/// registry rebuild reads.
+pub const KEPT_RETIRED: i64 = 10;
+
 /// What retiring a secret did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retired {
@@ -520,7 +525,8 @@ impl Store {
         Ok(())
     }
 
-    /// Retire one of a tenant's endpoint's active secrets, unless it is the last.
+    /// Retire one of a tenant's endpoint's active secrets, unless it is the last. The
+    /// endpoint keeps its [`KEPT_RETIRED`] secrets retired last; older ones are deleted.
     pub async fn retire_secret(
         &self,
         tenant: &str,
@@ -536,6 +542,11 @@ impl Store {
                               WHERE s.endpoint = $1 AND e.tenant = $2 AND s.retired_at_ms IS NULL";
         const RETIRE: &str = "UPDATE endpoint_secrets SET retired_at_ms = $3
                               WHERE id = $1 AND endpoint = $2";
+        const FORGET: &str = "DELETE FROM endpoint_secrets
+                              WHERE endpoint = $1 AND retired_at_ms IS NOT NULL AND id NOT IN (
+                                  SELECT id FROM endpoint_secrets
+                                  WHERE endpoint = $1 AND retired_at_ms IS NOT NULL
+                                  ORDER BY retired_at_ms DESC, id DESC LIMIT $2)";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
             sqlx::query(LOCK_ENDPOINT).bind(endpoint).bind(tenant).execute(&mut *tx).await?;
@@ -551,6 +562,7 @@ impl Store {
                 return Ok(Retired::LastActive);
             }
             sqlx::query(RETIRE).bind(secret).bind(endpoint).bind(now_ms).execute(&mut *tx).await?;
+            sqlx::query(FORGET).bind(endpoint).bind(KEPT_RETIRED).execute(&mut *tx).await?;
             sqlx::query(BUMP).execute(&mut *tx).await?;
             tx.commit().await?;
             Ok(Retired::Retired)
