@@ -236,27 +236,35 @@ pub const MAX_STORED_TEXT: usize = 1024;
 /// Every text a receipt keeps from the event is storable in both stores: at most
 /// [`MAX_STORED_TEXT`] bytes and without NUL, which PostgreSQL's `text` refuses (one
 /// such receipt would fail the whole group commit it shares with other requests), and
-/// a version the stores' integers hold. A body whose event names such a thing is not
+/// a version the stores' integers hold. What delivery sends in headers (the id, the
+/// type, the resource) has no control character either: HTTP refuses them there, and
+/// the event could never be delivered. A body whose event names such a thing is not
 /// what a provider sends: 400 `malformed_body`.
 pub fn storable(event: &Event, message_id: Option<&String>) -> Result<(), IngestError> {
     let reason = match &event.disposition {
         Disposition::Ignore(reason) => Some(reason),
         _ => None,
     };
-    let texts = [
+    let delivered = [
         event.id.as_ref(),
         Some(&event.event_type),
         event.resource_kind.as_ref(),
         event.resource_id.as_ref(),
-        message_id,
-        reason,
     ];
     // A version past i64::MAX (the stores' integers) would compare equal to every
     // other such version; no provider sends one.
     let version_fits = event
         .resource_version
         .is_none_or(|v| i64::try_from(v).is_ok());
-    if version_fits && texts.iter().flatten().all(|text| fits(text)) {
+    let in_headers = |text: &&String| !text.chars().any(|c| c.is_ascii_control());
+    if version_fits
+        && delivered.iter().flatten().all(in_headers)
+        && delivered
+            .iter()
+            .chain(&[message_id, reason])
+            .flatten()
+            .all(|text| fits(text))
+    {
         Ok(())
     } else {
         Err(IngestError::MalformedBody)
