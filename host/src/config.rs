@@ -127,6 +127,9 @@ pub struct TenancyConfig {
     /// (default 256 MiB); past it the least recently used is dropped, and loaded
     /// again (mapped from the disk cache) when a request needs it.
     pub resident_plugin_bytes: usize,
+    /// Which addresses tenants' destinations may connect to: public ones, unless
+    /// `private_destinations = true` (all of them are the operator's own).
+    pub destinations: crate::worker::Reach,
 }
 
 /// Default of [`TenancyConfig::resident_plugin_bytes`].
@@ -327,6 +330,8 @@ pub struct DestinationConfig {
     pub secret: Secret,
     pub connect_timeout: Duration,
     pub timeout: Duration,
+    /// Which addresses it may connect to: any, for the file's endpoints.
+    pub reach: crate::worker::Reach,
 }
 
 /// The worker pool.
@@ -428,6 +433,7 @@ struct RawTenancy {
     max_plugins: Option<u32>,
     max_plugin_bytes: Option<usize>,
     resident_plugin_bytes: Option<usize>,
+    private_destinations: Option<bool>,
 }
 
 /// The longest reconciliation period and look-back: a year.
@@ -990,6 +996,7 @@ impl Config {
                             d.connect_timeout_ms.unwrap_or(2_000),
                         ),
                         timeout: Duration::from_millis(d.timeout_ms.unwrap_or(15_000)),
+                        reach: crate::worker::Reach::Any,
                     })
                 }
             };
@@ -1076,6 +1083,10 @@ impl Config {
                     resident_plugin_bytes: t
                         .resident_plugin_bytes
                         .unwrap_or(DEFAULT_RESIDENT_PLUGIN_BYTES),
+                    destinations: match t.private_destinations {
+                        Some(true) => crate::worker::Reach::Any,
+                        None | Some(false) => crate::worker::Reach::Public,
+                    },
                 })
             }
         };

@@ -24,6 +24,7 @@ use crate::store::{
     TenantRow,
 };
 use crate::verify::Secret;
+use crate::worker::{Reach, refused_host};
 use axum::Json;
 use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
@@ -370,9 +371,15 @@ const DESTINATION: &str = "destination";
 const HANDSHAKE: &str = "handshake_token";
 
 impl EndpointSpec {
-    /// The endpoint as the configuration file would have it. Without the destination's
-    /// secret there is no destination.
-    fn config(&self, id: &str, secrets: Vec<Secret>, write_only: WriteOnly) -> EndpointConfig {
+    /// The endpoint as the configuration file would have it, its destination limited
+    /// to `reach`. Without the destination's secret there is no destination.
+    fn config(
+        &self,
+        id: &str,
+        secrets: Vec<Secret>,
+        write_only: WriteOnly,
+        reach: Reach,
+    ) -> EndpointConfig {
         let schedule = self
             .retry_schedule_seconds
             .clone()
@@ -387,6 +394,7 @@ impl EndpointSpec {
                     secret,
                     connect_timeout: Duration::from_millis(d.connect_timeout_ms.unwrap_or(2_000)),
                     timeout: Duration::from_millis(d.timeout_ms.unwrap_or(15_000)),
+                    reach,
                 });
         EndpointConfig {
             id: id.to_string(),
@@ -437,7 +445,10 @@ fn build_managed(
             .and_then(|facts| serde_json::from_str::<CheckedFacts>(facts).ok());
         let built = serde_json::from_str::<EndpointSpec>(&endpoint.spec)
             .map_err(|e| e.to_string())
-            .and_then(|spec| Ok(spec.config(&endpoint.id, opened?, write_only?)))
+            .and_then(|spec| {
+                let reach = tenancy.destinations;
+                Ok(spec.config(&endpoint.id, opened?, write_only?, reach))
+            })
             .and_then(|config| build(app, &endpoint.tenant, config, checked.as_ref()));
         match built {
             Ok((mut built, _)) => {
@@ -1205,10 +1216,20 @@ async fn validate(
     {
         return Err(invalid("handshake_token: the token is empty"));
     }
-    let (app, config) = (api.app.clone(), spec.config(id, secrets, write_only));
+    let reach = api.tenancy.destinations;
+    let (app, config) = (api.app.clone(), spec.config(id, secrets, write_only, reach));
     if let Some(d) = &config.destination {
         let checked = api.app.delivery.check_timeout(d.timeout);
         checked.map_err(|reason| invalid(&format!("destination.timeout_ms: {reason}")))?;
+        // A name is judged at each connection; an address or `localhost` at once.
+        let host = d.url.parse::<axum::http::Uri>().ok();
+        let host = host.as_ref().and_then(|uri| uri.host());
+        if let Some(refused) = host
+            .filter(|_| reach == Reach::Public)
+            .and_then(refused_host)
+        {
+            return Err(invalid(&format!("destination url: {refused}")));
+        }
     }
     let _one_at_a_time = plugin_work().await?;
     // A tenant's endpoint ids are `{tenant}.{name}`.
@@ -1577,7 +1598,12 @@ pub async fn candidate(
         .map_err(|e| e.to_string())?;
     let opened = tenancy.master_key.open_active(&secrets)?;
     // Shadow replay stores and delivers nothing, and replays no handshake.
-    let config = spec.config(&endpoint.id, opened, WriteOnly::default());
+    let config = spec.config(
+        &endpoint.id,
+        opened,
+        WriteOnly::default(),
+        tenancy.destinations,
+    );
     let (on_thread, tenant) = (app.clone(), endpoint.tenant.clone());
     app.plugin_threads
         .run(move || build(&on_thread, &tenant, config, None).map(|(built, _)| built))

@@ -23,6 +23,10 @@ fn config_with(tables: &str) -> String {
     ))
 }
 
+/// Tenancy whose tenants may deliver to loopback, where the tests' destinations
+/// listen, and whose workers poll often.
+const LOOPBACK_DESTINATIONS: &str = "private_destinations = true\n[delivery]\npoll_ms = 20\n";
+
 /// Serve the server's `/v1` API on a port of its own.
 async fn api(server: &Server) -> SocketAddr {
     let tenancy = server.app.tenancy.clone().expect("tenancy configured");
@@ -723,7 +727,7 @@ async fn quotas_hold_against_additions_made_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_api() {
     let (downstream, port) = crate::delivery::Downstream::start().await;
-    let server = Server::start(&config_with("[delivery]\npoll_ms = 20\n")).await;
+    let server = Server::start(&config_with(LOOPBACK_DESTINATIONS)).await;
     let addr = api(&server).await;
     let acme = tenant(addr, "acme").await;
     let signing = format!("whsec_{}", b64(b"tenant destination key, 32 bytes"));
@@ -869,6 +873,80 @@ async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_ap
     delivered("evt_d4").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_destination_reaches_only_public_addresses() {
+    // A tenant names the URL, and hookhost connects from inside the operator's network:
+    // unless the operator allows it, a tenant's destination is never loopback, private
+    // or link-local (the admin listener, a metadata service). Written as an address it
+    // is refused at once; a name is judged by what it resolves to, at each connection.
+    let (downstream, port) = crate::delivery::Downstream::start().await;
+    let server = Server::start(&config_with("[delivery]\npoll_ms = 20\n")).await;
+    let addr = api(&server).await;
+    let acme = tenant(addr, "acme").await;
+    let signing = format!("whsec_{}", b64(b"tenant destination key, 32 bytes"));
+    let new = |url: &str| {
+        json!({"name": "hook", "plugin": "stripe", "secret": SECRET,
+                                 "destination": {"url": url, "secret": signing}})
+    };
+    for url in [
+        &format!("http://127.0.0.1:{port}/hook"),
+        "http://[::1]:9/hook",
+        "http://localhost:9/hook",
+        "http://169.254.169.254/latest/meta-data",
+        "https://10.0.0.1/hook",
+    ] {
+        let (status, refused) = call(addr, "POST", "/v1/endpoints", &acme, new(url)).await;
+        assert_eq!(
+            (status, &refused["error"]),
+            (400, &json!("invalid_endpoint")),
+            "{url}: {refused}"
+        );
+        let reason = refused["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.starts_with("destination url: ") && reason.contains("is not a public address"),
+            "{reason}"
+        );
+    }
+
+    // To the resolver, 127.1 is 127.0.0.1: the attempt is refused before it connects.
+    let (status, created) = call(
+        addr,
+        "POST",
+        "/v1/endpoints",
+        &acme,
+        new(&format!("http://127.1:{port}/hook")),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(
+        post_signed(server.addr, "acme.hook", SECRET, "evt_r1").await,
+        200
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let attempts = loop {
+        let attempts = server
+            .app
+            .store
+            .attempts("acme.hook", "evt_r1")
+            .await
+            .expect("attempts");
+        if !attempts.is_empty() {
+            break attempts;
+        }
+        assert!(Instant::now() < deadline, "no attempt was made");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let error = attempts[0].2.as_deref().unwrap_or_default();
+    assert!(
+        error.contains("refused, it resolves to 127.0.0.1 and no public address"),
+        "{error}"
+    );
+    assert!(
+        downstream.received("evt_r1").is_empty(),
+        "delivered to loopback"
+    );
+}
+
 crate::both_stores! {
 async fn a_tenant_resumes_its_own_pause_and_never_an_operators() {
     // An operator who pauses a tenant's endpoint (one flooding its destination, say)
@@ -919,7 +997,7 @@ async fn a_tenant_resumes_its_own_pause_and_never_an_operators() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sealing_tenants_bodies_are_sealed_at_rest_and_opened_to_deliver_and_show() {
     let (downstream, port) = crate::delivery::Downstream::start().await;
-    let server = Server::start(&config_with("[delivery]\npoll_ms = 20\n")).await;
+    let server = Server::start(&config_with(LOOPBACK_DESTINATIONS)).await;
     let addr = api(&server).await;
     let admin = crate::operations::admin(&server).await;
     let vault = json!({"id": "vault", "name": "Vault", "seal_bodies": true});

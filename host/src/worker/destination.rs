@@ -7,6 +7,7 @@
 //! `http://` and `https://` share one path: only how a connection is opened differs
 //! (TLS in `super::tls`); the keep-alive pool holds hyper senders, whatever is under them.
 
+use super::reach::{Reach, public_addresses};
 use super::tls::Tls;
 use crate::config::DestinationConfig;
 use crate::store::Leased;
@@ -64,6 +65,8 @@ pub struct HttpDestination {
     uri: hyper::Uri,
     /// `host:port` to connect to.
     address: String,
+    /// Which addresses it may connect to.
+    reach: Reach,
     /// Set for `https://`.
     tls: Option<Tls>,
     key: Vec<u8>,
@@ -137,6 +140,7 @@ impl HttpDestination {
         Ok(HttpDestination {
             uri,
             address: format!("{host}:{port}"),
+            reach: config.reach,
             tls,
             key,
             connect_timeout: config.connect_timeout,
@@ -214,11 +218,22 @@ impl HttpDestination {
         }
     }
 
-    /// A new connection, through TLS for `https://`.
+    /// A new connection, through TLS for `https://`; to a public address only when
+    /// that is its reach (the one checked: the name is not resolved again).
     async fn open(&self) -> Result<SendRequest<Full<Bytes>>, String> {
-        // An untrusted certificate or a failed handshake is a connection error like
-        // any other: retried on the schedule, its reason in the attempt.
-        connect(&self.address, self.tls.as_ref()).await
+        // An untrusted certificate or a failed handshake, or a name that resolves to
+        // no address it may reach, is a connection error like any other: retried on
+        // the schedule, its reason in the attempt.
+        match self.reach {
+            Reach::Any => connect(&self.address, self.tls.as_ref()).await,
+            Reach::Public => {
+                let addresses = public_addresses(&self.address).await?;
+                let stream = tokio::net::TcpStream::connect(&addresses[..])
+                    .await
+                    .map_err(|e| format!("connect {}: {e}", self.address))?;
+                over(stream, &self.address, self.tls.as_ref()).await
+            }
+        }
     }
 
     async fn send(&self, request: hyper::Request<Full<Bytes>>, reuse: bool) -> Sent {
@@ -272,6 +287,15 @@ pub(crate) async fn connect(
     let stream = tokio::net::TcpStream::connect(address)
         .await
         .map_err(|e| format!("connect {address}: {e}"))?;
+    over(stream, address, tls).await
+}
+
+/// HTTP/1.1 on a connected stream to `address`, through `tls` when given.
+async fn over(
+    stream: tokio::net::TcpStream,
+    address: &str,
+    tls: Option<&Tls>,
+) -> Result<SendRequest<Full<Bytes>>, String> {
     match tls {
         None => handshake(stream).await,
         Some(tls) => {
@@ -416,6 +440,7 @@ mod tests {
             secret: crate::verify::Secret::new("whsec_a2V5"),
             connect_timeout: Duration::from_millis(connect_ms),
             timeout: Duration::from_millis(timeout_ms),
+            reach: Reach::Any,
         };
         let refused = |c: &DestinationConfig| HttpDestination::new(c).err().unwrap_or_default();
         assert!(HttpDestination::new(&config("http://127.0.0.1:9/in", 1, 1)).is_ok());
@@ -468,6 +493,7 @@ mod tests {
             secret: crate::verify::Secret::new("whsec_a2V5"),
             connect_timeout: Duration::from_secs(2),
             timeout: Duration::from_secs(5),
+            reach: Reach::Any,
         })
         .expect("destination");
         destination.idle_for = Duration::from_millis(300);

@@ -6,10 +6,12 @@
 //! provider secret (only the destination's own signing key).
 
 mod destination;
+mod reach;
 mod tls;
 
 pub use destination::{Answer, Destination, HttpDestination, classify, idempotency_key};
 pub(crate) use destination::{connect, retry_after};
+pub use reach::{Reach, refused_host};
 pub use tls::CaFile;
 pub(crate) use tls::Tls;
 
