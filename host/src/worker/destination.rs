@@ -381,11 +381,13 @@ impl Destination for HttpDestination {
     }
 }
 
-/// The status-code contract with the destination.
+/// The status-code contract with the destination. 408 (the request took too long to
+/// arrive, often from a proxy under load) and 425 (too early) say the same request may
+/// be sent again: retried, like 429 and 5xx.
 pub fn classify(status: u16, retry_after: Option<Duration>) -> Answer {
     match status {
         200..=299 => Answer::Delivered(status),
-        429 | 500..=599 => Answer::Retry {
+        408 | 425 | 429 | 500..=599 => Answer::Retry {
             status: Some(status),
             error: format!("HTTP {status}"),
             retry_after,
@@ -414,13 +416,13 @@ mod tests {
     #[test]
     fn status_codes_map_to_retry_permanent_or_delivered() {
         assert_eq!(classify(204, None), Answer::Delivered(204));
-        for status in [429, 500, 502, 503, 504] {
+        for status in [408, 425, 429, 500, 502, 503, 504] {
             assert!(
                 matches!(classify(status, None), Answer::Retry { .. }),
                 "{status}"
             );
         }
-        for status in [301, 400, 401, 403, 404, 410, 422] {
+        for status in [301, 400, 401, 403, 404, 409, 410, 422] {
             assert!(
                 matches!(classify(status, None), Answer::Permanent { .. }),
                 "{status}"
