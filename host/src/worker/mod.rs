@@ -47,7 +47,7 @@ pub fn spawn(
 }
 
 async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bool>) {
-    let owner = format!("{}-{}", std::process::id(), crate::clock::now_ms());
+    let owner = owner_id();
     // A worker is busy while its request is out; recording the answer goes on in
     // `recording` (its lease still holds the event and the event's resource), so the
     // next delivery does not wait for the store's commit. Both together stay within
@@ -353,6 +353,20 @@ pub fn next_step(
     }
 }
 
+/// The name this process's pool leases under, unique among the processes sharing a
+/// store: shutdown gives back every lease held under it. The process id and start
+/// time alone are not (every container's process may be 1, and two replicas may start
+/// in the same millisecond): a random part makes it so.
+fn owner_id() -> String {
+    use chacha20poly1305::aead::{OsRng, rand_core::RngCore};
+    let random = OsRng.next_u64();
+    format!(
+        "{}-{}-{random:016x}",
+        std::process::id(),
+        crate::clock::now_ms()
+    )
+}
+
 /// A number in [0, 1) fixed by the event and attempt: jitter without a random source.
 fn jitter_unit(event_id: &str, attempt: u32) -> f64 {
     let digest = Sha256::new()
@@ -411,6 +425,13 @@ mod tests {
             error: "HTTP 404".into(),
         };
         assert_eq!(next_step(&refused, 1, &schedule, 0, "e"), Next::Quarantined);
+    }
+
+    #[test]
+    fn owners_started_together_are_told_apart() {
+        let (a, b) = (owner_id(), owner_id());
+        assert_ne!(a, b);
+        assert!(a.starts_with(&format!("{}-", std::process::id())), "{a}");
     }
 
     #[test]
