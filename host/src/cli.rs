@@ -5,6 +5,7 @@ use crate::config::Config;
 use crate::plugins::{Catalog, Origin, Plugin, PluginLimits};
 use crate::vectors;
 use clap::{Parser, Subcommand};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -295,6 +296,14 @@ enum PluginCommand {
     },
 }
 
+/// `println!` that returns an error where it would panic: when stdout is gone (a
+/// closed pipe, as in `hookhost events list | head -3`); [`main`] then ends quietly.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    };
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log_json);
@@ -335,11 +344,20 @@ pub fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader has what it wanted (`| head`): nothing more is to be said.
+        Err(error) if closed_stdout(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("hookhost: {error:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `error` is a write to a stdout whose reader has gone.
+fn closed_stdout(error: &anyhow::Error) -> bool {
+    error
+        .downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 /// The log on stderr, filtered by `RUST_LOG`; `info` when it is unset, and when it does
@@ -436,7 +454,7 @@ fn spec(config_path: PathBuf, id: &str) -> anyhow::Result<()> {
         app.store.close().await;
         anyhow::Ok(text)
     })?;
-    print!("{text}");
+    write!(std::io::stdout().lock(), "{text}")?;
     Ok(())
 }
 
@@ -452,7 +470,7 @@ fn migrate(config_path: PathBuf) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("{}: store: {e}", config_path.display()))?;
         store.close().await;
-        println!("migrations applied");
+        out!("migrations applied");
         Ok(())
     })
 }
@@ -494,33 +512,37 @@ fn inspect(plugin: &str) -> anyhow::Result<()> {
         })?
     };
     let info = &loaded.info;
-    println!("name:              {}", info.name);
-    println!("version:           {}", info.version);
-    println!("provider:          {}", info.provider);
-    println!("origin:            {}", origin(&loaded.origin));
-    println!("contract:          hookhost:provider@{}", loaded.contract());
-    println!("sha256:            {}", loaded.digest);
-    println!("size:              {} bytes", loaded.size);
-    println!("key formats:       {:?}", info.key_formats);
-    println!("algorithms:        {}", algorithms(&loaded.algorithms));
+    out!("name:              {}", info.name);
+    out!("version:           {}", info.version);
+    out!("provider:          {}", info.provider);
+    out!("origin:            {}", origin(&loaded.origin));
+    out!("contract:          hookhost:provider@{}", loaded.contract());
+    out!("sha256:            {}", loaded.digest);
+    out!("size:              {} bytes", loaded.size);
+    out!("key formats:       {:?}", info.key_formats);
+    out!("algorithms:        {}", algorithms(&loaded.algorithms));
     match info.default_tolerance_seconds {
-        Some(t) => println!("timestamp window:  ±{t} s"),
-        None => println!("timestamp window:  none (the scheme signs no timestamp)"),
+        Some(t) => out!("timestamp window:  ±{t} s"),
+        None => out!("timestamp window:  none (the scheme signs no timestamp)"),
     }
-    println!("retries:           {}", info.retry_behaviour);
-    println!("imports:           {}", loaded.imports()?.join(", "));
+    out!("retries:           {}", info.retry_behaviour);
+    out!("imports:           {}", loaded.imports()?.join(", "));
     Ok(())
 }
 
 fn list(plugins_dir: Option<PathBuf>) -> anyhow::Result<()> {
     let catalog = Catalog::load(plugins_dir.as_deref(), PluginLimits::default())?;
-    println!(
+    out!(
         "{:<20} {:<8} {:<22} {:<28} {:<8} origin",
-        "name", "version", "provider", "algorithms", "contract"
+        "name",
+        "version",
+        "provider",
+        "algorithms",
+        "contract"
     );
     for plugin in catalog.iter() {
         let info = &plugin.info;
-        println!(
+        out!(
             "{:<20} {:<8} {:<22} {:<28} {:<8} {}",
             info.name,
             info.version,
@@ -611,7 +633,7 @@ fn operate(operation: Operation) -> anyhow::Result<()> {
             };
             let result = crate::replay(&app, &filter, true).await;
             app.store.close().await;
-            println!("{} replayed", result?);
+            out!("{} replayed", result?);
             return Ok(());
         }
         if let Operation::Events(EventsCommand::Show {
@@ -682,7 +704,7 @@ async fn run_operation(store: &crate::store::Store, operation: Operation) -> any
         Operation::Events(EventsCommand::Show { .. }) => Ok(()),
         Operation::Events(EventsCommand::Replay { filter, .. }) => {
             let replayed = store.replay(&filter).await?;
-            println!("{replayed} replayed");
+            out!("{replayed} replayed");
             Ok(())
         }
         Operation::Dlq(DlqCommand::Replay { endpoint, .. }) => {
@@ -692,7 +714,7 @@ async fn run_operation(store: &crate::store::Store, operation: Operation) -> any
                 ..Default::default()
             };
             let replayed = store.replay(&filter).await?;
-            println!("{replayed} replayed");
+            out!("{replayed} replayed");
             Ok(())
         }
         Operation::Events(EventsCommand::Discard {
@@ -702,7 +724,7 @@ async fn run_operation(store: &crate::store::Store, operation: Operation) -> any
             ..
         }) => {
             if store.discard(&endpoint, &event_id, &reason).await? {
-                println!("discarded {endpoint}/{event_id}");
+                out!("discarded {endpoint}/{event_id}");
                 Ok(())
             } else {
                 anyhow::bail!(
@@ -714,14 +736,14 @@ async fn run_operation(store: &crate::store::Store, operation: Operation) -> any
             store
                 .set_paused(&endpoint, true, crate::clock::now_ms())
                 .await?;
-            println!("{endpoint}: delivery paused");
+            out!("{endpoint}: delivery paused");
             Ok(())
         }
         Operation::Endpoint(EndpointCommand::Resume { endpoint, .. }) => {
             store
                 .set_paused(&endpoint, false, crate::clock::now_ms())
                 .await?;
-            println!("{endpoint}: delivery resumed");
+            out!("{endpoint}: delivery resumed");
             Ok(())
         }
     }
@@ -736,7 +758,7 @@ async fn show_event(app: &crate::http::App, endpoint: &str, event_id: &str) -> a
         .await?
         .ok_or_else(|| anyhow::anyhow!("no event {event_id:?} on endpoint {endpoint:?}"))?;
     crate::http::admin::redact_signatures(app, endpoint, &mut shown).await;
-    println!("{}", serde_json::to_string_pretty(&shown)?);
+    out!("{}", serde_json::to_string_pretty(&shown)?);
     Ok(())
 }
 
@@ -747,9 +769,9 @@ async fn print_list(
 ) -> anyhow::Result<()> {
     for event in store.list(&filter).await? {
         if json {
-            println!("{}", serde_json::to_string(&event)?);
+            out!("{}", serde_json::to_string(&event)?);
         } else {
-            println!(
+            out!(
                 "{:<16} {:<36} {:<12} {:<28} attempts={} {}",
                 event.endpoint,
                 event.event_id,
@@ -795,18 +817,17 @@ fn forensics(command: ForensicsCommand) -> anyhow::Result<()> {
         };
         let app = crate::build(&config).await?;
         let result = if reingest {
-            crate::forensics::reingest(&app, id).await.map(|done| {
-                println!("{id}: re-ingested as {} ({})", done.event_id, done.outcome);
-            })
+            crate::forensics::reingest(&app, id)
+                .await
+                .map(|done| format!("{id}: re-ingested as {} ({})", done.event_id, done.outcome))
         } else {
             crate::forensics::reverify(&app, id)
                 .await
-                .map(|(verdict, _)| {
-                    println!("{}", serde_json::json!(verdict));
-                })
+                .map(|(verdict, _)| serde_json::json!(verdict).to_string())
         };
         app.store.close().await;
-        Ok(result?)
+        out!("{}", result?);
+        Ok(())
     })
 }
 
@@ -822,16 +843,16 @@ async fn print_forensics(
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("no kept request {id}"))?;
             let shown = crate::forensics::shown(&row, key);
-            println!("{}", serde_json::to_string_pretty(&shown)?);
+            out!("{}", serde_json::to_string_pretty(&shown)?);
         }
         ForensicsCommand::List { filter, json, .. } => {
             for kept in store.forensics(&filter).await? {
                 if json {
-                    println!("{}", serde_json::to_string(&kept)?);
+                    out!("{}", serde_json::to_string(&kept)?);
                     continue;
                 }
                 let reingested = kept.reingest_outcome.map(|o| format!("reingested={o}"));
-                println!(
+                out!(
                     "{:<6} {:<16} {:<8} {} {:<26} bytes={} {}",
                     kept.id,
                     kept.endpoint,
@@ -864,7 +885,7 @@ fn reconcile(command: Option<ReconcileCommand>, args: ReconcileArgs) -> anyhow::
             let store = crate::store::Store::open(&Config::load(&config)?.store).await?;
             let runs = store.runs(endpoint.as_deref(), i64::from(limit)).await;
             store.close().await;
-            println!("{}", serde_json::to_string_pretty(&runs?)?);
+            out!("{}", serde_json::to_string_pretty(&runs?)?);
             Ok(())
         }),
         Some(ReconcileCommand::Show { config, run }) => runtime.block_on(async move {
@@ -873,7 +894,7 @@ fn reconcile(command: Option<ReconcileCommand>, args: ReconcileArgs) -> anyhow::
             store.close().await;
             let (run, repairs) = found?.ok_or_else(|| anyhow::anyhow!("no run {run:?}"))?;
             let shown = serde_json::json!({"run": run, "repairs": repairs});
-            println!("{}", serde_json::to_string_pretty(&shown)?);
+            out!("{}", serde_json::to_string_pretty(&shown)?);
             Ok(())
         }),
         None => {
@@ -907,7 +928,7 @@ fn reconcile(command: Option<ReconcileCommand>, args: ReconcileArgs) -> anyhow::
                 let ran = crate::reconcile::run(&app, &id, options).await;
                 app.store.close().await;
                 let run = ran?;
-                println!("{}", serde_json::to_string_pretty(&run)?);
+                out!("{}", serde_json::to_string_pretty(&run)?);
                 if run.state != "done" {
                     anyhow::bail!(
                         "run {} {}: {}",
@@ -974,7 +995,7 @@ fn shadow(config_path: PathBuf, id: &str, plugin: &str, last: u32) -> anyhow::Re
                 .get(id)
                 .ok_or_else(|| anyhow::anyhow!("endpoint {id:?} is not served"))?;
             let report = crate::shadow::replay(&app, current, Arc::new(candidate), last).await?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            out!("{}", serde_json::to_string_pretty(&report)?);
             eprintln!(
                 "{} of {} stored requests would change",
                 report.changed, report.requests

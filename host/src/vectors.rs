@@ -14,6 +14,7 @@ use hookhost_plugin_sdk::{Disposition, Event};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -180,17 +181,21 @@ pub fn main(files: &[PathBuf], as_json: bool) -> ExitCode {
     let mut failed = 0usize;
     let mut runner = Runner::default();
     let mut malformed = false;
+    // Written, not printed: a reader gone (`| head`) must not end the run in a panic;
+    // the exit code still says whether every vector passed.
+    let mut out = std::io::stdout().lock();
     for file in files {
         match runner.run_file(file) {
             Ok(results) => {
                 for judged in results {
-                    if as_json {
-                        println!("{}", judged.to_json());
+                    let _ = if as_json {
+                        writeln!(out, "{}", judged.to_json())
                     } else if judged.pass {
-                        println!("ok   {}", judged.name);
+                        writeln!(out, "ok   {}", judged.name)
                     } else {
-                        println!("FAIL {}: {}", judged.name, judged.differences.join("; "));
-                    }
+                        let differences = judged.differences.join("; ");
+                        writeln!(out, "FAIL {}: {differences}", judged.name)
+                    };
                     if judged.pass {
                         passed += 1;
                     } else {
@@ -205,7 +210,7 @@ pub fn main(files: &[PathBuf], as_json: bool) -> ExitCode {
         }
     }
     if !as_json {
-        println!("{passed} passed, {failed} failed");
+        let _ = writeln!(out, "{passed} passed, {failed} failed");
     }
     if failed > 0 || malformed {
         ExitCode::FAILURE

@@ -935,3 +935,28 @@ fn spec_follows_the_configuration_and_the_stored_requests() {
     );
     runtime.block_on(server.stop());
 }
+
+/// Output whose reader has gone (`hookhost plugin list | head -1`, the reader closed
+/// before the first line) ends quietly: no panic, and the exit code a reader would
+/// have had (vectors that pass: 0).
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    for args in [
+        &["plugin", "list"][..],
+        &["plugin", "test", "--vectors", "fixtures/vectors/stripe.json"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hookhost"))
+            .args(args)
+            .current_dir(workspace())
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run hookhost");
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("hookhost ends");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?}: {stderr}", out.status);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
