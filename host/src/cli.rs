@@ -1,12 +1,12 @@
 //! The command line: `serve`, the plugin tools and the operator's commands. Every command
 //! and option a user can see says in `--help` what it is (a test walks them all).
 
-use crate::config::Config;
+use crate::config::{Config, StoreConfig};
 use crate::plugins::{Catalog, Origin, Plugin, PluginLimits};
 use crate::vectors;
 use clap::{Parser, Subcommand};
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -458,6 +458,32 @@ fn spec(config_path: PathBuf, id: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The configuration an operator's command works with, whose store must be there
+/// already: opening a SQLite file that is not there would make an empty store on the
+/// spot, and a configuration pointing elsewhere would list and replay nothing, with
+/// exit 0.
+fn operator_config(path: &Path) -> anyhow::Result<Config> {
+    let config = Config::load(path)?;
+    if let StoreConfig::Sqlite(file) = &config.store
+        && !file.exists()
+    {
+        anyhow::bail!(
+            "{}: store: no database at {} (`hookhost serve` or `hookhost migrate` creates it)",
+            path.display(),
+            file.display()
+        );
+    }
+    Ok(config)
+}
+
+/// Open the configuration's store (applying its migrations, or refusing a newer
+/// schema); an error names the configuration file.
+async fn open_store(path: &Path, config: &Config) -> anyhow::Result<crate::store::Store> {
+    crate::store::Store::open(&config.store)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: store: {e}", path.display()))
+}
+
 /// Open the store the configuration names (which applies its migrations, or refuses
 /// a newer schema) and close it.
 fn migrate(config_path: PathBuf) -> anyhow::Result<()> {
@@ -466,9 +492,7 @@ fn migrate(config_path: PathBuf) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let store = crate::store::Store::open(&config.store)
-            .await
-            .map_err(|e| anyhow::anyhow!("{}: store: {e}", config_path.display()))?;
+        let store = open_store(&config_path, &config).await?;
         store.close().await;
         out!("migrations applied");
         Ok(())
@@ -609,7 +633,7 @@ fn operate(operation: Operation) -> anyhow::Result<()> {
             .check()
             .map_err(|reason| anyhow::anyhow!("--{reason}"))?;
     }
-    let config = Config::load(&config_path)?;
+    let config = operator_config(&config_path)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -646,7 +670,7 @@ fn operate(operation: Operation) -> anyhow::Result<()> {
             app.store.close().await;
             return result;
         }
-        let store = crate::store::Store::open(&config.store).await?;
+        let store = open_store(&config_path, &config).await?;
         let result = async {
             known(&config, &store, &operation).await?;
             run_operation(&store, operation).await
@@ -788,18 +812,18 @@ async fn print_list(
 /// `hookhost forensics …`: listing and showing read the store; verifying and
 /// re-ingesting run the endpoint's plugin, so they build the receiver (without serving).
 fn forensics(command: ForensicsCommand) -> anyhow::Result<()> {
-    let config = match &command {
+    let config_path = match &command {
         ForensicsCommand::List { config, filter, .. } => {
             filter
                 .check()
                 .map_err(|reason| anyhow::anyhow!("--{reason}"))?;
-            config
+            config.clone()
         }
         ForensicsCommand::Show { config, .. }
         | ForensicsCommand::Verify { config, .. }
-        | ForensicsCommand::Reingest { config, .. } => config,
+        | ForensicsCommand::Reingest { config, .. } => config.clone(),
     };
-    let config = Config::load(config)?;
+    let config = operator_config(&config_path)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -808,7 +832,7 @@ fn forensics(command: ForensicsCommand) -> anyhow::Result<()> {
             ForensicsCommand::Verify { id, .. } => (id, false),
             ForensicsCommand::Reingest { id, .. } => (id, true),
             listing => {
-                let store = crate::store::Store::open(&config.store).await?;
+                let store = open_store(&config_path, &config).await?;
                 let key = config.tenancy.as_ref().map(|t| &t.master_key);
                 let result = print_forensics(&store, listing, key).await;
                 store.close().await;
@@ -882,14 +906,14 @@ fn reconcile(command: Option<ReconcileCommand>, args: ReconcileArgs) -> anyhow::
             endpoint,
             limit,
         }) => runtime.block_on(async move {
-            let store = crate::store::Store::open(&Config::load(&config)?.store).await?;
+            let store = open_store(&config, &operator_config(&config)?).await?;
             let runs = store.runs(endpoint.as_deref(), i64::from(limit)).await;
             store.close().await;
             out!("{}", serde_json::to_string_pretty(&runs?)?);
             Ok(())
         }),
         Some(ReconcileCommand::Show { config, run }) => runtime.block_on(async move {
-            let store = crate::store::Store::open(&Config::load(&config)?.store).await?;
+            let store = open_store(&config, &operator_config(&config)?).await?;
             let found = store.run(&run).await;
             store.close().await;
             let (run, repairs) = found?.ok_or_else(|| anyhow::anyhow!("no run {run:?}"))?;
@@ -901,7 +925,7 @@ fn reconcile(command: Option<ReconcileCommand>, args: ReconcileArgs) -> anyhow::
             let (Some(config_path), Some(id)) = (args.config, args.endpoint) else {
                 anyhow::bail!("reconcile needs --config FILE and --endpoint ID");
             };
-            let config = Config::load(&config_path)?;
+            let config = operator_config(&config_path)?;
             let Some(settings) = config
                 .endpoints
                 .iter()
@@ -944,7 +968,7 @@ fn reconcile(command: Option<ReconcileCommand>, args: ReconcileArgs) -> anyhow::
 }
 
 fn shadow(config_path: PathBuf, id: &str, plugin: &str, last: u32) -> anyhow::Result<()> {
-    let config = Config::load(&config_path)?;
+    let config = operator_config(&config_path)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -960,3 +960,32 @@ fn output_into_a_closed_pipe_ends_quietly() {
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
 }
+
+/// An operator's command on a store that is not there says so, naming the
+/// configuration and the database, and makes no empty store: a configuration pointing
+/// elsewhere would otherwise list and replay nothing, with exit 0.
+#[test]
+fn an_operator_command_on_a_missing_store_names_it_and_makes_none() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("hookhost.toml");
+    let text = crate::support::stripe_config("store = \"elsewhere.db\"");
+    std::fs::write(&config, text).expect("write the configuration");
+    let config = config.to_str().expect("a UTF-8 path");
+    for args in [
+        ["events", "list", "--config", config],
+        ["dlq", "replay", "--config", config],
+        ["forensics", "list", "--config", config],
+    ] {
+        let (ok, stdout, stderr) = hookhost(&args);
+        assert!(!ok, "{args:?}: {stdout}");
+        let says = format!("{config}: store: no database at ");
+        assert!(
+            stderr.contains(&says) && stderr.contains("elsewhere.db"),
+            "{stderr}"
+        );
+    }
+    assert!(
+        !dir.path().join("elsewhere.db").exists(),
+        "an empty store was made"
+    );
+}
