@@ -214,12 +214,16 @@ pub fn judge(
         trail.event_id = event.id.clone().filter(|id| fits(id));
         return Err(IngestError::Rejected(reason.clone()));
     }
-    let plan = trail.plan.take().ok_or(IngestError::PluginFailed)?;
+    let plan = trail.plan.as_ref().ok_or(IngestError::PluginFailed)?;
     storable(&event, plan.message_id.as_ref())?;
     let event_id = match &event.id {
         Some(id) if !id.is_empty() => id.clone(),
-        _ => format!("sha256:{}", hex::encode(message_digest(&plan, request)?)),
+        _ => format!("sha256:{}", hex::encode(message_digest(plan, request)?)),
     };
+    // Taken only now: a request refused before here keeps its plan for the forensic
+    // record, whose redaction reads the plan's candidates (a token scheme's candidate
+    // is the endpoint's secret itself).
+    let plan = trail.plan.take().ok_or(IngestError::PluginFailed)?;
     Ok(Verified {
         secret_index,
         plan,
