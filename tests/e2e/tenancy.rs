@@ -851,8 +851,13 @@ async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_ap
     );
     delivered("evt_d3").await;
 
-    // Deleted while paused and created again, the endpoint is a new one: it delivers.
+    // Deleted while paused and created again, the endpoint is a new one: it delivers
+    // what it receives, and not what waited for the deleted one's destination.
     assert_eq!(pause().await.0, 200);
+    assert_eq!(
+        post_signed(server.addr, "acme.hook", SECRET, "evt_d5").await,
+        200
+    );
     let deleted = call(
         addr,
         "DELETE",
@@ -871,6 +876,12 @@ async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_ap
         200
     );
     delivered("evt_d4").await;
+    let waited = server.receipt("acme.hook", "evt_d5").await;
+    assert_eq!(
+        (waited.state.as_str(), waited.state_reason.as_deref()),
+        ("discarded", Some("endpoint_deleted"))
+    );
+    assert!(downstream.received("evt_d5").is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

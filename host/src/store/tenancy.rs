@@ -308,13 +308,19 @@ impl Store {
         })
     }
 
-    /// Delete a tenant's endpoint, its secrets and its pause (its receipts stay), so
-    /// that one created again under its id starts afresh; `false` when it has no such
-    /// endpoint.
+    /// Delete a tenant's endpoint, its secrets and its pause, so that one created
+    /// again under its id starts afresh; `false` when it has no such endpoint. Its
+    /// receipts stay, but those still pending are discarded (`endpoint_deleted`): they
+    /// were for the deleted endpoint's destination, and one created again would send
+    /// them to its own. An attempt on the wire meanwhile leaves them discarded. Its
+    /// resources' versions stay, so an older version is never sent over a newer one.
     pub async fn delete_endpoint(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
         const SQL: &str = "DELETE FROM managed_endpoints WHERE id = $1 AND tenant = $2";
         const SECRETS: &str = "DELETE FROM endpoint_secrets WHERE endpoint = $1";
         const PAUSE: &str = "DELETE FROM endpoint_pauses WHERE endpoint = $1";
+        const PENDING: &str =
+            "UPDATE receipts SET state = 'discarded', state_reason = 'endpoint_deleted'
+             WHERE endpoint = $1 AND state = 'pending'";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
             let query = sqlx::query(SQL).bind(id).bind(tenant);
@@ -323,6 +329,7 @@ impl Store {
             }
             sqlx::query(SECRETS).bind(id).execute(&mut *tx).await?;
             sqlx::query(PAUSE).bind(id).execute(&mut *tx).await?;
+            sqlx::query(PENDING).bind(id).execute(&mut *tx).await?;
             sqlx::query(BUMP).execute(&mut *tx).await?;
             tx.commit().await?;
             Ok(true)
