@@ -414,6 +414,20 @@ async fn a_conflicting_duplicate_keeps_the_first_evidence() {
     );
     assert_eq!(store.count_conflicts("stripe").await.expect("count"), 1);
     assert_eq!(store.count_receipts("stripe").await.expect("count"), 1);
+
+    // Sent again, alone or several at once, a conflicting body is kept once; another
+    // is kept beside it.
+    let third = stripe_event("evt_same", "customer.updated", "cus_THIRD", t);
+    let again = tokio::join!(
+        server.post_stripe(&[STRIPE_SECRET], t, &second),
+        server.post_stripe(&[STRIPE_SECRET], t, &third),
+        server.post_stripe(&[STRIPE_SECRET], t, &third),
+        server.post_stripe(&[STRIPE_SECRET], t, &third),
+    );
+    for (status, answer) in [again.0, again.1, again.2, again.3] {
+        assert_eq!((status, &answer["ignored"]), (200, &json!("conflicting_duplicate")), "{answer}");
+    }
+    assert_eq!(store.count_conflicts("stripe").await.expect("count"), 2);
 }
 }
 

@@ -380,9 +380,12 @@ fn record_all(tx: &Transaction<'_>, receipts: &[&NewReceipt]) -> Result<Vec<Outc
     for &((endpoint, kind, id), version, event_id, deleted) in &moved {
         upsert.execute(params![endpoint, kind, id, version, event_id, deleted])?;
     }
+    // A body already quarantined under the event id is kept once, however often it
+    // is sent again.
     let mut quarantine = tx.prepare_cached(
         "INSERT INTO conflicts (endpoint, event_id, body_sha256, body, headers, secret_index, received_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+         SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 WHERE NOT EXISTS (
+            SELECT 1 FROM conflicts WHERE endpoint = ?1 AND event_id = ?2 AND body_sha256 = ?3)",
     )?;
     for r in &conflicts {
         quarantine.execute(params![

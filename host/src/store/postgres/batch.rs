@@ -409,9 +409,17 @@ async fn record_all(
     }
     if !conflicts.is_empty() {
         sqlx::query(
+            // A body already quarantined under the event id is kept once, however
+            // often it is sent again (twice in this batch too).
             "INSERT INTO conflicts (endpoint, event_id, body_sha256, body, headers, secret_index, received_at_ms)
-             SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[],
-                                  $6::int8[], $7::int8[])",
+             SELECT DISTINCT ON (c.endpoint, c.event_id, c.body_sha256) c.*
+             FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[],
+                         $6::int8[], $7::int8[])
+                  AS c(endpoint, event_id, body_sha256, body, headers, secret_index, received_at_ms)
+             WHERE NOT EXISTS (
+                SELECT 1 FROM conflicts AS k
+                WHERE k.endpoint = c.endpoint AND k.event_id = c.event_id
+                  AND k.body_sha256 = c.body_sha256)",
         )
         .bind(column(&conflicts, |r| r.endpoint.as_str()))
         .bind(column(&conflicts, |r| r.event_id.as_str()))
