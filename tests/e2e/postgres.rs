@@ -934,15 +934,9 @@ async fn retention_on(store: Store) {
     store.close().await;
 }
 
-/// A replay of more events than one of SQLite's replay statements takes (1,000)
-/// replays them all, in batches, and its limit still counts the events replayed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replay_larger_than_a_batch_replays_every_event_on_sqlite() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("hookhost.db");
-    let store = Store::open_sqlite(&path).await.expect("open");
-    let now_ms = now() * 1000;
-    let recorded = (0..2_600).map(|i| {
+/// Record `n` events without a resource, received a millisecond apart from `now_ms`.
+async fn record_unversioned(store: &Store, n: i64, now_ms: i64) {
+    let recorded = (0..n).map(|i| {
         let store = store.clone();
         async move {
             let mut receipt = new_receipt(&format!("evt_{i:04}"), "x", None, now_ms + i);
@@ -954,22 +948,35 @@ async fn a_replay_larger_than_a_batch_replays_every_event_on_sqlite() {
     for task in recorded {
         task.await.expect("recorded");
     }
+}
+
+/// The `stripe` endpoint's events in `state`, at most `limit` of them.
+fn in_state(state: &str, limit: Option<u32>) -> hookhost::store::Filter {
+    hookhost::store::Filter {
+        endpoint: Some("stripe".into()),
+        states: vec![state.into()],
+        limit,
+        ..hookhost::store::Filter::default()
+    }
+}
+
+/// A replay of more events than one of SQLite's replay statements takes (1,000)
+/// replays them all, in batches, and its limit still counts the events replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_larger_than_a_batch_replays_every_event_on_sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("hookhost.db");
+    let store = Store::open_sqlite(&path).await.expect("open");
+    record_unversioned(&store, 2_600, now() * 1000).await;
     let mut db = open_db(&path).await;
     sqlx::query("UPDATE receipts SET state = 'dead'")
         .execute(&mut db)
         .await
         .expect("dead");
-    let dead = |limit: Option<u32>| hookhost::store::Filter {
-        endpoint: Some("stripe".into()),
-        states: vec!["dead".into()],
-        limit,
-        ..hookhost::store::Filter::default()
-    };
-    assert_eq!(
-        store.replay(&dead(Some(1_500))).await.expect("replay"),
-        1_500
-    );
-    assert_eq!(store.replay(&dead(None)).await.expect("replay"), 1_100);
+    let replayed = store.replay(&in_state("dead", Some(1_500))).await;
+    assert_eq!(replayed.expect("replay"), 1_500);
+    let replayed = store.replay(&in_state("dead", None)).await;
+    assert_eq!(replayed.expect("replay"), 1_100);
     let pending: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM receipts WHERE state = 'pending'")
         .fetch_one(&mut db)
         .await
@@ -991,13 +998,61 @@ async fn a_replay_larger_than_a_batch_replays_every_event_on_sqlite() {
     .execute(&mut db)
     .await
     .expect("trigger");
-    let delivered = hookhost::store::Filter {
-        endpoint: Some("stripe".into()),
-        states: vec!["delivered".into()],
-        limit: Some(5_000),
-        ..hookhost::store::Filter::default()
-    };
-    assert_eq!(store.replay(&delivered).await.expect("replay"), 2_600);
+    let replayed = store.replay(&in_state("delivered", Some(5_000))).await;
+    assert_eq!(replayed.expect("replay"), 2_600);
+    store.close().await;
+}
+
+/// On PostgreSQL too, a replay goes in statements of at most 1,000 events: one
+/// statement over a large replay (a day's dead letters) would run past
+/// `statement_timeout_ms`, be cancelled and replay nothing. Its limit still counts
+/// the events replayed, and an event delivered again between batches is not taken
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_larger_than_a_batch_replays_every_event_on_postgres() {
+    let db = PgDatabase::create();
+    let store = Store::open(&pg(&db.url())).await.expect("open");
+    record_unversioned(&store, 2_600, now() * 1000).await;
+    let mut direct = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url())
+        .await
+        .expect("connect");
+    let run = |sql: &'static str| sqlx::query(sql);
+    // Each replay statement's rows, counted by a statement-level trigger.
+    for sql in [
+        "UPDATE receipts SET state = 'dead'",
+        "CREATE TABLE replay_statements (n BIGINT NOT NULL)",
+        "CREATE FUNCTION count_statement() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN INSERT INTO replay_statements SELECT COUNT(*) FROM changed; RETURN NULL; END $$",
+        "CREATE TRIGGER count_statement AFTER UPDATE ON receipts REFERENCING NEW TABLE AS changed
+         FOR EACH STATEMENT EXECUTE FUNCTION count_statement()",
+    ] {
+        run(sql).execute(&mut direct).await.expect(sql);
+    }
+    let replayed = store.replay(&in_state("dead", Some(1_500))).await;
+    assert_eq!(replayed.expect("replay"), 1_500);
+    let replayed = store.replay(&in_state("dead", None)).await;
+    assert_eq!(replayed.expect("replay"), 1_100);
+    let counted: Vec<i64> = sqlx::query_scalar("SELECT n FROM replay_statements")
+        .fetch_all(&mut direct)
+        .await
+        .expect("statements");
+    assert_eq!(counted.iter().sum::<i64>(), 2_600, "{counted:?}");
+    assert!(counted.iter().all(|&n| n <= 1_000), "{counted:?}");
+
+    // Delivered again at once between batches: taken once.
+    for sql in [
+        "DROP TRIGGER count_statement ON receipts",
+        "UPDATE receipts SET state = 'delivered'",
+        "CREATE FUNCTION delivered_at_once() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN IF NEW.state = 'pending' THEN NEW.state := 'delivered'; END IF; RETURN NEW; END $$",
+        "CREATE TRIGGER delivered_at_once BEFORE UPDATE ON receipts
+         FOR EACH ROW EXECUTE FUNCTION delivered_at_once()",
+    ] {
+        run(sql).execute(&mut direct).await.expect(sql);
+    }
+    let replayed = store.replay(&in_state("delivered", Some(5_000))).await;
+    assert_eq!(replayed.expect("replay"), 2_600);
+    drop(direct);
     store.close().await;
 }
 

@@ -171,8 +171,8 @@ pub(super) fn purgeable_dead(before: &str) -> String {
               AND a.ended_at_ms >= {before})"
     )
 }
-/// Events one replay statement takes at most on SQLite (see `replay`).
-const REPLAY_BATCH: u64 = 1_000;
+/// Events one replay statement takes at most (see `replay`, on both stores).
+pub(super) const REPLAY_BATCH: u64 = 1_000;
 /// Most rows one listing returns.
 pub(super) const LIST_CAP: u32 = 10_000;
 

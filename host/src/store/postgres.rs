@@ -323,15 +323,42 @@ impl PgStore {
     /// Queue dead, quarantined, delivered or discarded events again under their
     /// original event id, with a fresh retry schedule; not one whose resource has a
     /// newer version delivered or pending. Returns how many.
+    ///
+    /// In batches of [`super::operator::REPLAY_BATCH`], each a statement of its own, as
+    /// on SQLite: one statement over a large replay (a day's dead letters) would run
+    /// past `statement_timeout_ms`, be cancelled and replay nothing. Each batch starts
+    /// after the last event the one before it took, in arrival order, so an event
+    /// delivered again between batches is not taken again.
     pub async fn replay(&self, filter: &Filter) -> Result<u64, StoreError> {
-        let done = filtered(&replay_sql(), filter, filter.limit.unwrap_or(u32::MAX))
-            .bind(crate::clock::now_ms())
-            .execute(&self.pool)
-            .await?;
-        if done.rows_affected() > 0 {
-            self.accepted.notify_one();
+        let limit = u64::from(filter.limit.unwrap_or(u32::MAX));
+        let sql = replay_sql();
+        let mut replayed = 0;
+        let mut after: Option<(i64, String, String)> = None;
+        while replayed < limit {
+            let left = (limit - replayed).min(super::operator::REPLAY_BATCH);
+            let batch = u32::try_from(left).unwrap_or(u32::MAX);
+            let at = after.as_ref().map(|a| a.0);
+            let endpoint = after.as_ref().map(|a| a.1.clone());
+            let event_id = after.as_ref().map(|a| a.2.clone());
+            let taken: Vec<(i64, String, String)> = filtered(&sql, filter, batch)
+                .bind(crate::clock::now_ms())
+                .bind(at)
+                .bind(endpoint)
+                .bind(event_id)
+                .try_map(|row: PgRow| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+                .fetch_all(&self.pool)
+                .await?;
+            let done = taken.len() as u64;
+            after = taken.into_iter().max().or(after);
+            replayed += done;
+            if done > 0 {
+                self.accepted.notify_one();
+            }
+            if done < u64::from(batch) {
+                break;
+            }
         }
-        Ok(done.rows_affected())
+        Ok(replayed)
     }
 
     /// One event with its delivery attempts, as JSON.
@@ -543,10 +570,12 @@ fn filtered<'q>(
 }
 
 /// Queue again what a filter matches in a replayable state, not superseded and not
-/// leased, the limit (`$10`) counting what is replayed; the time is `$11`. The row's
-/// own state and lease are checked again on the row being updated: a statement that
-/// waited for another replay's row locks sees the row as that one (or a worker's
-/// lease after it) left it, where its subquery still sees it as it was.
+/// leased, the limit (`$10`) counting what is replayed, in arrival order after the
+/// event (`$12`, `$13`, `$14`: received at, endpoint, event id) a batch before took
+/// last; the time is `$11`. The row's own state and lease are checked again on the
+/// row being updated: a statement that waited for another replay's row locks sees the
+/// row as that one (or a worker's lease after it) left it, where its subquery still
+/// sees it as it was. Returns the position of each event replayed.
 fn replay_sql() -> String {
     format!(
         "UPDATE receipts AS r SET {REQUEUE}
@@ -556,7 +585,10 @@ fn replay_sql() -> String {
             SELECT r.endpoint, r.event_id FROM receipts AS r
             WHERE {WHERE} AND r.state IN {REPLAYABLE}
               AND {NOT_SUPERSEDED} AND {lease_over}
-            ORDER BY r.received_at_ms LIMIT $10)",
+              AND ($12::bigint IS NULL
+                   OR (r.received_at_ms, r.endpoint, r.event_id) > ($12, $13::text, $14::text))
+            ORDER BY r.received_at_ms, r.endpoint, r.event_id LIMIT $10)
+         RETURNING r.received_at_ms, r.endpoint, r.event_id",
         lease_over = lease_over("$11"),
     )
 }
