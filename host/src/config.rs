@@ -519,6 +519,23 @@ fn reconcile_config(
 /// key itself (`limits.read_timeout_seconds`, `endpoint[2] (id "x").destination.url`),
 /// an element of an array (`secrets[1]`), or as much of the path as the file spells
 /// out. None when the file does not have it (a default was refused).
+/// The key under `[endpoint.destination]` (`.url`, `.secret`, …; empty when none) that
+/// a destination's refusal is about, and the refusal without the name it starts with
+/// (`destination url: …`).
+fn destination_field<'r>(refused: &'r str, d: &DestinationConfig) -> (String, &'r str) {
+    for field in ["url", "secret", "ca_file"] {
+        if let Some(reason) = refused.strip_prefix(&format!("destination {field}: ")) {
+            return (format!(".{field}"), reason);
+        }
+    }
+    match refused.strip_prefix("destination: ") {
+        // The one refusal of the destination as a whole: a timeout of 0.
+        Some(reason) if d.connect_timeout.is_zero() => (".connect_timeout_ms".into(), reason),
+        Some(reason) => (".timeout_ms".into(), reason),
+        None => (String::new(), refused),
+    }
+}
+
 fn line_of(text: &str, key: &str) -> Option<usize> {
     let doc = toml_edit::ImDocument::parse(text).ok()?;
     // An endpoint's id, shown in its key as ` (id "x")`, is not part of the path.
@@ -988,7 +1005,7 @@ impl Config {
                                 .map_err(|reason| invalid(&format!("{dkey}.ca_file"), reason))?,
                         ),
                     };
-                    Some(DestinationConfig {
+                    let destination = DestinationConfig {
                         url: d.url,
                         ca,
                         secret: resolve_secret(&d.secret, &format!("{dkey}.secret"))?,
@@ -997,7 +1014,14 @@ impl Config {
                         ),
                         timeout: Duration::from_millis(d.timeout_ms.unwrap_or(15_000)),
                         reach: crate::worker::Reach::Any,
-                    })
+                    };
+                    // Built as the workers will build it, so that a mistake is named
+                    // here, with its key and line.
+                    if let Err(refused) = crate::worker::HttpDestination::new(&destination) {
+                        let (field, reason) = destination_field(&refused, &destination);
+                        return Err(invalid(&format!("{dkey}{field}"), reason.to_string()));
+                    }
+                    Some(destination)
                 }
             };
             let schedule = e
@@ -1550,6 +1574,34 @@ mod tests {
         assert_eq!(
             refused("url = \"http://hooks.internal/in\"\nca_file = \"ca.pem\""),
             format!("{key}.ca_file: applies only to an https:// url (line 8)")
+        );
+        // What the workers would refuse at start is refused here, with its key and line.
+        assert_eq!(
+            refused("url = \"http://hooks.internal/in\"\ntimeout_ms = 0"),
+            format!(
+                "{key}.timeout_ms: connect_timeout_ms and timeout_ms must be greater than 0 (line 8)"
+            )
+        );
+        assert_eq!(
+            refused("url = \"http://hooks.internal/in\"\nconnect_timeout_ms = 0"),
+            format!(
+                "{key}.connect_timeout_ms: connect_timeout_ms and timeout_ms must be greater than 0 (line 8)"
+            )
+        );
+        let credentials = refused("url = \"http://u:p@hooks.internal/in\"");
+        assert!(
+            credentials.starts_with(&format!("{key}.url: a user name or password")),
+            "{credentials}"
+        );
+        assert!(credentials.ends_with("(line 7)"), "{credentials}");
+        let secret = error(
+            "[[endpoint]]\nid = \"x\"\nplugin = \"p\"\nsecrets = [\"s\"]\n\
+             [endpoint.destination]\nsecret = \"not-a-whsec\"\nurl = \"http://hooks.internal/in\"",
+        );
+        assert!(secret.starts_with(&format!("{key}.secret: ")), "{secret}");
+        assert!(
+            secret.ends_with("(expected whsec_ + base64) (line 6)"),
+            "{secret}"
         );
         let missing = refused("url = \"https://hooks.internal/in\"\nca_file = \"tls/ca.pem\"");
         assert!(
