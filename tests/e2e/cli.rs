@@ -943,7 +943,12 @@ fn spec_follows_the_configuration_and_the_stored_requests() {
 fn output_into_a_closed_pipe_ends_quietly() {
     for args in [
         &["plugin", "list"][..],
-        &["plugin", "test", "--vectors", "fixtures/vectors/stripe.json"],
+        &[
+            "plugin",
+            "test",
+            "--vectors",
+            "fixtures/vectors/stripe.json",
+        ],
     ] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_hookhost"))
             .args(args)

@@ -172,7 +172,40 @@ pub(super) fn purgeable_dead(before: &str) -> String {
     )
 }
 /// Events one replay statement takes at most (see `replay`, on both stores).
-pub(super) const REPLAY_BATCH: u64 = 1_000;
+const REPLAY_BATCH: u64 = 1_000;
+
+/// A replay of at most `limit` events, in statements of at most [`REPLAY_BATCH`]:
+/// `batch(size, after)` replays up to `size` events in arrival order after the
+/// position `after` (none: from the first) and returns the positions it replayed.
+/// Each batch starts after the last one's latest, so an event delivered again between
+/// batches is not taken again. The workers are woken after each batch that replayed.
+pub(super) async fn in_batches<P, F, Fut>(
+    limit: Option<u32>,
+    accepted: &tokio::sync::Notify,
+    mut batch: F,
+) -> Result<u64, StoreError>
+where
+    P: Ord,
+    F: FnMut(u32, Option<P>) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<P>, StoreError>>,
+{
+    let limit = u64::from(limit.unwrap_or(u32::MAX));
+    let (mut replayed, mut after) = (0, None);
+    while replayed < limit {
+        let size = u32::try_from((limit - replayed).min(REPLAY_BATCH)).unwrap_or(u32::MAX);
+        let taken = batch(size, after.take()).await?;
+        let done = taken.len() as u64;
+        after = taken.into_iter().max();
+        replayed += done;
+        if done > 0 {
+            accepted.notify_one();
+        }
+        if done < u64::from(size) {
+            break;
+        }
+    }
+    Ok(replayed)
+}
 /// Most rows one listing returns.
 pub(super) const LIST_CAP: u32 = 10_000;
 
@@ -206,33 +239,20 @@ impl SqliteStore {
     /// one before it took, in arrival order: the workers deliver replayed events between
     /// batches, and an event delivered again must not be taken again.
     pub async fn replay(&self, filter: &Filter) -> Result<u64, StoreError> {
-        let limit = u64::from(filter.limit.unwrap_or(u32::MAX));
         let sql = replay_sql();
-        let mut replayed = 0;
-        let mut after: Option<(i64, i64)> = None;
-        while replayed < limit {
-            let batch = u32::try_from((limit - replayed).min(REPLAY_BATCH)).unwrap_or(u32::MAX);
-            let rows = filtered(&sql, filter, batch)
-                .bind(crate::clock::now_ms())
-                .bind(after.map(|(at, _)| at))
-                .bind(after.map(|(_, row)| row))
-                .fetch_all(&self.worker)
-                .await?;
-            let taken = rows
-                .iter()
-                .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)));
-            let taken: Vec<(i64, i64)> = taken.collect::<Result<_, sqlx::Error>>()?;
-            after = taken.iter().copied().max().or(after);
-            let done = taken.len() as u64;
-            replayed += done;
-            if done > 0 {
-                self.accepted.notify_one();
-            }
-            if done < u64::from(batch) {
-                break;
-            }
-        }
-        Ok(replayed)
+        in_batches(
+            filter.limit,
+            &self.accepted,
+            |batch, after: Option<(i64, i64)>| {
+                let statement = filtered(&sql, filter, batch)
+                    .bind(crate::clock::now_ms())
+                    .bind(after.map(|(at, _)| at))
+                    .bind(after.map(|(_, row)| row))
+                    .try_map(|row: sqlx::sqlite::SqliteRow| Ok((row.try_get(0)?, row.try_get(1)?)));
+                async move { Ok(statement.fetch_all(&self.worker).await?) }
+            },
+        )
+        .await
     }
 
     /// The next `limit` events a replay could take (replayable states, filtered), in

@@ -324,41 +324,25 @@ impl PgStore {
     /// original event id, with a fresh retry schedule; not one whose resource has a
     /// newer version delivered or pending. Returns how many.
     ///
-    /// In batches of [`super::operator::REPLAY_BATCH`], each a statement of its own, as
-    /// on SQLite: one statement over a large replay (a day's dead letters) would run
-    /// past `statement_timeout_ms`, be cancelled and replay nothing. Each batch starts
-    /// after the last event the one before it took, in arrival order, so an event
-    /// delivered again between batches is not taken again.
+    /// In batches ([`super::operator::in_batches`]), each a statement of its own, as on
+    /// SQLite: one statement over a large replay (a day's dead letters) would run past
+    /// `statement_timeout_ms`, be cancelled and replay nothing.
     pub async fn replay(&self, filter: &Filter) -> Result<u64, StoreError> {
-        let limit = u64::from(filter.limit.unwrap_or(u32::MAX));
         let sql = replay_sql();
-        let mut replayed = 0;
-        let mut after: Option<(i64, String, String)> = None;
-        while replayed < limit {
-            let left = (limit - replayed).min(super::operator::REPLAY_BATCH);
-            let batch = u32::try_from(left).unwrap_or(u32::MAX);
-            let at = after.as_ref().map(|a| a.0);
-            let endpoint = after.as_ref().map(|a| a.1.clone());
-            let event_id = after.as_ref().map(|a| a.2.clone());
-            let taken: Vec<(i64, String, String)> = filtered(&sql, filter, batch)
+        let batch = |size, after: Option<(i64, String, String)>| {
+            let (at, endpoint, event_id) = match after {
+                Some((at, endpoint, event_id)) => (Some(at), Some(endpoint), Some(event_id)),
+                None => (None, None, None),
+            };
+            let statement = filtered(&sql, filter, size)
                 .bind(crate::clock::now_ms())
                 .bind(at)
                 .bind(endpoint)
                 .bind(event_id)
-                .try_map(|row: PgRow| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
-                .fetch_all(&self.pool)
-                .await?;
-            let done = taken.len() as u64;
-            after = taken.into_iter().max().or(after);
-            replayed += done;
-            if done > 0 {
-                self.accepted.notify_one();
-            }
-            if done < u64::from(batch) {
-                break;
-            }
-        }
-        Ok(replayed)
+                .try_map(|row: PgRow| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)));
+            async move { Ok(statement.fetch_all(&self.pool).await?) }
+        };
+        super::operator::in_batches(filter.limit, &self.accepted, batch).await
     }
 
     /// One event with its delivery attempts, as JSON.
