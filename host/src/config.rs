@@ -515,10 +515,6 @@ fn reconcile_config(
     })
 }
 
-/// The line (1-based) of `text` that holds what a validation error's key names: the
-/// key itself (`limits.read_timeout_seconds`, `endpoint[2] (id "x").destination.url`),
-/// an element of an array (`secrets[1]`), or as much of the path as the file spells
-/// out. None when the file does not have it (a default was refused).
 /// The key under `[endpoint.destination]` (`.url`, `.secret`, …; empty when none) that
 /// a destination's refusal is about, and the refusal without the name it starts with
 /// (`destination url: …`).
@@ -536,6 +532,10 @@ fn destination_field<'r>(refused: &'r str, d: &DestinationConfig) -> (String, &'
     }
 }
 
+/// The line (1-based) of `text` that holds what a validation error's key names: the
+/// key itself (`limits.read_timeout_seconds`, `endpoint[2] (id "x").destination.url`),
+/// an element of an array (`secrets[1]`), or as much of the path as the file spells
+/// out. None when the file does not have it (a default was refused).
 fn line_of(text: &str, key: &str) -> Option<usize> {
     let doc = toml_edit::ImDocument::parse(text).ok()?;
     // An endpoint's id, shown in its key as ` (id "x")`, is not part of the path.
