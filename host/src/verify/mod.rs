@@ -260,7 +260,9 @@ pub fn storable(event: &Event, message_id: Option<&String>) -> Result<(), Ingest
     let version_fits = event
         .resource_version
         .is_none_or(|v| i64::try_from(v).is_ok());
-    let in_headers = |text: &&String| !text.chars().any(|c| c.is_ascii_control());
+    // An ASCII control character is one byte in UTF-8, and no other character's bytes
+    // are ASCII: the bytes tell.
+    let in_headers = |text: &&String| !text.bytes().any(|b| b.is_ascii_control());
     if version_fits
         && delivered.iter().flatten().all(in_headers)
         && delivered
