@@ -1222,11 +1222,9 @@ async fn validate(
         let checked = api.app.delivery.check_timeout(d.timeout);
         checked.map_err(|reason| invalid(&format!("destination.timeout_ms: {reason}")))?;
         // A name is judged at each connection; an address or `localhost` at once.
-        let host = d.url.parse::<axum::http::Uri>().ok();
-        let host = host.as_ref().and_then(|uri| uri.host());
-        if let Some(refused) = host
-            .filter(|_| reach == Reach::Public)
-            .and_then(refused_host)
+        let uri = d.url.parse::<axum::http::Uri>().ok();
+        if reach == Reach::Public
+            && let Some(refused) = uri.as_ref().and_then(|u| u.host()).and_then(refused_host)
         {
             return Err(invalid(&format!("destination url: {refused}")));
         }
