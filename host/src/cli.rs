@@ -1,7 +1,7 @@
 //! The command line: `serve`, the plugin tools and the operator's commands. Every command
 //! and option a user can see says in `--help` what it is (a test walks them all).
 
-use crate::config::{Config, StoreConfig};
+use crate::config::{Config, Secrets, StoreConfig};
 use crate::plugins::{Catalog, Origin, Plugin, PluginLimits};
 use crate::vectors;
 use clap::{Parser, Subcommand};
@@ -461,9 +461,10 @@ fn spec(config_path: PathBuf, id: &str) -> anyhow::Result<()> {
 /// The configuration an operator's command works with, whose store must be there
 /// already: opening a SQLite file that is not there would make an empty store on the
 /// spot, and a configuration pointing elsewhere would list and replay nothing, with
-/// exit 0.
-fn operator_config(path: &Path) -> anyhow::Result<Config> {
-    let config = Config::load(path)?;
+/// exit 0. A command that only reads and changes the store asks for
+/// [`Secrets::Deferred`]: it runs in a shell without the providers' secrets.
+fn operator_config(path: &Path, secrets: Secrets) -> anyhow::Result<Config> {
+    let config = Config::load_with(path, secrets)?;
     if let StoreConfig::Sqlite(file) = &config.store
         && !file.exists()
     {
@@ -633,15 +634,23 @@ fn operate(operation: Operation) -> anyhow::Result<()> {
             .check()
             .map_err(|reason| anyhow::anyhow!("--{reason}"))?;
     }
-    let config = operator_config(&config_path)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
     let remapping = matches!(
         &operation,
         Operation::Events(EventsCommand::Replay { remap: true, .. })
             | Operation::Dlq(DlqCommand::Replay { remap: true, .. })
     );
+    // Remapping and showing an event run plugins; the rest only reads and changes the
+    // store.
+    let secrets =
+        if remapping || matches!(&operation, Operation::Events(EventsCommand::Show { .. })) {
+            Secrets::Required
+        } else {
+            Secrets::Deferred
+        };
+    let config = operator_config(&config_path, secrets)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async move {
         if remapping {
             // Remapping runs plugins: build the whole receiver (without serving).
@@ -823,7 +832,12 @@ fn forensics(command: ForensicsCommand) -> anyhow::Result<()> {
         | ForensicsCommand::Verify { config, .. }
         | ForensicsCommand::Reingest { config, .. } => config.clone(),
     };
-    let config = operator_config(&config_path)?;
+    // Verifying and re-ingesting run plugins with the endpoint's secrets.
+    let secrets = match &command {
+        ForensicsCommand::List { .. } | ForensicsCommand::Show { .. } => Secrets::Deferred,
+        ForensicsCommand::Verify { .. } | ForensicsCommand::Reingest { .. } => Secrets::Required,
+    };
+    let config = operator_config(&config_path, secrets)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -906,14 +920,14 @@ fn reconcile(command: Option<ReconcileCommand>, args: ReconcileArgs) -> anyhow::
             endpoint,
             limit,
         }) => runtime.block_on(async move {
-            let store = open_store(&config, &operator_config(&config)?).await?;
+            let store = open_store(&config, &operator_config(&config, Secrets::Deferred)?).await?;
             let runs = store.runs(endpoint.as_deref(), i64::from(limit)).await;
             store.close().await;
             out!("{}", serde_json::to_string_pretty(&runs?)?);
             Ok(())
         }),
         Some(ReconcileCommand::Show { config, run }) => runtime.block_on(async move {
-            let store = open_store(&config, &operator_config(&config)?).await?;
+            let store = open_store(&config, &operator_config(&config, Secrets::Deferred)?).await?;
             let found = store.run(&run).await;
             store.close().await;
             let (run, repairs) = found?.ok_or_else(|| anyhow::anyhow!("no run {run:?}"))?;
@@ -925,7 +939,7 @@ fn reconcile(command: Option<ReconcileCommand>, args: ReconcileArgs) -> anyhow::
             let (Some(config_path), Some(id)) = (args.config, args.endpoint) else {
                 anyhow::bail!("reconcile needs --config FILE and --endpoint ID");
             };
-            let config = operator_config(&config_path)?;
+            let config = operator_config(&config_path, Secrets::Required)?;
             let Some(settings) = config
                 .endpoints
                 .iter()
@@ -968,7 +982,7 @@ fn reconcile(command: Option<ReconcileCommand>, args: ReconcileArgs) -> anyhow::
 }
 
 fn shadow(config_path: PathBuf, id: &str, plugin: &str, last: u32) -> anyhow::Result<()> {
-    let config = operator_config(&config_path)?;
+    let config = operator_config(&config_path, Secrets::Required)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -64,6 +64,23 @@ pub struct Config {
     pub admin: Option<(SocketAddr, Secret)>,
     /// Keys whose secrets were given literally, for a warning at start.
     pub literal_secrets: Vec<String>,
+    /// Secrets that could not be read, each as its error: only a configuration loaded
+    /// with [`Secrets::Deferred`] has any, and [`crate::build`] refuses it.
+    pub unresolved: Vec<String>,
+}
+
+/// What [`Config::parse_with`] does with an `env:` or `file:` secret it cannot read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Secrets {
+    /// Refuse the configuration: the receiver needs every secret.
+    Required,
+    /// Leave the secret out and note its error in [`Config::unresolved`]: an
+    /// operator's command that only reads and changes the store (listing events,
+    /// replaying the dead letters, pausing an endpoint) needs none of the providers'
+    /// secrets, and the shell it runs in may not have them. What an unread secret
+    /// belongs to is left out with it: an endpoint's destination or reconciliation, the
+    /// admin listener, and `[tenancy]` when its operator token or master key is unread.
+    Deferred,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -686,11 +703,16 @@ struct RawReconcile {
 impl Config {
     /// Read and validate a configuration file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_with(path, Secrets::Required)
+    }
+
+    /// [`Config::load`], with `secrets` saying what an unreadable secret does.
+    pub fn load_with(path: &Path, secrets: Secrets) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.display().to_string(),
             source,
         })?;
-        Config::parse(path, &text, &|name| std::env::var(name).ok())
+        Config::parse_with(path, &text, &|name| std::env::var(name).ok(), secrets)
     }
 
     /// Parse `text` as if read from `path`; `env` resolves `env:NAME` secrets.
@@ -698,6 +720,16 @@ impl Config {
         path: &Path,
         text: &str,
         env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        Config::parse_with(path, text, env, Secrets::Required)
+    }
+
+    /// [`Config::parse`], with `secrets` saying what an unreadable secret does.
+    pub fn parse_with(
+        path: &Path,
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+        secrets: Secrets,
     ) -> Result<Config, ConfigError> {
         let shown = path.display().to_string();
         let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
@@ -922,7 +954,7 @@ impl Config {
 
         let mut endpoints = Vec::new();
         let mut literal_secrets = Vec::new();
-        let mut resolve_secret = |source: &str, skey: &str| -> Result<Secret, ConfigError> {
+        let mut read_secret = |source: &str, skey: &str| -> Result<Secret, ConfigError> {
             // A trailing newline (a secret written to a file, or put in the environment
             // from one) is not part of the secret.
             let value = if let Some(name) = source.strip_prefix("env:") {
@@ -947,6 +979,19 @@ impl Config {
             }
             Ok(Secret::new(value))
         };
+        // `None`: not read, and deferred (see [`Secrets`]).
+        let mut unresolved = Vec::new();
+        let mut resolve_secret =
+            |source: &str, skey: &str| -> Result<Option<Secret>, ConfigError> {
+                match read_secret(source, skey) {
+                    Ok(secret) => Ok(Some(secret)),
+                    Err(error) if secrets == Secrets::Deferred => {
+                        unresolved.push(error.to_string());
+                        Ok(None)
+                    }
+                    Err(error) => Err(error),
+                }
+            };
         for (i, e) in raw.endpoint.into_iter().enumerate() {
             let key = format!("endpoint[{i}] (id {:?})", e.id);
             if e.id.is_empty()
@@ -972,14 +1017,14 @@ impl Config {
                     "at least one secret is required".into(),
                 ));
             }
-            let mut secrets = Vec::new();
+            let mut keys = Vec::new();
             for (j, source) in e.secrets.iter().enumerate() {
                 let skey = format!("{key}.secrets[{j}]");
-                secrets.push(resolve_secret(source, &skey)?);
+                keys.extend(resolve_secret(source, &skey)?);
             }
             let handshake_token = match &e.handshake_token {
                 None => None,
-                Some(source) => Some(resolve_secret(source, &format!("{key}.handshake_token"))?),
+                Some(source) => resolve_secret(source, &format!("{key}.handshake_token"))?,
             };
             let destination = match e.destination {
                 None => None,
@@ -1005,23 +1050,29 @@ impl Config {
                                 .map_err(|reason| invalid(&format!("{dkey}.ca_file"), reason))?,
                         ),
                     };
-                    let destination = DestinationConfig {
-                        url: d.url,
-                        ca,
-                        secret: resolve_secret(&d.secret, &format!("{dkey}.secret"))?,
-                        connect_timeout: Duration::from_millis(
-                            d.connect_timeout_ms.unwrap_or(2_000),
-                        ),
-                        timeout: Duration::from_millis(d.timeout_ms.unwrap_or(15_000)),
-                        reach: crate::worker::Reach::Any,
-                    };
-                    // Built as the workers will build it, so that a mistake is named
-                    // here, with its key and line.
-                    if let Err(refused) = crate::worker::HttpDestination::new(&destination) {
-                        let (field, reason) = destination_field(&refused, &destination);
-                        return Err(invalid(&format!("{dkey}{field}"), reason.to_string()));
+                    match resolve_secret(&d.secret, &format!("{dkey}.secret"))? {
+                        None => None,
+                        Some(secret) => {
+                            let destination = DestinationConfig {
+                                url: d.url,
+                                ca,
+                                secret,
+                                connect_timeout: Duration::from_millis(
+                                    d.connect_timeout_ms.unwrap_or(2_000),
+                                ),
+                                timeout: Duration::from_millis(d.timeout_ms.unwrap_or(15_000)),
+                                reach: crate::worker::Reach::Any,
+                            };
+                            // Built as the workers will build it, so that a mistake is
+                            // named here, with its key and line.
+                            if let Err(refused) = crate::worker::HttpDestination::new(&destination)
+                            {
+                                let (field, reason) = destination_field(&refused, &destination);
+                                return Err(invalid(&format!("{dkey}{field}"), reason.to_string()));
+                            }
+                            Some(destination)
+                        }
                     }
-                    Some(destination)
                 }
             };
             let schedule = e
@@ -1037,13 +1088,16 @@ impl Config {
                     let rkey = format!("{key}.reconcile");
                     let credential = resolve_secret(&r.credential, &format!("{rkey}.credential"))?;
                     let invalid = |k: &str, reason| invalid(&format!("{rkey}.{k}"), reason);
-                    Some(reconcile_config(r, credential, &invalid)?)
+                    match credential {
+                        Some(credential) => Some(reconcile_config(r, credential, &invalid)?),
+                        None => None,
+                    }
                 }
             };
             endpoints.push(EndpointConfig {
                 id: e.id,
                 plugin: e.plugin,
-                secrets,
+                secrets: keys,
                 tolerance: e.tolerance,
                 handshake_token,
                 plugin_config,
@@ -1069,20 +1123,24 @@ impl Config {
                         format!("{text:?} is not an address like 127.0.0.1:8081"),
                     )
                 })?;
-                Some((address, token))
+                token.map(|token| (address, token))
             }
         };
         let tenancy = match &raw.tenancy {
             None => None,
-            Some(t) => {
-                if admin.is_none() {
+            Some(t) => 'tenancy: {
+                if raw.admin_token.is_none() {
                     return Err(invalid(
                         "tenancy",
                         "the tenant API is served on the admin listener: set admin_token".into(),
                     ));
                 }
-                let operator_token = resolve_secret(&t.operator_token, "tenancy.operator_token")?;
-                let key = resolve_secret(&t.master_key, "tenancy.master_key")?;
+                let (Some(operator_token), Some(key)) = (
+                    resolve_secret(&t.operator_token, "tenancy.operator_token")?,
+                    resolve_secret(&t.master_key, "tenancy.master_key")?,
+                ) else {
+                    break 'tenancy None;
+                };
                 let master_key = crate::tenancy::MasterKey::decode(key.expose())
                     .map_err(|reason| invalid("tenancy.master_key", reason))?;
                 let defaults = Quotas::default();
@@ -1158,6 +1216,7 @@ impl Config {
             tenancy,
             admin,
             literal_secrets,
+            unresolved,
         })
     }
 }
@@ -1610,5 +1669,43 @@ mod tests {
             )),
             "{missing}"
         );
+    }
+
+    #[test]
+    fn a_deferred_secret_is_noted_and_what_it_belongs_to_left_out() {
+        let text = format!(
+            "admin_token = \"env:NO_ADMIN\"\n{GOOD}\n[endpoint.destination]\n\
+             url = \"http://127.0.0.1:9/\"\nsecret = \"env:NO_DESTINATION\"\n"
+        );
+        let strict = error(&text);
+        assert!(strict.contains("NO_DESTINATION is not set"), "{strict}");
+        let env = |name: &str| (name == "STRIPE_SECRET").then(|| "whsec_from_env".to_string());
+        let path = Path::new("/etc/hookhost/hookhost.toml");
+        let config = Config::parse_with(path, &text, &env, Secrets::Deferred).expect("deferred");
+        assert_eq!(config.unresolved.len(), 2, "{:?}", config.unresolved);
+        assert!(
+            config.unresolved[0].starts_with(
+                "/etc/hookhost/hookhost.toml: endpoint[0] (id \"stripe-main\").destination.secret: \
+                 environment variable NO_DESTINATION is not set (line "
+            ),
+            "{:?}",
+            config.unresolved
+        );
+        assert_eq!(
+            config.unresolved[1],
+            "/etc/hookhost/hookhost.toml: admin_token: environment variable NO_ADMIN is not set \
+             (line 1)"
+        );
+        let endpoint = &config.endpoints[0];
+        assert_eq!(
+            endpoint.secrets.len(),
+            2,
+            "the secrets that were read are kept"
+        );
+        assert!(endpoint.destination.is_none());
+        assert!(config.admin.is_none());
+        // Nothing unread, nothing noted.
+        let read = Config::parse_with(path, GOOD, &env, Secrets::Deferred).expect("deferred");
+        assert!(read.unresolved.is_empty());
     }
 }

@@ -42,6 +42,11 @@ use tokio::net::TcpListener;
 /// Build everything the configuration describes: plugins, endpoints, store.
 pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
     let at = config.path.display().to_string();
+    // A configuration loaded for a store-only command may lack secrets: the receiver
+    // is never built from it.
+    if let Some(unread) = config.unresolved.first() {
+        anyhow::bail!("{unread}");
+    }
     for key in &config.literal_secrets {
         tracing::warn!("{at}: {key} is a literal secret; prefer env:NAME or file:PATH");
     }

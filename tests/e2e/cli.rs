@@ -994,3 +994,87 @@ fn an_operator_command_on_a_missing_store_names_it_and_makes_none() {
         "an empty store was made"
     );
 }
+
+/// A command that only reads and changes the store runs in a shell without the
+/// providers' secrets (they may be given to the receiver alone); a command that runs
+/// plugins still needs them, and names the one it could not read.
+#[test]
+fn store_commands_run_without_the_secrets_and_plugin_commands_name_the_missing_one() {
+    const STRIPE: &str = "HOOKHOST_TEST_UNREAD_STRIPE_SECRET";
+    const MASTER: &str = "HOOKHOST_TEST_UNREAD_MASTER_KEY";
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("hookhost.toml");
+    let text = format!(
+        "store = \"hookhost.db\"\nadmin_token = \"env:{MASTER}\"\n\
+         [tenancy]\noperator_token = \"env:{MASTER}\"\nmaster_key = \"env:{MASTER}\"\n\
+         [[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\nsecrets = [\"env:{STRIPE}\"]\n\
+         [endpoint.destination]\nurl = \"http://127.0.0.1:9/\"\nsecret = \"env:{STRIPE}\"\n"
+    );
+    std::fs::write(&config, text).expect("write the configuration");
+    let config = config.to_str().expect("a UTF-8 path");
+    let stripe = std::ffi::OsStr::new("whsec_c2VjcmV0LWZvci10aGUtdGVzdA==");
+    let master = std::ffi::OsStr::new("bG9ndGVzdC1tYXN0ZXIta2V5LTMyLWJ5dGVzLTAwMDA=");
+    let (ok, _, stderr) = hookhost_with(
+        &["migrate", "--config", config],
+        &[(STRIPE, stripe), (MASTER, master)],
+    );
+    assert!(ok, "{stderr}");
+
+    for (args, says) in [
+        (vec!["events", "list", "--config", config], ""),
+        (vec!["dlq", "list", "--config", config], ""),
+        (vec!["dlq", "replay", "--config", config], "0 replayed"),
+        (
+            vec!["endpoint", "pause", "--config", config, "stripe"],
+            "stripe: delivery paused",
+        ),
+        (
+            vec!["endpoint", "resume", "--config", config, "stripe"],
+            "stripe: delivery resumed",
+        ),
+        (vec!["forensics", "list", "--config", config], ""),
+        (vec!["reconcile", "runs", "--config", config], "[]"),
+    ] {
+        let (ok, stdout, stderr) = hookhost(&args);
+        assert!(ok, "{args:?}: {stderr}");
+        assert_eq!(stdout.trim(), says, "{args:?}");
+    }
+
+    let unread = format!(
+        "{config}: endpoint[0] (id \"stripe\").secrets[0]: environment variable {STRIPE} is not set"
+    );
+    for args in [
+        vec!["events", "show", "--config", config, "stripe", "evt_1"],
+        vec!["dlq", "replay", "--remap", "--config", config],
+        vec!["forensics", "verify", "--config", config, "1"],
+    ] {
+        let (ok, stdout, stderr) = hookhost(&args);
+        assert!(!ok, "{args:?}: {stdout}");
+        assert!(stderr.contains(&unread), "{args:?}: {stderr}");
+    }
+}
+
+/// The receiver is never built from a configuration whose secrets were left unread:
+/// it would verify with fewer secrets than the file names.
+#[tokio::test]
+async fn the_receiver_is_not_built_from_a_configuration_with_an_unread_secret() {
+    use hookhost::config::{Config, Secrets};
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("hookhost.toml");
+    let text = "store = \"hookhost.db\"\n[[endpoint]]\nid = \"stripe\"\nplugin = \"stripe\"\n\
+                secrets = [\"env:UNREAD\", \"whsec_c2VjcmV0LWZvci10aGUtdGVzdA==\"]\n";
+    let config = Config::parse_with(&path, text, &|_| None, Secrets::Deferred).expect("deferred");
+    let Err(refused) = hookhost::build(&config).await else {
+        panic!("built with one of its two secrets");
+    };
+    assert!(
+        refused
+            .to_string()
+            .contains("secrets[0]: environment variable UNREAD is not set"),
+        "{refused}"
+    );
+    assert!(
+        !dir.path().join("hookhost.db").exists(),
+        "a store was opened"
+    );
+}
