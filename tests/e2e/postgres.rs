@@ -5,7 +5,7 @@
 
 use crate::support::*;
 use hookhost::config::{PgConfig, RetentionConfig, StoreConfig};
-use hookhost::store::{AttemptRecord, NewReceipt, Next, Resource, Store};
+use hookhost::store::{AttemptRecord, NewReceipt, Next, Outcome, Resource, Store};
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -932,6 +932,87 @@ async fn retention_on(store: Store) {
     assert_eq!((purged.receipts, purged.attempts), (1, 1));
     assert_eq!(store.count_receipts("stripe").await.expect("count"), 3);
     store.close().await;
+}
+
+/// At one version the later arrival is the newer, as a replay orders them: a
+/// delivered event past its retention is kept while an earlier one of the same
+/// version may be replayed, or that replay would send the earlier over it.
+async fn retention_keeps_a_same_version_successor_on(store: Store) {
+    const DAY: i64 = 86_400_000;
+    let now_ms = now() * 1000;
+    let old = now_ms - 40 * DAY;
+    for (id, received) in [("evt_first", old), ("evt_second", old + 1)] {
+        let receipt = new_receipt(id, "cus_same", Some(5), received);
+        assert_eq!(
+            store.record(receipt).await.expect("record"),
+            Outcome::Accepted
+        );
+    }
+    let endpoints = vec!["stripe".to_string()];
+    // One event of a resource at a time: the first dies, then the second is delivered.
+    for (id, next) in [("evt_first", Next::Dead), ("evt_second", Next::Delivered)] {
+        let leased = store
+            .lease_due("w", &endpoints, now_ms, Duration::from_secs(60), 10)
+            .await
+            .expect("lease");
+        let ids: Vec<&str> = leased.iter().map(|e| e.event_id.as_str()).collect();
+        assert_eq!(ids, [id]);
+        let attempt = AttemptRecord {
+            started_at_ms: old,
+            ended_at_ms: old,
+            status: Some(200),
+            error: None,
+        };
+        store
+            .finish_attempt(&leased[0], "w", &attempt, &next)
+            .await
+            .expect("finish");
+    }
+    let purged = store
+        .purge(now_ms, &RetentionConfig::default())
+        .await
+        .expect("purge");
+    assert_eq!(purged.receipts, 0, "the later delivered event was purged");
+    let first = hookhost::store::Filter::one("stripe", "evt_first");
+    assert_eq!(store.replay(&first).await.expect("replay"), 0);
+    // Once the earlier one is gone under its own retention, the later goes next.
+    let retention = RetentionConfig {
+        dead: Some(Duration::from_secs(30 * 86_400)),
+        ..RetentionConfig::default()
+    };
+    assert_eq!(
+        store
+            .purge(now_ms, &retention)
+            .await
+            .expect("purge")
+            .receipts,
+        1
+    );
+    assert_eq!(
+        store
+            .purge(now_ms, &retention)
+            .await
+            .expect("purge")
+            .receipts,
+        1
+    );
+    assert_eq!(store.count_receipts("stripe").await.expect("count"), 0);
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_keeps_a_same_version_successor_on_postgres() {
+    let db = PgDatabase::create();
+    retention_keeps_a_same_version_successor_on(Store::open(&pg(&db.url())).await.expect("open"))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_keeps_a_same_version_successor_on_sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("hookhost.db");
+    retention_keeps_a_same_version_successor_on(Store::open_sqlite(&path).await.expect("open"))
+        .await;
 }
 
 /// Record `n` events without a resource, received a millisecond apart from `now_ms`.

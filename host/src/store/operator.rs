@@ -144,9 +144,11 @@ pub(super) const REQUEUE: &str = "state = 'pending', state_reason = 'replayed', 
 /// Purge's rule for a delivered receipt past its retention, on a receipt named
 /// `receipts` (not aliased): it is kept while an older version of its resource may
 /// still be replayed, because it is what tells [`NOT_SUPERSEDED`] that the destination
-/// has a newer version. It goes at the first purge after the older one is gone. An
-/// older version that is itself delivered and past its retention goes in the same
-/// purge, so it keeps nothing: else a resource's delivered versions went one a purge.
+/// has a newer version. Older is as [`NOT_SUPERSEDED`] orders: a lower version, or at
+/// the same version an earlier arrival. It goes at the first purge after the older one
+/// is gone. An older version that is itself delivered and past its retention goes in
+/// the same purge, so it keeps nothing: else a resource's delivered versions went one
+/// a purge.
 pub(super) fn purgeable_delivered(before: &str) -> String {
     format!(
         "state = 'delivered' AND delivered_at_ms < {before} AND NOT EXISTS (
@@ -154,7 +156,10 @@ pub(super) fn purgeable_delivered(before: &str) -> String {
             WHERE older.endpoint = receipts.endpoint
               AND older.resource_kind = receipts.resource_kind
               AND older.resource_id = receipts.resource_id
-              AND older.resource_version < receipts.resource_version
+              AND (older.resource_version < receipts.resource_version
+                   OR (older.resource_version = receipts.resource_version
+                       AND (older.received_at_ms, older.event_id)
+                           < (receipts.received_at_ms, receipts.event_id)))
               AND older.state IN {REPLAYABLE}
               AND NOT (older.state = 'delivered' AND older.delivered_at_ms < {before}))"
     )
