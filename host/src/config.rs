@@ -215,7 +215,8 @@ impl Default for ForensicsConfig {
 /// How long settled receipts are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetentionConfig {
-    /// Delivered receipts and their attempts, counted from delivery.
+    /// Delivered receipts and their attempts, counted from delivery; ignored and
+    /// stale receipts, counted from their arrival.
     pub delivered: Duration,
     /// Dead letters, quarantined receipts and conflicting duplicates, counted from
     /// receipt; `None` keeps them until an operator acts.

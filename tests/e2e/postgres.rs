@@ -1015,6 +1015,80 @@ async fn retention_keeps_a_same_version_successor_on_sqlite() {
         .await;
 }
 
+/// Ignored and stale receipts, settled as they arrived and never delivered or
+/// replayed, go after the delivered retention counted from their arrival; a retry of
+/// one that is gone is judged again as it was (by a process that did not see it: this
+/// one remembers what it stored).
+async fn retention_purges_settled_receipts_on(open: impl AsyncFn() -> Store) {
+    let store = open().await;
+    const DAY: i64 = 86_400_000;
+    let now_ms = now() * 1000;
+    let old = now_ms - 40 * DAY;
+    let ping = |id: &str, received: i64| {
+        let mut receipt = new_receipt(id, "x", None, received);
+        receipt.resource = None;
+        receipt.ignore = Some("ping".into());
+        receipt
+    };
+    let recorded = [
+        store.record(ping("evt_ping_old", old)).await,
+        store.record(ping("evt_ping_today", now_ms)).await,
+        store
+            .record(new_receipt("evt_v2", "cus_a", Some(2), old))
+            .await,
+        store
+            .record(new_receipt("evt_v1", "cus_a", Some(1), old))
+            .await,
+    ];
+    let outcomes: Vec<Outcome> = recorded.into_iter().map(|o| o.expect("record")).collect();
+    assert_eq!(
+        outcomes,
+        [
+            Outcome::Ignored("ping".into()),
+            Outcome::Ignored("ping".into()),
+            Outcome::Accepted,
+            Outcome::StaleVersion
+        ]
+    );
+    let purged = store
+        .purge(now_ms, &RetentionConfig::default())
+        .await
+        .expect("purge");
+    assert_eq!(purged.receipts, 2);
+    for (id, kept) in [
+        ("evt_ping_old", false),
+        ("evt_v1", false),
+        ("evt_ping_today", true),
+        ("evt_v2", true),
+    ] {
+        let row = store.receipt("stripe", id).await.expect("query");
+        assert_eq!(row.is_some(), kept, "{id}");
+    }
+    store.close().await;
+    let store = open().await;
+    let again = new_receipt("evt_v1", "cus_a", Some(1), now_ms);
+    assert_eq!(
+        store.record(again).await.expect("record"),
+        Outcome::StaleVersion
+    );
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_purges_ignored_and_stale_receipts_on_postgres() {
+    let db = PgDatabase::create();
+    retention_purges_settled_receipts_on(async || Store::open(&pg(&db.url())).await.expect("open"))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_purges_ignored_and_stale_receipts_on_sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("hookhost.db");
+    retention_purges_settled_receipts_on(async || Store::open_sqlite(&path).await.expect("open"))
+        .await;
+}
+
 /// Record `n` events without a resource, received a millisecond apart from `now_ms`.
 async fn record_unversioned(store: &Store, n: i64, now_ms: i64) {
     let recorded = (0..n).map(|i| {

@@ -164,6 +164,14 @@ pub(super) fn purgeable_delivered(before: &str) -> String {
               AND NOT (older.state = 'delivered' AND older.delivered_at_ms < {before}))"
     )
 }
+/// Purge's rule for a receipt settled as it arrived, on a receipt named `receipts`:
+/// an ignored event (a ping, a type its plugin ignores, an event of a deleted
+/// resource) or a stale version, past the delivered retention counted from its
+/// arrival. Neither is ever delivered or replayed, and a provider's retry of one
+/// that is gone is judged again as it was.
+pub(super) fn purgeable_settled(before: &str) -> String {
+    format!("state IN ('ignored', 'stale') AND received_at_ms < {before}")
+}
 /// Purge's rule for a dead letter or a quarantined receipt past its retention, on a
 /// receipt named `receipts`: counted from when it was settled, its last attempt (an
 /// event retried for weeks goes dead long after it arrived; replayed, it is settled

@@ -154,6 +154,12 @@ impl SqliteStore {
             &mut purged,
         )
         .await?;
+        self.purge_class(
+            &super::operator::purgeable_settled("?1"),
+            delivered_before,
+            &mut purged,
+        )
+        .await?;
         if let Some(dead) = retention.dead {
             let dead_before = now_ms.saturating_sub(super::millis(dead));
             self.purge_class(
