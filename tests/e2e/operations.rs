@@ -165,6 +165,52 @@ async fn a_replay_the_store_cannot_make_answers_503() {
     }
 }
 
+/// Discarding an event that is not there is 404 `unknown_event`, as showing one is;
+/// one that is there but not waiting for delivery (a stale version) is 409
+/// `not_discardable`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discarding_tells_an_unknown_event_from_one_not_discardable() {
+    let server = Server::start(&stripe_config("")).await;
+    let admin = admin(&server).await;
+    let t = now();
+    let newer = stripe_event("evt_new", "customer.updated", "cus_d", t);
+    let older = stripe_event("evt_old", "customer.updated", "cus_d", t - 10);
+    for body in [newer, older] {
+        let (status, answer) = server.post_stripe(&[STRIPE_SECRET], t, &body).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    assert_eq!(server.receipt("stripe", "evt_old").await.state, "stale");
+    let headers = vec![
+        ("authorization", format!("Bearer {ADMIN_TOKEN}")),
+        ("content-type", "application/json".to_string()),
+    ];
+    for (path, status, code) in [
+        (
+            "/admin/events/stripe/evt_typo/discard",
+            404,
+            "unknown_event",
+        ),
+        (
+            "/admin/events/elsewhere/evt_old/discard",
+            404,
+            "unknown_event",
+        ),
+        (
+            "/admin/events/stripe/evt_old/discard",
+            409,
+            "not_discardable",
+        ),
+    ] {
+        let body = r#"{"reason": "x"}"#.to_string();
+        let answer = request(admin, "POST", path, &headers, body.into()).await;
+        assert_eq!(
+            answer,
+            (status, serde_json::json!({ "error": code })),
+            "{path}"
+        );
+    }
+}
+
 /// What does not parse, on the admin API, is refused in JSON with a stable code and
 /// axum's reason, like every other refusal there, never a line of plain text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -379,7 +379,12 @@ async fn discard(
         .await
     {
         Ok(true) => Json(serde_json::json!({ "discarded": event_id })).into_response(),
-        Ok(false) => error(StatusCode::CONFLICT, "not_discardable"),
+        // Nothing was waiting for delivery under that id: say whether there is an event.
+        Ok(false) => match admin.app.store.receipt(&endpoint, &event_id).await {
+            Ok(Some(_)) => error(StatusCode::CONFLICT, "not_discardable"),
+            Ok(None) => error(StatusCode::NOT_FOUND, "unknown_event"),
+            Err(e) => store_error(e),
+        },
         Err(e) => store_error(e),
     }
 }
