@@ -511,8 +511,11 @@ async fn failed_run(server: &Server, endpoint: &str, because: &str) -> RunRow {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_runs_lists_and_shows_reconciliation() {
     use crate::operations::{ADMIN_TOKEN, admin};
-    let plain = "[[endpoint]]\nid = \"plain\"\nplugin = \"stripe\"\nsecrets = [\"whsec_plain\"]\n";
-    let (_fake, _downstream, server) = pushed_all_but_missing(plain).await;
+    // `runs` is an endpoint id like any other, though a path beside it lists the runs.
+    let plain = ["plain", "runs"].map(|id| {
+        format!("[[endpoint]]\nid = \"{id}\"\nplugin = \"stripe\"\nsecrets = [\"whsec_plain\"]\n")
+    });
+    let (_fake, _downstream, server) = pushed_all_but_missing(&plain.concat()).await;
     let addr = admin(&server).await;
     let call = |method: &'static str, path: String, body: &'static str| async move {
         let headers = [("authorization", format!("Bearer {ADMIN_TOKEN}"))];
@@ -558,6 +561,7 @@ async fn the_admin_api_runs_lists_and_shows_reconciliation() {
         ),
         ("/admin/reconcile/nowhere", "", 404, "unknown_endpoint"),
         ("/admin/reconcile/plain", "", 409, "not_configured"),
+        ("/admin/reconcile/runs", "", 409, "not_configured"),
     ] {
         let (status, answer) = call("POST", path.into(), body).await;
         assert_eq!(

@@ -45,7 +45,10 @@ pub fn router(app: Arc<App>, token: Secret) -> axum::Router {
         .route("/admin/forensics/{id}/verify", post(forensics_verify))
         .route("/admin/forensics/{id}/reingest", post(forensics_reingest))
         .route("/admin/reconcile/{endpoint}", post(reconcile_now))
-        .route("/admin/reconcile/runs", get(reconcile_runs))
+        .route(
+            "/admin/reconcile/runs",
+            get(reconcile_runs).post(reconcile_endpoint_named_runs),
+        )
         .route("/admin/reconcile/runs/{id}", get(reconcile_run))
         .route("/admin/endpoints/{endpoint}/pause", post(pause))
         .route("/admin/endpoints/{endpoint}/resume", post(resume))
@@ -150,6 +153,12 @@ struct ReconcileRequest {
 
 /// Reconcile an endpoint now and answer with the run as it ended (`done` or
 /// `failed`). The run goes on if the caller hangs up; it can be read back by id.
+/// `POST /admin/reconcile/runs`: `runs` is a valid endpoint id too, and this path,
+/// which also lists the runs, would otherwise refuse its reconciliation as 405.
+async fn reconcile_endpoint_named_runs(admin: State<Admin>, body: axum::body::Bytes) -> Response {
+    reconcile_now(admin, Path("runs".to_string()), body).await
+}
+
 async fn reconcile_now(
     State(admin): State<Admin>,
     Path(endpoint): Path<String>,
