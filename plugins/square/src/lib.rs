@@ -20,8 +20,12 @@
 //! type = `type` (`payment.updated`), occurred_at = `created_at`. The resource is `data`:
 //! kind = `data.type`, id = `data.id`, version = the object's `version` (Square's optimistic
 //! concurrency counter) when present, else its `updated_at` in unix millis; deleted when
-//! `data.deleted` is true or the type ends with `.deleted`. `webhooks.test_notification` is
-//! stored but ignored.
+//! `data.deleted` is true or the type ends with `.deleted`. The object is `data.object`'s
+//! member named by the kind (`payment`), or, for the order events, by the event's name
+//! (`order.updated` → `order_updated`, `order.fulfillment.updated` →
+//! `order_fulfillment_updated`; reference: developer.squareup.com/reference/square/webhooks,
+//! objects `OrderUpdatedObject` and the like). `webhooks.test_notification` is stored but
+//! ignored.
 
 #![cfg_attr(not(test), no_std)]
 
@@ -90,10 +94,12 @@ impl Provider for Square {
         let created = body.rfc3339("/created_at");
         let mut event = Event::new(event_type.as_ref()).id(id).occurred_at(created);
         if let (Some(kind), Some(object_id)) = (body.str("/data/type"), body.id("/data/id")) {
-            let object = format!("/data/object/{kind}");
-            let version = body
-                .u64(&format!("{object}/version"))
-                .or_else(|| body.rfc3339_millis(&format!("{object}/updated_at")));
+            let named = [kind.to_string(), event_type.replace('.', "_")];
+            let version = named.iter().find_map(|name| {
+                let object = format!("/data/object/{name}");
+                body.u64(&format!("{object}/version"))
+                    .or_else(|| body.rfc3339_millis(&format!("{object}/updated_at")))
+            });
             let deleted = body.get("/data/deleted") == Some(Value::Bool(true))
                 || event_type.ends_with(".deleted");
             event = event
@@ -253,8 +259,8 @@ mod tests {
         assert!(!event.deleted);
 
         let updated_at = describe(
-            r#"{"type":"order.updated","event_id":"e-2","data":{"type":"order","id":"o-1",
-                "object":{"order":{"updated_at":"1970-01-01T00:00:01.25Z"}}}}"#,
+            r#"{"type":"invoice.updated","event_id":"e-2","data":{"type":"invoice","id":"i-1",
+                "object":{"invoice":{"updated_at":"1970-01-01T00:00:01.25Z"}}}}"#,
         )
         .expect("event");
         assert_eq!(updated_at.resource_version, Some(1250));
@@ -266,6 +272,31 @@ mod tests {
         .expect("event");
         assert!(deleted.deleted);
         assert_eq!(deleted.resource_version, None);
+    }
+
+    #[test]
+    fn an_order_event_is_versioned_by_the_object_named_after_the_event() {
+        for (event_type, member) in [
+            ("order.created", "order_created"),
+            ("order.updated", "order_updated"),
+            ("order.fulfillment.updated", "order_fulfillment_updated"),
+        ] {
+            let event = describe(&format!(
+                r#"{{"type":"{event_type}","event_id":"e-5","data":{{"type":"order","id":"o-1",
+                    "object":{{"{member}":{{"order_id":"o-1","state":"OPEN","version":7,
+                    "updated_at":"2020-04-16T23:14:26.359Z"}}}}}}}}"#
+            ))
+            .expect("event");
+            assert_eq!(event.resource_kind.as_deref(), Some("order"));
+            assert_eq!(event.resource_version, Some(7), "{event_type}");
+        }
+        // An order not made through the Orders API has no version: its update time.
+        let unversioned = describe(
+            r#"{"type":"order.updated","event_id":"e-6","data":{"type":"order","id":"o-2",
+                "object":{"order_updated":{"updated_at":"1970-01-01T00:00:02.5Z"}}}}"#,
+        )
+        .expect("event");
+        assert_eq!(unversioned.resource_version, Some(2500));
     }
 
     #[test]
