@@ -23,16 +23,19 @@
 //! `X-GitHub-Event` is not signed, the body must also be that event's shape: the object
 //! and only `action`, `repository`, `sender`, `organization`, `installation` and
 //! `enterprise` beside it. A deleted comment's body sent again as `issues`, or a deleted
-//! star's (`starred_at`) as `repository`, leaves its issue or repository alive. And only a
-//! `repository` event versions the repository: the other events that fall back to it
-//! (`push`, `status`, `create`, `delete`, `commit_comment`, `workflow_dispatch`,
-//! `repository_dispatch`, `star`, …) happened in it without changing it, so its
-//! `updated_at` says nothing of their order, and as a version it would make a late
-//! redelivery of one stale against any newer one. They name the repository without a
-//! version: the host still delivers one repository's events one at a time, in arrival
-//! order, and never counts an unversioned event stale (after a `repository.deleted`, it
-//! keeps them undelivered as `resource_deleted`). Without a resource they would lose that
-//! order (a branch's `delete` could overtake its last `push`).
+//! star's (`starred_at`) as `repository`, leaves its issue or repository alive. And only
+//! an object's own event versions it (`issues` the issue, `repository` the repository):
+//! the other events that name it (`issue_comment` its issue, `pull_request_review` its
+//! pull request; `push`, `status`, `create`, `delete`, `commit_comment`,
+//! `workflow_dispatch`, `repository_dispatch`, `star`, … the repository) are things that
+//! happened on it, each new, and as their version its `updated_at` would make a late
+//! redelivery of one stale against any newer event of the object, never delivered.
+//! GitHub does not retry: a missed delivery comes back late, redelivered by hand or by
+//! reconciliation (below). They name the object without a version: the host still
+//! delivers one object's events one at a time, in arrival order, and never counts an
+//! unversioned event stale (after the object's deletion, it keeps them undelivered as
+//! `resource_deleted`). Without a resource they would lose that order (a branch's
+//! `delete` could overtake its last `push`).
 //!
 //! # Reconciliation
 //!
@@ -181,12 +184,10 @@ impl Provider for GitHub {
         let mut event = named_event(name, action.as_deref()).id(delivery);
         if let Some((kind, own_event, id)) = resource(&body) {
             let own = name == own_event;
-            // Most events happen in the repository without changing it (crate docs).
-            let version = if own || kind != "repository" {
-                body.rfc3339_millis(&format!("/{kind}/updated_at"))
-            } else {
-                None
-            };
+            // Only the object's own event is versioned by it (crate docs).
+            let version = own
+                .then(|| body.rfc3339_millis(&format!("/{kind}/updated_at")))
+                .flatten();
             // The event's name is not signed: a deleted comment's body sent again under
             // `issues`, or a deleted star's under `repository`, must not delete what it
             // names. Only a body of the object's own event (the object, and who did
@@ -673,7 +674,6 @@ mod tests {
             format!(r#"{{"action":"deleted","{object}":{at_1},"comment":{{"id":9}},{REPOSITORY}}}"#)
         };
         let own = |kind: &str| (kind.to_owned(), "1".to_owned(), AT_1, true);
-        let lives_on = |kind: &str| (kind.to_owned(), "1".to_owned(), AT_1, false);
         for (event, kind) in [
             ("issues", "issue"),
             ("pull_request", "pull_request"),
@@ -685,8 +685,9 @@ mod tests {
         ] {
             assert_eq!(described(event, &deleted(kind)), own(kind), "{event}");
         }
-        // A deleted comment names what it was on, which is not deleted; nor when its
-        // body is sent again under that object's own event (the name is not signed).
+        // A deleted comment names what it was on, which is not deleted, nor versioned
+        // by it (a late redelivery would be stale); nor deleted when its body is sent
+        // again under that object's own event (the name is not signed).
         for (event, kind, own_event) in [
             ("issue_comment", "issue", "issues"),
             (
@@ -696,10 +697,10 @@ mod tests {
             ),
             ("discussion_comment", "discussion", "discussion"),
         ] {
-            for event in [event, own_event] {
-                let body = comment_deleted(kind);
-                assert_eq!(described(event, &body), lives_on(kind), "{event}");
-            }
+            let body = comment_deleted(kind);
+            let lives_on = |version| (kind.to_owned(), "1".to_owned(), version, false);
+            assert_eq!(described(event, &body), lives_on(None), "{event}");
+            assert_eq!(described(own_event, &body), lives_on(AT_1), "{own_event}");
         }
         // Events that name only the repository delete nothing.
         for event in ["star", "deploy_key", "project", "branch_protection_rule"] {
@@ -741,7 +742,7 @@ mod tests {
     }
 
     #[test]
-    fn only_repository_events_version_the_repository() {
+    fn only_an_objects_own_event_versions_it() {
         for (event, body) in [
             (
                 "push",
@@ -778,12 +779,19 @@ mod tests {
                 "repository.{action}"
             );
         }
-        // Other objects keep their version whichever event names them.
-        let comment = format!(
-            r#"{{"action":"created","issue":{{"id":1,"updated_at":"2024-01-01T00:00:01Z"}},{REPOSITORY}}}"#
-        );
+        // Other objects too: a comment names its issue without a version (a late
+        // redelivery would be stale against the issue's later events), the issue's own
+        // event with it.
+        let issue = r#""issue":{"id":1,"updated_at":"2024-01-01T00:00:01Z"}"#;
+        let comment =
+            format!(r#"{{"action":"created",{issue},"comment":{{"id":9}},{REPOSITORY}}}"#);
         assert_eq!(
             described("issue_comment", &comment),
+            ("issue".into(), "1".into(), None, false)
+        );
+        let labeled = format!(r#"{{"action":"labeled",{issue},{REPOSITORY}}}"#);
+        assert_eq!(
+            described("issues", &labeled),
             ("issue".into(), "1".into(), AT_1, false)
         );
     }
