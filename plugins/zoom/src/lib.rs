@@ -25,8 +25,9 @@
 //! it byte for byte is assumed). Resource: kind = the event's first segment (`meeting`
 //! for `meeting.started`), id = `payload.object.id` (else `uuid`). No version: events
 //! about parts of an object (`meeting.participant_joined`) share its id and may arrive
-//! out of order, so ordering them would drop genuine events; a `.deleted` event still
-//! leaves a tombstone.
+//! out of order, so ordering them would drop genuine events. A `.deleted` event is marked
+//! deleted, but without a version it leaves no tombstone: a later event of the same id
+//! is still delivered (a recurring meeting keeps its id when one occurrence is deleted).
 
 #![cfg_attr(not(test), no_std)]
 
