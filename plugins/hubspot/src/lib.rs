@@ -34,8 +34,13 @@
 //! - occurred_at: the earliest `occurredAt`.
 //! - resource: when every event names the same object: kind = the `subscriptionType`
 //!   before its `.` (`contact`; `object.*` types use `objectTypeId`), id = `objectId`,
-//!   version = the latest `occurredAt` (ms), deleted when that latest event is a
-//!   `deletion` or `privacyDeletion`.
+//!   deleted when the latest event is a `deletion` or `privacyDeletion`. Version = the
+//!   latest `occurredAt` (ms) when that latest event is the object's `creation`,
+//!   deletion or `restore`. A `propertyChange`, `associationChange` or `merge` changes
+//!   a part of the object, and a change of one property says nothing of another: as a
+//!   version, its time would make a retried earlier change of another property stale,
+//!   and it would never be delivered. Those name the object without a version: still
+//!   delivered one at a time per object, and held back after its deletion.
 //!
 //! Sources: v3 string, HMAC-SHA256, base64, 5-minute rule
 //! https://developers.hubspot.com/changelog/introducing-version-3-of-webhook-signatures
@@ -172,14 +177,17 @@ impl Provider for HubSpot {
             .id(batch.id.finish().unwrap_or_else(|| req.body_id()))
             .occurred_at(batch.earliest.and_then(|ms| i64::try_from(ms / 1000).ok()));
         if let Some(Some((kind, object_id))) = batch.object.one() {
-            let deleted = batch
+            let action = batch
                 .latest_type
                 .as_deref()
                 .and_then(|t| t.split_once('.'))
-                .is_some_and(|(_, action)| action == "deletion" || action == "privacyDeletion");
+                .map(|(_, action)| action);
+            let deleted = matches!(action, Some("deletion" | "privacyDeletion"));
+            // Only what the whole object became orders it (crate docs).
+            let whole = deleted || matches!(action, Some("creation" | "restore"));
             event = event
                 .resource(kind, object_id)
-                .version(batch.latest)
+                .version(batch.latest.filter(|_| whole))
                 .deleted(deleted);
         }
         Ok(event)
@@ -425,6 +433,35 @@ mod tests {
         let event = HubSpot::describe_event(&RequestBuilder::post(URL).body(one_generic).build())
             .expect("event");
         assert_eq!(event.resource_kind.as_deref(), Some("0-3"));
+    }
+
+    #[test]
+    fn only_a_change_of_the_whole_object_is_versioned() {
+        let at = |types: &[&str]| {
+            let events: Vec<String> = types
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    format!(
+                        r#"{{"eventId":{i},"subscriptionId":9,"portalId":1,"occurredAt":{},"subscriptionType":"contact.{t}","objectId":5}}"#,
+                        1000 + i
+                    )
+                })
+                .collect();
+            let body = format!("[{}]", events.join(","));
+            let event = HubSpot::describe_event(&RequestBuilder::post(URL).body(body).build())
+                .expect("event");
+            assert_eq!(event.resource_id.as_deref(), Some("5"), "{types:?}");
+            (event.resource_version, event.deleted)
+        };
+        assert_eq!(at(&["creation"]), (Some(1000), false));
+        assert_eq!(at(&["restore"]), (Some(1000), false));
+        assert_eq!(at(&["privacyDeletion"]), (Some(1000), true));
+        assert_eq!(at(&["propertyChange", "deletion"]), (Some(1001), true));
+        for part in ["propertyChange", "associationChange", "merge"] {
+            assert_eq!(at(&[part]), (None, false), "{part}");
+            assert_eq!(at(&["creation", part]), (None, false), "{part}");
+        }
     }
 
     #[test]
