@@ -34,6 +34,9 @@ const TRIES: u32 = 5;
 const MAX_PAGES: i64 = 10_000;
 /// The longest wait a `Retry-After` gets before the run gives up on the page.
 const LONGEST_RETRY_AFTER: Duration = Duration::from_secs(120);
+/// How far before a resumed run's start the run after it looks back: a provider's
+/// clock, which stamps its events, may be behind this one.
+const RESUMED_OVERLAP_SECONDS: i64 = 300;
 
 /// What to reconcile.
 #[derive(Debug, Clone, Copy)]
@@ -145,8 +148,9 @@ pub async fn keep_reconciling(app: Arc<App>, stop: tokio::sync::watch::Receiver<
 }
 
 /// Run reconciliation for `endpoint` now: resume its unfinished run when it has one
-/// (and it is of the same kind, dry or not), else start one. Returns the run as it
-/// ended (`done` or `failed`).
+/// (and it is of the same kind, dry or not), else start one. A resumed run that is
+/// done is followed by a run for what was created after it began. Returns the last
+/// run as it ended (`done` or `failed`).
 pub async fn run(
     app: &Arc<App>,
     endpoint: &str,
@@ -166,42 +170,79 @@ pub async fn run(
         .filter(|info| info.lists_events)
         .ok_or_else(|| ReconcileError::NotSupported(served.plugin.name().to_string()))?;
     let mut api = Api::new(settings, &info).map_err(ReconcileError::Plugin)?;
-    // An unfinished run of the same kind that looks back at least as far is resumed
-    // (with its own `since`); any other ends, superseded by the new run.
-    let unfinished = app.store.unfinished_run(endpoint).await?;
-    let mut run = match unfinished {
-        Some(run) if run.dry_run == options.dry_run && run.since <= options.since => {
-            tracing::info!(endpoint, run = %run.id, cursor = ?run.cursor, "resuming a reconciliation run");
-            run
-        }
-        other => {
-            let run = RunRow::begun(
-                format!("rec_{}", crate::tenancy::random_hex(8)),
-                endpoint,
-                options.since,
-                options.dry_run,
-                crate::clock::now_ms(),
-            );
-            app.store.create_run(&run).await?;
-            if let Some(mut superseded) = other {
-                superseded.state = "failed".into();
-                superseded.last_error = Some(format!("superseded by run {}", run.id));
-                superseded.ended_at_ms = Some(crate::clock::now_ms());
-                app.store.save_run(&superseded, &[]).await?;
+    let mut since = options.since;
+    loop {
+        // An unfinished run of the same kind that looks back at least as far is resumed
+        // (with its own `since`); any other ends, superseded by the new run.
+        let unfinished = app.store.unfinished_run(endpoint).await?;
+        let resumable = unfinished
+            .as_ref()
+            .is_some_and(|run| run.dry_run == options.dry_run && run.since <= since);
+        let mut run = match unfinished {
+            Some(run) if resumable => {
+                tracing::info!(endpoint, run = %run.id, cursor = ?run.cursor, "resuming a reconciliation run");
+                run
             }
-            run
+            other => begin(app, endpoint, since, options.dry_run, other).await?,
+        };
+        pages(app, &served, &mut api, &mut run).await?;
+        if resumable && run.state == "done" {
+            // Listing newest first, the resumed run saw only what existed when it
+            // began: what was created since is looked at by a run of its own.
+            since = options
+                .since
+                .max(run.started_at_ms / 1000 - RESUMED_OVERLAP_SECONDS);
+            tracing::info!(endpoint, run = %run.id, since, "resumed run done; looking at what came after its start");
+            continue;
         }
-    };
+        return Ok(run);
+    }
+}
+
+/// A new run from `since`, ending `superseded` (an unfinished run it replaces).
+async fn begin(
+    app: &Arc<App>,
+    endpoint: &str,
+    since: i64,
+    dry_run: bool,
+    superseded: Option<RunRow>,
+) -> Result<RunRow, ReconcileError> {
+    let run = RunRow::begun(
+        format!("rec_{}", crate::tenancy::random_hex(8)),
+        endpoint,
+        since,
+        dry_run,
+        crate::clock::now_ms(),
+    );
+    app.store.create_run(&run).await?;
+    if let Some(mut superseded) = superseded {
+        superseded.state = "failed".into();
+        superseded.last_error = Some(format!("superseded by run {}", run.id));
+        superseded.ended_at_ms = Some(crate::clock::now_ms());
+        app.store.save_run(&superseded, &[]).await?;
+    }
+    Ok(run)
+}
+
+/// Run `run`'s pages from its cursor to its last, or to its first failure, saving it
+/// after each.
+async fn pages(
+    app: &Arc<App>,
+    served: &Arc<Endpoint>,
+    api: &mut Api,
+    run: &mut RunRow,
+) -> Result<(), ReconcileError> {
+    let endpoint = served.id.as_str();
     loop {
         let mut repairs = Vec::new();
-        match page(app, &served, &mut api, &mut run, &mut repairs).await {
+        match page(app, served, api, run, &mut repairs).await {
             Ok(()) => {
                 let last = run.cursor.is_none();
                 if last {
                     run.state = "done".into();
                     run.ended_at_ms = Some(crate::clock::now_ms());
                 }
-                app.store.save_run(&run, &repairs).await?;
+                app.store.save_run(run, &repairs).await?;
                 if last {
                     break;
                 }
@@ -213,12 +254,12 @@ pub async fn run(
                 run.state = "failed".into();
                 run.ended_at_ms = Some(crate::clock::now_ms());
                 // What the page repaired before it failed is kept with the counts.
-                app.store.save_run(&run, &repairs).await?;
+                app.store.save_run(run, &repairs).await?;
                 break;
             }
         }
     }
-    app.metrics.reconciled(&run);
+    app.metrics.reconciled(run);
     tracing::info!(
         endpoint,
         run = %run.id,
@@ -229,7 +270,7 @@ pub async fn run(
         repaired = run.repaired,
         "reconciliation run ended"
     );
-    Ok(run)
+    Ok(())
 }
 
 /// One page: plan, request, read, repair what is missing. Moves the run's cursor

@@ -30,7 +30,7 @@ struct Seen {
 /// answered 429 (Retry-After: 1) once; the page after `hang_after` never answers.
 #[derive(Clone)]
 struct FakeStripe {
-    events: Arc<Vec<(String, String)>>,
+    events: Arc<Mutex<Vec<(String, String)>>>,
     seen: Arc<Mutex<Seen>>,
     hang_after: Arc<Mutex<Option<String>>>,
     reached_hang: Arc<tokio::sync::Notify>,
@@ -53,7 +53,7 @@ impl FakeStripe {
             })
             .collect();
         FakeStripe {
-            events: Arc::new(events),
+            events: Arc::new(Mutex::new(events)),
             seen: Arc::default(),
             hang_after: Arc::default(),
             reached_hang: Arc::default(),
@@ -69,6 +69,11 @@ impl FakeStripe {
 
     fn seen<T>(&self, read: impl FnOnce(&Seen) -> T) -> T {
         read(&self.seen.lock().expect("lock"))
+    }
+
+    /// The events, oldest first.
+    fn events(&self) -> Vec<(String, String)> {
+        self.events.lock().expect("lock").clone()
     }
 }
 
@@ -106,8 +111,8 @@ async fn list(
         fake.reached_hang.notify_one();
         std::future::pending::<()>().await;
     }
-    let newest_first: Vec<&(String, String)> = fake
-        .events
+    let events = fake.events();
+    let newest_first: Vec<&(String, String)> = events
         .iter()
         .rev()
         .filter(|(_, body)| {
@@ -185,7 +190,7 @@ const MISSING: [&str; 3] = ["evt_07", "evt_23", "evt_41"];
 
 /// Push every event but the missing ones, signed, as the provider would.
 async fn push_all_but_missing(server: &Server, fake: &FakeStripe) {
-    for (id, body) in fake.events.iter() {
+    for (id, body) in fake.events() {
         if MISSING.contains(&id.as_str()) {
             continue;
         }
@@ -272,7 +277,8 @@ async fn a_run_repairs_exactly_the_events_that_never_arrived_and_a_second_run_re
 }
 
 /// `hookhost reconcile`, killed while it waits for the third page, leaves its run
-/// with the cursor after the second; the next run resumes there and repairs the rest.
+/// with the cursor after the second; the next run resumes there and repairs the rest,
+/// and a run after it repairs what was created after the first began.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_killed_mid_way_resumes_from_its_cursor() {
     let (fake, _downstream, server) = pushed_all_but_missing("").await;
@@ -317,9 +323,36 @@ async fn a_run_killed_mid_way_resumes_from_its_cursor() {
     );
     *fake.hang_after.lock().expect("lock") = None;
     let requests_before = fake.seen(|s| s.pages.len());
+    // Created after the cut run listed its first page, and never pushed.
+    let late = stripe_event("evt_late", "customer.updated", "cus_late", now());
+    fake.events
+        .lock()
+        .expect("lock")
+        .push(("evt_late".into(), late));
 
-    let resumed = reconciled(&server, "stripe", now()).await;
-    assert_eq!(resumed.id, cut.id, "the same run, resumed");
+    let after = reconciled(&server, "stripe", now() - 600).await;
+    assert_ne!(after.id, cut.id, "a run of its own after the resumed one");
+    assert_eq!(
+        (
+            after.state.as_str(),
+            after.since,
+            after.seen,
+            after.repaired
+        ),
+        ("done", cut.started_at_ms / 1000 - 300, 1, 1),
+        "{after:?}"
+    );
+    assert_eq!(
+        server.receipt("stripe", "evt_late").await.source,
+        "reconcile"
+    );
+    let (resumed, _) = server
+        .app
+        .store
+        .run(&cut.id)
+        .await
+        .expect("read")
+        .expect("the resumed run");
     assert_eq!(
         (
             resumed.state.as_str(),
@@ -330,14 +363,11 @@ async fn a_run_killed_mid_way_resumes_from_its_cursor() {
         ("done", 5, 50, 3),
         "{resumed:?}"
     );
-    // It asked for the third page first, never the first again.
+    // The resumed run asked for the third page first, never the first again; the run
+    // after it, for its own first page.
     let after_kill: Vec<Option<String>> = fake.seen(|s| s.pages[requests_before..].to_vec());
-    assert_eq!(
-        after_kill.first(),
-        Some(&Some("evt_30".to_string())),
-        "{after_kill:?}"
-    );
-    assert!(after_kill.iter().all(Option::is_some), "{after_kill:?}");
+    let cursors = [Some("evt_30"), Some("evt_20"), Some("evt_10"), None];
+    assert_eq!(after_kill, cursors.map(|c| c.map(String::from)));
     for id in MISSING {
         assert_eq!(server.receipt("stripe", id).await.source, "reconcile");
     }
