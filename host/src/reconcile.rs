@@ -564,10 +564,12 @@ impl Api {
                     }
                     500..=599 => format!("the provider's API answered {}", answer.status),
                     status => {
-                        return Err(format!(
-                            "the provider's API answered {status}: {}",
-                            String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
-                        ));
+                        // Quoted in the run's error, which is stored, logged and
+                        // answered: without the credential, should the API echo it.
+                        let head = &answer.body[..answer.body.len().min(4096)];
+                        let text = self.redacted(&String::from_utf8_lossy(head));
+                        let quoted: String = text.chars().take(300).collect();
+                        return Err(format!("the provider's API answered {status}: {quoted}"));
                     }
                 },
             };
@@ -659,6 +661,19 @@ impl Api {
             },
             retry_after,
         ))
+    }
+
+    /// `text` with the credential replaced, in each form it is sent in.
+    fn redacted(&self, text: &str) -> String {
+        let (_, sent) = self.authorization();
+        let mut forms = vec![sent.clone(), self.settings.credential.expose().to_string()];
+        forms.extend(sent.strip_prefix("Basic ").map(str::to_string));
+        forms
+            .iter()
+            .filter(|form| !form.is_empty())
+            .fold(text.to_string(), |text, form| {
+                text.replace(form.as_str(), "[redacted]")
+            })
     }
 
     /// The credential, as the endpoint's `auth` says to send it.

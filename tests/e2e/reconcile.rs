@@ -194,7 +194,7 @@ async fn push_all_but_missing(server: &Server, fake: &FakeStripe) {
         if MISSING.contains(&id.as_str()) {
             continue;
         }
-        let (status, answer) = server.post_stripe(&[STRIPE_SECRET], now(), body).await;
+        let (status, answer) = server.post_stripe(&[STRIPE_SECRET], now(), &body).await;
         assert_eq!(status, 200, "{id}: {answer}");
     }
 }
@@ -384,6 +384,20 @@ async fn echo(headers: HeaderMap) -> impl IntoResponse {
     ([("x-echo-authorization", authorization)], "listed")
 }
 
+/// Refuses the request, echoing the credential in its body, as some APIs do.
+async fn refuse(headers: HeaderMap) -> impl IntoResponse {
+    let authorization = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let basic = authorization.trim_start_matches("Basic ").to_string();
+    let body = format!(
+        r#"{{"error":"invalid key","sent":"{authorization}","encoded":"{basic}","key":"{CREDENTIAL}"}}"#
+    );
+    (StatusCode::UNAUTHORIZED, body)
+}
+
 /// Counts requests that reach it.
 async fn thief(State(hits): State<Arc<Mutex<usize>>>) -> &'static str {
     *hits.lock().expect("lock") += 1;
@@ -396,8 +410,12 @@ async fn thief(State(hits): State<Arc<Mutex<usize>>>) -> &'static str {
 /// and nothing reaches that host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_credential_reaches_only_the_api_never_the_plugin_or_the_log() {
-    let api =
-        serve_on_loopback(axum::Router::new().route("/events", axum::routing::get(echo))).await;
+    let api = serve_on_loopback(
+        axum::Router::new()
+            .route("/events", axum::routing::get(echo))
+            .route("/refuse", axum::routing::get(refuse)),
+    )
+    .await;
     let hits = Arc::new(Mutex::new(0usize));
     let stealing =
         serve_on_loopback(axum::Router::new().fallback(thief).with_state(hits.clone())).await;
@@ -415,7 +433,10 @@ async fn the_credential_reaches_only_the_api_never_the_plugin_or_the_log() {
          [[endpoint]]\nid = \"stuck\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n\
          config = {{ reconcile_cursor = \"the-same\" }}\n{}\
          [[endpoint]]\nid = \"nameless\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n\
-         config = {{ reconcile_nameless = true }}\n{}",
+         config = {{ reconcile_nameless = true }}\n{}\
+         [[endpoint]]\nid = \"refused\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n\
+         config = {{ reconcile_target = \"/refuse\" }}\n{}",
+        reconcile(""),
         reconcile(""),
         reconcile(""),
         reconcile(""),
@@ -480,6 +501,15 @@ async fn the_credential_reaches_only_the_api_never_the_plugin_or_the_log() {
         *hits.lock().expect("lock"),
         0,
         "nothing reached the undeclared host"
+    );
+
+    // An API that refuses the request and echoes the credential in its answer: the
+    // run's error (stored, logged, answered) quotes the answer without it.
+    let refused = failed_run(&server, "refused", "the provider's API answered 401").await;
+    let error = refused.last_error.unwrap_or_default();
+    assert!(
+        !error.contains(CREDENTIAL) && !error.contains(&basic) && error.contains("[redacted]"),
+        "{error}"
     );
 
     // A listing whose cursor does not move fails instead of asking forever.
