@@ -297,8 +297,18 @@ fn check_shape(vector: &Vector) -> Result<Vec<u8>, String> {
     // What only one outcome has: a check that could never be made is refused, not
     // passed over.
     let only = |field: &str, outcome: &str| Err(format!("expect.{field}: only for \"{outcome}\""));
+    // A handshake answer is not stored: it has no event or matching secret to compare.
+    let answered = |field: &str| {
+        Err(format!(
+            "expect.{field}: not with expect.response (a handshake answer is not stored as an event)"
+        ))
+    };
     match expect.outcome.as_str() {
         "accept" if expect.error.is_some() => only("error", "reject"),
+        "accept" if expect.response.is_some() && expect.event.is_some() => answered("event"),
+        "accept" if expect.response.is_some() && expect.secret_index.is_some() => {
+            answered("secret_index")
+        }
         "accept" => Ok(raw),
         "reject" if expect.secret_index.is_some() => only("secret_index", "accept"),
         "reject" if expect.event.is_some() => only("event", "accept"),

@@ -152,6 +152,14 @@ fn a_malformed_vector_file_names_the_file_the_element_and_the_field() {
             r#"{"outcome": "accept", "response": {"status": 200, "text": "ok"}}"#,
             "expect.response.text: unknown field `text`",
         ),
+        (
+            r#"{"outcome": "accept", "response": {"status": 200, "body": "ok"}, "event": {"type": "x"}}"#,
+            "expect.event: not with expect.response (a handshake answer is not stored as an event)",
+        ),
+        (
+            r#"{"outcome": "accept", "response": {"status": 200, "body": "ok"}, "secret_index": 1}"#,
+            "expect.secret_index: not with expect.response (a handshake answer is not stored as an event)",
+        ),
     ] {
         let text = format!(
             r#"[{{"name": "v", "plugin": "stripe", "source": "s", {request},
