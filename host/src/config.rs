@@ -218,8 +218,9 @@ pub struct RetentionConfig {
     /// Delivered receipts and their attempts, counted from delivery; ignored and
     /// stale receipts, counted from their arrival.
     pub delivered: Duration,
-    /// Dead letters, quarantined receipts and conflicting duplicates, counted from
-    /// receipt; `None` keeps them until an operator acts.
+    /// Dead letters and quarantined receipts, counted from their last attempt;
+    /// discarded receipts, from their discarding; conflicting duplicates, from
+    /// receipt. `None` keeps them until an operator acts.
     pub dead: Option<Duration>,
 }
 

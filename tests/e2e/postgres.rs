@@ -1089,6 +1089,50 @@ async fn retention_purges_ignored_and_stale_receipts_on_sqlite() {
         .await;
 }
 
+/// A discarded receipt goes under `dead_days`, counted from its discarding: one that
+/// arrived 40 days ago and is discarded now is kept 30 more days, not purged at once.
+async fn retention_purges_discarded_receipts_on(store: Store) {
+    const DAY: i64 = 86_400_000;
+    let now_ms = now() * 1000;
+    let mut receipt = new_receipt("evt_discarded", "x", None, now_ms - 40 * DAY);
+    receipt.resource = None;
+    store.record(receipt).await.expect("record");
+    let discarded = store.discard("stripe", "evt_discarded", "test data").await;
+    assert!(discarded.expect("discard"));
+    let dead_days = RetentionConfig {
+        dead: Some(Duration::from_secs(30 * 86_400)),
+        ..RetentionConfig::default()
+    };
+    let later = now_ms + 31 * DAY;
+    for (at, retention, purged) in [
+        (now_ms, dead_days, 0),
+        (later, RetentionConfig::default(), 0),
+        (later, dead_days, 1),
+    ] {
+        let done = store.purge(at, &retention).await.expect("purge");
+        assert_eq!(done.receipts, purged, "at {at} with {retention:?}");
+    }
+    let row = store
+        .receipt("stripe", "evt_discarded")
+        .await
+        .expect("query");
+    assert!(row.is_none());
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_purges_discarded_receipts_on_postgres() {
+    let db = PgDatabase::create();
+    retention_purges_discarded_receipts_on(Store::open(&pg(&db.url())).await.expect("open")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_purges_discarded_receipts_on_sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("hookhost.db");
+    retention_purges_discarded_receipts_on(Store::open_sqlite(&path).await.expect("open")).await;
+}
+
 /// Record `n` events without a resource, received a millisecond apart from `now_ms`.
 async fn record_unversioned(store: &Store, n: i64, now_ms: i64) {
     let recorded = (0..n).map(|i| {

@@ -140,7 +140,8 @@ pub(super) fn lease_over(now: &str) -> String {
 /// What a replay sets on a receipt it queues again: pending, with a fresh retry
 /// schedule and no lease.
 pub(super) const REQUEUE: &str = "state = 'pending', state_reason = 'replayed', attempts = 0,
-    next_attempt_at_ms = 0, lease_owner = NULL, lease_expires_at_ms = NULL";
+    next_attempt_at_ms = 0, lease_owner = NULL, lease_expires_at_ms = NULL,
+    discarded_at_ms = NULL";
 /// Purge's rule for a delivered receipt past its retention, on a receipt named
 /// `receipts` (not aliased): it is kept while an older version of its resource may
 /// still be replayed, because it is what tells [`NOT_SUPERSEDED`] that the destination
@@ -183,6 +184,12 @@ pub(super) fn purgeable_dead(before: &str) -> String {
             WHERE a.endpoint = receipts.endpoint AND a.event_id = receipts.event_id
               AND a.ended_at_ms >= {before})"
     )
+}
+/// Purge's rule for a discarded receipt past its retention (`dead_days`), on a
+/// receipt named `receipts`: counted from when it was discarded (from its arrival
+/// when that was not recorded, before migration 0013/0009).
+pub(super) fn purgeable_discarded(before: &str) -> String {
+    format!("state = 'discarded' AND COALESCE(discarded_at_ms, received_at_ms) < {before}")
 }
 /// Events one replay statement takes at most (see `replay`, on both stores).
 const REPLAY_BATCH: u64 = 1_000;
@@ -317,10 +324,11 @@ impl SqliteStore {
         reason: &str,
     ) -> Result<bool, StoreError> {
         let done = sqlx::query(
-            "UPDATE receipts SET state = 'discarded', state_reason = ?
+            "UPDATE receipts SET state = 'discarded', state_reason = ?, discarded_at_ms = ?
              WHERE endpoint = ? AND event_id = ? AND state IN ('pending', 'dead', 'quarantined')",
         )
         .bind(reason)
+        .bind(crate::clock::now_ms())
         .bind(endpoint)
         .bind(event_id)
         .execute(&self.worker)

@@ -393,12 +393,13 @@ impl PgStore {
         reason: &str,
     ) -> Result<bool, StoreError> {
         let done = sqlx::query(
-            "UPDATE receipts SET state = 'discarded', state_reason = $1
+            "UPDATE receipts SET state = 'discarded', state_reason = $1, discarded_at_ms = $4
              WHERE endpoint = $2 AND event_id = $3 AND state IN ('pending', 'dead', 'quarantined')",
         )
         .bind(reason)
         .bind(endpoint)
         .bind(event_id)
+        .bind(crate::clock::now_ms())
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() == 1)
@@ -466,6 +467,12 @@ impl PgStore {
             let dead_before = now_ms.saturating_sub(super::millis(dead));
             self.purge_class(
                 &super::operator::purgeable_dead("$1"),
+                dead_before,
+                &mut purged,
+            )
+            .await?;
+            self.purge_class(
+                &super::operator::purgeable_discarded("$1"),
                 dead_before,
                 &mut purged,
             )

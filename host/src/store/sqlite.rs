@@ -168,6 +168,12 @@ impl SqliteStore {
                 &mut purged,
             )
             .await?;
+            self.purge_class(
+                &super::operator::purgeable_discarded("?1"),
+                dead_before,
+                &mut purged,
+            )
+            .await?;
             loop {
                 let done = sqlx::query(
                     "DELETE FROM conflicts WHERE id IN (

@@ -319,7 +319,8 @@ impl Store {
         const SECRETS: &str = "DELETE FROM endpoint_secrets WHERE endpoint = $1";
         const PAUSE: &str = "DELETE FROM endpoint_pauses WHERE endpoint = $1";
         const PENDING: &str =
-            "UPDATE receipts SET state = 'discarded', state_reason = 'endpoint_deleted'
+            "UPDATE receipts SET state = 'discarded', state_reason = 'endpoint_deleted',
+             discarded_at_ms = $2
              WHERE endpoint = $1 AND state = 'pending'";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
@@ -329,7 +330,8 @@ impl Store {
             }
             sqlx::query(SECRETS).bind(id).execute(&mut *tx).await?;
             sqlx::query(PAUSE).bind(id).execute(&mut *tx).await?;
-            sqlx::query(PENDING).bind(id).execute(&mut *tx).await?;
+            let now = crate::clock::now_ms();
+            sqlx::query(PENDING).bind(id).bind(now).execute(&mut *tx).await?;
             sqlx::query(BUMP).execute(&mut *tx).await?;
             tx.commit().await?;
             Ok(true)
