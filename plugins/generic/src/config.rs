@@ -213,6 +213,17 @@ impl Mapping {
                 return Err(root.error("body", format!("{other:?}: expected \"json\" or \"any\"")));
             }
         };
+        // SHA-256(secret || message) is not a MAC: anyone who saw one signed request
+        // can sign it with bytes appended (length extension). Those bytes begin with
+        // 0x80, never valid UTF-8, so only the JSON check keeps such a body out.
+        if algorithm == Algorithm::Sha256SecretPrefix && !json_body {
+            return Err(root.error(
+                "body",
+                "\"any\" with sha256-secret-prefix: SHA-256(secret || message) can be \
+                 extended by anyone who saw one signed request, and only the JSON check \
+                 refuses such a body",
+            ));
+        }
         let event = match root.table("event", EVENT_KEYS)? {
             Some(table) => event(&table)?,
             None => EventSpec::default(),

@@ -49,7 +49,7 @@
 //! | `timestamp.unit` | required with a timestamp: `seconds`, `milliseconds` or `rfc3339` |
 //! | `timestamp.tolerance_seconds` | the window, default 300; the endpoint's `tolerance` overrides it. Without a `timestamp` table nothing is timestamped and no window applies |
 //! | `message_id` | value template(s) for the delivery id stored with the receipt |
-//! | `body` | `json` (default: the body must be JSON) or `any` (fields of a body that is not JSON resolve to nothing) |
+//! | `body` | `json` (default: the body must be JSON) or `any` (fields of a body that is not JSON resolve to nothing); not `any` with `sha256-secret-prefix`, which anyone who saw one request can extend with bytes only the JSON check refuses |
 //! | `event.id` | value template(s) for the event id, constant across the sender's retries; unset or unresolved: the host derives one from the signed message |
 //! | `event.type` | value template(s); unresolved: `unknown` |
 //! | `event.occurred_at`, `event.occurred_at_unit` | value template(s) and `seconds`, `milliseconds` or `rfc3339` |

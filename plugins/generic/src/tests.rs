@@ -1533,3 +1533,16 @@ fn reconcile_tables_are_checked_naming_the_key() {
         .remove("id");
     refused(no_event_id, "event.id", "required with reconcile");
 }
+
+#[test]
+fn a_secret_prefix_hash_needs_the_json_check() {
+    // SHA-256(secret || body) can be extended by anyone who saw one request; the
+    // extension begins with 0x80, which only the JSON check refuses.
+    let prefix = |body: &str| {
+        base(
+            json!({"algorithm": "sha256-secret-prefix", "secret": {"format": "raw"}, "body": body}),
+        )
+    };
+    refused(prefix("any"), "body", "can be extended");
+    facts(&prefix("json")).expect("with the JSON check");
+}
