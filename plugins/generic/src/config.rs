@@ -239,6 +239,29 @@ impl Mapping {
                  and without event.id a push's id is derived from its bytes",
             ));
         }
+        // A listed item has no headers and its id is read as it is (`reconcile.id`):
+        // a push's id made otherwise would never match one, and every run would store
+        // and deliver every listed event again.
+        if reconcile.is_some()
+            && let Some(first) = event.id.first()
+            && !matches!(
+                first.pieces.as_slice(),
+                [Piece::Field {
+                    source: Source::Pointer(_),
+                    before: None
+                }]
+            )
+        {
+            return Err(ConfigError::new(
+                "event.id",
+                format!(
+                    "{:?} with reconcile: a push's id must be one field of the body as it \
+                     is, like \"{{/id}}\" (no header, filter or text), so that a listed \
+                     event's id (reconcile.id) can match it",
+                    first.text
+                ),
+            ));
+        }
         Ok(Mapping {
             algorithm,
             key_format,

@@ -83,8 +83,10 @@
 //!
 //! Values are read as a value template reads a body field (`{/id}`): a string as it
 //! is, a number or boolean as written, empty as absent. The listed id must be the id
-//! a push of the same event gets from `event.id`, which is therefore required: a
-//! listed event whose id has a receipt is not stored again. `event.deleted` and
+//! a push of the same event gets from `event.id`, which is therefore required, and
+//! its first template must be one body field as it is (`"{/id}"`: no header, filter
+//! or text, which a listed item cannot have): a listed event whose id has a receipt
+//! is not stored again. `event.deleted` and
 //! `event.ignore` are not applied to listed events.
 //!
 //! ```toml

@@ -1532,6 +1532,30 @@ fn reconcile_tables_are_checked_naming_the_key() {
         .expect("event table")
         .remove("id");
     refused(no_event_id, "event.id", "required with reconcile");
+    // A listed item has no headers, and its id is read as it is: a push's id from a
+    // header, a filter or text around the field would never match a listed one.
+    for id in [
+        "{header:X-Delivery}",
+        "{/id|before:_}",
+        "evt-{/id}",
+        "{/type}:{/id}",
+    ] {
+        let mut config = reconciling(json!({}));
+        config["event"]["id"] = json!(id);
+        refused(
+            config,
+            "event.id",
+            "a push's id must be one field of the body",
+        );
+    }
+    let mut first = reconciling(json!({}));
+    first["event"]["id"] = json!(["{header:X-Delivery}", "{/id}"]);
+    refused(
+        first,
+        "event.id",
+        "a push's id must be one field of the body",
+    );
+    facts(&reconciling(json!({}))).expect("{/id} matches a listed id");
 }
 
 #[test]
