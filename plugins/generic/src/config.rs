@@ -524,6 +524,13 @@ fn timestamp(
         if key.is_empty() || key.contains('=') {
             return Err(table.error("key", "must be non-empty, without ="));
         }
+        if matches!(&signature.layout, Layout::KeyValues { key: signature_key, .. } if signature_key == key)
+        {
+            return Err(table.error(
+                "key",
+                format!("{key:?} is signature.key: the timestamp is another key of the header"),
+            ));
+        }
         sources.push(("key", TimestampSource::Key(key.to_owned())));
     }
     if let Some(pointer) = table.string("pointer")? {

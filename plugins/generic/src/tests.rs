@@ -390,6 +390,16 @@ fn a_window_needs_a_timestamp_source() {
         "timestamp.key",
         "key-values",
     );
+    // The signature's own key is never read as the timestamp: every request would be
+    // refused, as if the sender had sent no time.
+    refused(
+        base(json!({
+            "signature": {"format": "key-values", "key": "t"},
+            "timestamp": {"key": "t", "unit": "seconds"},
+        })),
+        "timestamp.key",
+        "is signature.key",
+    );
 }
 
 #[test]
