@@ -46,7 +46,7 @@
 //! | `signature.encoding` | required: `hex`, `base64` (standard, padded), `base64url` (padding optional); `text` for `token` (its default) |
 //! | `signed` | the signed message, a template (below); default `"{body}"`; must include `{body}`. Not with `token`, which signs nothing (its message is the body, so the event ids the host derives differ by body) |
 //! | `timestamp.header` / `timestamp.key` / `timestamp.pointer` | exactly one: a header, a key of the `key-values` signature header, or a JSON Pointer into the body. A header's or a key's time must be signed (`{timestamp}`, or the header as `{header:NAME}`, in `signed`): a window on an unsigned time stops no replay. Not with `token` |
-//! | `timestamp.unit` | required with a timestamp: `seconds`, `milliseconds` or `rfc3339` |
+//! | `timestamp.unit` | required with a timestamp: `seconds`, `milliseconds` (either may have a fraction, `1521472262.908181`, rounded down) or `rfc3339` |
 //! | `timestamp.tolerance_seconds` | the window, default 300; the endpoint's `tolerance` overrides it. Without a `timestamp` table nothing is timestamped and no window applies |
 //! | `message_id` | value template(s) for the delivery id stored with the receipt |
 //! | `body` | `json` (default: the body must be JSON) or `any` (fields of a body that is not JSON resolve to nothing); not `any` with `sha256-secret-prefix`, which anyone who saw one request can extend with bytes only the JSON check refuses |
@@ -434,14 +434,32 @@ fn describe(mapping: &Mapping, req: &Request) -> Result<Event, Rejection> {
     Ok(event)
 }
 
-/// Unix seconds from a timestamp's text in its unit.
+/// Unix seconds from a timestamp's text in its unit; a number of seconds or
+/// milliseconds may have a fraction (`1521472262.908181`), rounded down.
 fn unix_seconds(text: &str, unit: TimeUnit) -> Option<i64> {
     let text = text.trim();
+    let number = || {
+        text.parse::<i64>()
+            .ok()
+            .or_else(|| decimal(text).map(decode::floor))
+    };
     match unit {
-        TimeUnit::Seconds => text.parse().ok(),
-        TimeUnit::Milliseconds => text.parse::<i64>().ok().map(|ms| ms.div_euclid(1000)),
+        TimeUnit::Seconds => number(),
+        TimeUnit::Milliseconds => number().map(|ms| ms.div_euclid(1000)),
         TimeUnit::Rfc3339 => decode::rfc3339_seconds(text),
     }
+}
+
+/// A number written with a fraction, as senders stamp times: digits, `.`, digits,
+/// an optional `-` first; no exponent, `inf` or `NaN`, and at most 15 whole digits,
+/// which an `f64` holds exactly.
+fn decimal(text: &str) -> Option<f64> {
+    let (whole, fraction) = text.strip_prefix('-').unwrap_or(text).split_once('.')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !(digits(whole) && digits(fraction) && whole.len() <= 15) {
+        return None;
+    }
+    text.parse().ok()
 }
 
 /// A JSON string's text, or a number's or boolean's JSON text; `None` for null,

@@ -859,6 +859,40 @@ fn timestamps_in_the_body_and_as_rfc3339() {
 }
 
 #[test]
+fn a_number_of_seconds_or_milliseconds_may_have_a_fraction() {
+    let at = |unit: &str, value: &str| {
+        let config = base(json!({"timestamp": {"pointer": "/ts", "unit": unit}}));
+        let req = request(config)
+            .header("X-Sig", "00")
+            .body(format!(r#"{{"ts":{value}}}"#))
+            .build();
+        Generic::plan_verification(&req).map(|p| p.timestamp)
+    };
+    assert_eq!(at("seconds", "1521472262.908181"), Ok(Some(1_521_472_262)));
+    assert_eq!(
+        at("seconds", r#""1355517523.000005""#),
+        Ok(Some(1_355_517_523))
+    );
+    assert_eq!(at("seconds", "-0.5"), Ok(Some(-1)));
+    assert_eq!(
+        at("milliseconds", "1521472262908.5"),
+        Ok(Some(1_521_472_262))
+    );
+    for odd in [
+        "1e9",
+        r#""1.""#,
+        r#"".5""#,
+        r#""NaN""#,
+        "1234567890123456.5",
+    ] {
+        assert!(
+            matches!(at("seconds", odd), Err(Rejection::MalformedSignature(_))),
+            "{odd}"
+        );
+    }
+}
+
+#[test]
 fn token_mapping_signs_nothing_and_carries_the_token() {
     let config = json!({"algorithm": "token", "signature": {"header": "X-Token"}});
     assert_eq!(
