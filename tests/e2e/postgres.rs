@@ -975,44 +975,27 @@ async fn retention_keeps_a_same_version_successor_on(store: Store) {
     assert_eq!(purged.receipts, 0, "the later delivered event was purged");
     let first = hookhost::store::Filter::one("stripe", "evt_first");
     assert_eq!(store.replay(&first).await.expect("replay"), 0);
-    // Once the earlier one is gone under its own retention, the later goes next.
+    // The earlier one goes under its own retention at one purge, the later at the next.
     let retention = RetentionConfig {
         dead: Some(Duration::from_secs(30 * 86_400)),
         ..RetentionConfig::default()
     };
-    assert_eq!(
-        store
-            .purge(now_ms, &retention)
-            .await
-            .expect("purge")
-            .receipts,
-        1
-    );
-    assert_eq!(
-        store
-            .purge(now_ms, &retention)
-            .await
-            .expect("purge")
-            .receipts,
-        1
-    );
+    for _ in 0..2 {
+        let purged = store.purge(now_ms, &retention).await.expect("purge");
+        assert_eq!(purged.receipts, 1);
+    }
     assert_eq!(store.count_receipts("stripe").await.expect("count"), 0);
     store.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_keeps_a_same_version_successor_on_postgres() {
-    let db = PgDatabase::create();
-    retention_keeps_a_same_version_successor_on(Store::open(&pg(&db.url())).await.expect("open"))
-        .await;
+    on_postgres(retention_keeps_a_same_version_successor_on).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_keeps_a_same_version_successor_on_sqlite() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("hookhost.db");
-    retention_keeps_a_same_version_successor_on(Store::open_sqlite(&path).await.expect("open"))
-        .await;
+    on_sqlite(retention_keeps_a_same_version_successor_on).await;
 }
 
 /// Ignored and stale receipts, settled as they arrived and never delivered or
@@ -1122,15 +1105,25 @@ async fn retention_purges_discarded_receipts_on(store: Store) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_purges_discarded_receipts_on_postgres() {
-    let db = PgDatabase::create();
-    retention_purges_discarded_receipts_on(Store::open(&pg(&db.url())).await.expect("open")).await;
+    on_postgres(retention_purges_discarded_receipts_on).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_purges_discarded_receipts_on_sqlite() {
+    on_sqlite(retention_purges_discarded_receipts_on).await;
+}
+
+/// `test` on a fresh PostgreSQL store, in a database of its own.
+async fn on_postgres(test: impl AsyncFnOnce(Store)) {
+    let db = PgDatabase::create();
+    test(Store::open(&pg(&db.url())).await.expect("open")).await;
+}
+
+/// `test` on a fresh SQLite store, in a directory of its own.
+async fn on_sqlite(test: impl AsyncFnOnce(Store)) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("hookhost.db");
-    retention_purges_discarded_receipts_on(Store::open_sqlite(&path).await.expect("open")).await;
+    test(Store::open_sqlite(&path).await.expect("open")).await;
 }
 
 /// Record `n` events without a resource, received a millisecond apart from `now_ms`.
@@ -1257,17 +1250,10 @@ async fn a_replay_larger_than_a_batch_replays_every_event_on_postgres() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_purges_delivered_receipts_on_postgres() {
-    let db = PgDatabase::create();
-    retention_on(Store::open(&pg(&db.url())).await.expect("open")).await;
+    on_postgres(retention_on).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_purges_delivered_receipts_on_sqlite() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    retention_on(
-        Store::open_sqlite(&dir.path().join("hookhost.db"))
-            .await
-            .expect("open"),
-    )
-    .await;
+    on_sqlite(retention_on).await;
 }
