@@ -307,7 +307,11 @@ async fn page(
     for remote in page.events {
         run.seen += 1;
         let id = remote.event.id.clone().unwrap_or_default();
-        if !id.is_empty()
+        // Without an id, or with an event no store keeps as it is (a NUL, an id past
+        // 1 KiB), it can be neither looked up nor stored so that it is found: left for
+        // the operator (a lookup of a NUL would fail the page on PostgreSQL).
+        let keepable = !id.is_empty() && crate::verify::storable(&remote.event, None).is_ok();
+        if keepable
             && app
                 .store
                 .receipt(&endpoint.id, &id)
@@ -321,16 +325,9 @@ async fn page(
         let event_type = remote.event.event_type.clone();
         // What became of the missing event, and whether that counts as repaired.
         let (result, repaired) = match (run.dry_run, remote.repair) {
-            // Without an id it can be neither looked up nor stored so that it is found:
-            // left for the operator.
-            _ if id.is_empty() => ("malformed_event".to_string(), false),
+            _ if !keepable => ("malformed_event".to_string(), false),
             (true, Repair::Store(_)) => ("would_repair".to_string(), true),
             (true, Repair::Redeliver(_)) => ("would_redeliver".to_string(), true),
-            // Not storable in both stores (a NUL, an id past 1 KiB): left for the
-            // operator, as a push of it would be refused.
-            (false, Repair::Store(_)) if crate::verify::storable(&remote.event, None).is_err() => {
-                ("malformed_event".to_string(), false)
-            }
             (false, Repair::Store(body)) => {
                 match app
                     .store
@@ -360,9 +357,10 @@ async fn page(
             run.repaired += 1;
         }
         tracing::info!(endpoint = %endpoint.id, event_id = %id, event_type = %event_type, %result, "reconciled a missing event");
+        // Recorded under names the stores keep: a text they do not, by its digest.
         repairs.push(RepairRow {
-            event_id: id,
-            event_type,
+            event_id: kept_text(id),
+            event_type: kept_text(event_type),
             result,
             at_ms: crate::clock::now_ms(),
         });
@@ -370,6 +368,15 @@ async fn page(
     run.pages += 1;
     run.cursor = page.next_cursor;
     Ok(())
+}
+
+/// `text`, or `sha256:` and its digest when no store keeps it as it is.
+fn kept_text(text: String) -> String {
+    if crate::verify::fits(&text) {
+        text
+    } else {
+        format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
+    }
 }
 
 /// A thin event's current object, fetched for a delivery attempt: `None` when the

@@ -566,6 +566,42 @@ async fn failed_run(server: &Server, endpoint: &str, because: &str) -> RunRow {
     ran
 }
 
+/// A listed event whose id no store keeps as it is (a NUL) is left for the operator,
+/// recorded under its digest, on PostgreSQL too, where looking the id up would fail
+/// the page: the run goes on, and so does the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listed_id_no_store_keeps_is_left_for_the_operator_on_postgres() {
+    let api =
+        serve_on_loopback(axum::Router::new().route("/events", axum::routing::get(echo))).await;
+    let db = PgDatabase::create();
+    let config = format!(
+        "store = \"{}\"\nplugins_dir = \"plugins\"\n\
+         [[endpoint]]\nid = \"nul\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n\
+         config = {{ reconcile_id = \"evt\\u0000nul\" }}\n\
+         [endpoint.reconcile]\napi_base = \"http://{api}\"\ncredential = \"{CREDENTIAL}\"\n",
+        db.url()
+    );
+    let server = Server::start_in(with_test_guest(), &config)
+        .await
+        .expect("server starts");
+    let digest: [u8; 32] = <sha2::Sha256 as sha2::Digest>::digest(b"evt\0nul").into();
+    let kept = format!("sha256:{}", hex::encode(digest));
+    for _ in 0..2 {
+        let ran = reconciled(&server, "nul", now() - 3600).await;
+        assert_eq!(
+            (ran.state.as_str(), ran.seen, ran.present, ran.repaired),
+            ("done", 1, 0, 0),
+            "{ran:?}"
+        );
+        let repairs = repairs_of(&server, &ran).await;
+        let named: Vec<(&str, &str)> = repairs
+            .iter()
+            .map(|r| (r.event_id.as_str(), r.result.as_str()))
+            .collect();
+        assert_eq!(named, [(kept.as_str(), "malformed_event")]);
+    }
+}
+
 /// The admin API runs reconciliation, lists runs and shows one with its repairs; bad
 /// requests get their stable codes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

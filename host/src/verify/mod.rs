@@ -278,7 +278,7 @@ pub fn storable(event: &Event, message_id: Option<&String>) -> Result<(), Ingest
 }
 
 /// Whether a store keeps this text as it is: see [`storable`].
-fn fits(text: &str) -> bool {
+pub(crate) fn fits(text: &str) -> bool {
     text.len() <= MAX_STORED_TEXT && !text.contains('\0')
 }
 

@@ -20,7 +20,8 @@
 //! can see what reached it. `{"reconcile_target": URL}` makes it aim its request there;
 //! `{"reconcile_cursor": C}` makes every page point at C as the next;
 //! `{"reconcile_nameless": true}` lists its event with an empty id (the contract's id
-//! is a string: an empty one is the only way to list an event without one).
+//! is a string: an empty one is the only way to list an event without one);
+//! `{"reconcile_id": ID}` lists it under that id.
 //! `{"thin": true}`: every event is thin; its current object is `GET /objects/{id}`,
 //! versioned by the object's `version`.
 //!
@@ -153,6 +154,7 @@ impl Provider for Hostile {
             "reconcile_target",
             "reconcile_cursor",
             "reconcile_nameless",
+            "reconcile_id",
             "thin",
             "check",
         ];
@@ -284,7 +286,12 @@ impl Provider for Hostile {
             "body": String::from_utf8_lossy(&answer.body),
         });
         let nameless = config.get("reconcile_nameless") == Some(&serde_json::Value::Bool(true));
-        let id = if nameless { "" } else { "evt_echo" };
+        // `{"reconcile_id": ID}`: the listed event's id.
+        let id = match config.get("reconcile_id").and_then(|id| id.as_str()) {
+            Some(id) => id,
+            None if nameless => "",
+            None => "evt_echo",
+        };
         Ok(Page {
             events: vec![RemoteEvent {
                 event: Event::new("test.echo").id(id),
