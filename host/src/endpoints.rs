@@ -37,6 +37,10 @@ pub struct Endpoint {
     /// What the plugin can pull for this configuration, once asked (see
     /// `reconcile::pull_info`).
     pub pull_info: std::sync::OnceLock<Option<hookhost_plugin_sdk::ReconcileInfo>>,
+    /// When the next request to the provider's API may go: one pace, kept to
+    /// `requests_per_second`, for this endpoint's reconciliation runs and its thin
+    /// events' fetches together (see `reconcile::Api::pace`).
+    pub api_pace: Arc<crate::reconcile::Pace>,
 }
 
 /// A tenant endpoint's owner and the ingest rate it may use.
@@ -141,6 +145,7 @@ impl Endpoint {
             tenant: None,
             reconcile: config.reconcile.clone(),
             pull_info: std::sync::OnceLock::new(),
+            api_pace: Arc::default(),
         })
     }
 }

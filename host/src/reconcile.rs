@@ -169,7 +169,8 @@ pub async fn run(
         .await?
         .filter(|info| info.lists_events)
         .ok_or_else(|| ReconcileError::NotSupported(served.plugin.name().to_string()))?;
-    let mut api = Api::new(settings, &info).map_err(ReconcileError::Plugin)?;
+    let mut api =
+        Api::new(settings, &info, Arc::clone(&served.api_pace)).map_err(ReconcileError::Plugin)?;
     let mut since = options.since;
     loop {
         // An unfinished run of the same kind that looks back at least as far is resumed
@@ -411,7 +412,7 @@ pub async fn fetch_current(
     let Some(plan) = asked else {
         return Ok(None);
     };
-    let mut api = Api::new(settings, &info)?;
+    let mut api = Api::new(settings, &info, Arc::clone(&endpoint.api_pace))?;
     api.tries = 1;
     let answer = api.call(&plan).await?;
     let fetched = on_plugin_thread(app, endpoint, move |e| {
@@ -484,19 +485,27 @@ async fn on_plugin_thread<T: Send + 'static>(
 
 /// The provider's API as one endpoint reaches it: where, with which credential, how
 /// fast.
+/// When the next request to one endpoint's API may go (`None`: at once).
+pub type Pace = std::sync::Mutex<Option<Instant>>;
+
 struct Api {
     settings: ReconcileConfig,
     /// The API base URL (the endpoint's override, else the plugin's).
     base: hyper::Uri,
     /// Hosts a plan may address with an absolute URL.
     hosts: Vec<String>,
-    last_request: Option<Instant>,
+    /// The endpoint's, shared by every run and fetch.
+    pace: Arc<Pace>,
     /// Tries of one request (see [`Api::call`]).
     tries: u32,
 }
 
 impl Api {
-    fn new(settings: ReconcileConfig, info: &ReconcileInfo) -> Result<Api, String> {
+    fn new(
+        settings: ReconcileConfig,
+        info: &ReconcileInfo,
+        pace: Arc<Pace>,
+    ) -> Result<Api, String> {
         let base = settings
             .api_base
             .clone()
@@ -511,7 +520,7 @@ impl Api {
             base: uri,
             hosts: info.hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
             settings,
-            last_request: None,
+            pace,
             tries: TRIES,
         })
     }
@@ -590,14 +599,22 @@ impl Api {
         Err("no answer".into())
     }
 
-    /// Wait until the next request keeps within `requests_per_second`.
-    async fn pace(&mut self) {
+    /// Wait until the next request keeps within `requests_per_second`, counting
+    /// every request to the endpoint's API (runs and fetches): each takes the next
+    /// free moment and moves it on by one gap.
+    async fn pace(&self) {
         let gap = Duration::from_secs(1) / self.settings.requests_per_second;
-        if let Some(last) = self.last_request {
-            let due = last + gap;
-            tokio::time::sleep_until(due.into()).await;
-        }
-        self.last_request = Some(Instant::now());
+        let due = {
+            let mut next = self
+                .pace
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let now = Instant::now();
+            let due = next.map_or(now, |next| next.max(now));
+            *next = Some(due + gap);
+            due
+        };
+        tokio::time::sleep_until(due.into()).await;
     }
 
     /// One request on a fresh connection: the answer and its `Retry-After`.
@@ -775,7 +792,27 @@ mod tests {
             lists_events: true,
             fetches_objects: false,
         };
-        Api::new(settings, &info).expect("a valid base")
+        Api::new(settings, &info, Arc::default()).expect("a valid base")
+    }
+
+    /// Runs and fetches of one endpoint share its pace: at 5 requests a second, three
+    /// requests through two of its `Api`s take at least two gaps of 200 ms.
+    #[tokio::test]
+    async fn an_endpoints_requests_share_one_pace() {
+        let first = api(None);
+        let second = Api {
+            pace: Arc::clone(&first.pace),
+            ..api(None)
+        };
+        let started = Instant::now();
+        first.pace().await;
+        second.pace().await;
+        first.pace().await;
+        assert!(
+            started.elapsed() >= Duration::from_millis(400),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]
