@@ -574,6 +574,12 @@ impl Api {
                         if wait > LONGEST_RETRY_AFTER {
                             return Err(format!("429 with Retry-After {wait:?}: giving up"));
                         }
+                        // The last try (a fetch's only one) does not wait for nothing.
+                        if attempt == self.tries {
+                            return Err(format!(
+                                "the provider's API is rate limiting (429, Retry-After {wait:?})"
+                            ));
+                        }
                         tracing::info!(uri = %uri.path(), ?wait, "the provider's API is rate limiting");
                         tokio::time::sleep(wait).await;
                         continue;
@@ -812,6 +818,38 @@ mod tests {
             started.elapsed() >= Duration::from_millis(400),
             "{:?}",
             started.elapsed()
+        );
+    }
+
+    /// A fetch's only try answered 429 fails at once, with the wait the API asked for
+    /// in its error: the delivery attempt is retried on the endpoint's schedule.
+    #[tokio::test]
+    async fn the_last_try_answered_429_does_not_wait() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let limited = axum::Router::new().fallback(|| async {
+            (
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                [("retry-after", "100")],
+                "slow down",
+            )
+        });
+        tokio::spawn(async move { axum::serve(listener, limited).await });
+        let base = format!("http://{address}");
+        let mut fetching = api(Some(base.as_str()));
+        fetching.tries = 1;
+        let answered = tokio::time::timeout(
+            Duration::from_secs(30),
+            fetching.call(&RequestPlan::get("/v1/objects/1".to_string())),
+        )
+        .await
+        .expect("answered without waiting out the Retry-After");
+        let error = answered.err().unwrap_or_default();
+        assert!(
+            error.contains("rate limiting (429, Retry-After 100s)"),
+            "{error}"
         );
     }
 
