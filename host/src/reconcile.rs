@@ -483,11 +483,11 @@ async fn on_plugin_thread<T: Send + 'static>(
         .map_err(|e| ReconcileError::Plugin(format!("plugin {e}")))
 }
 
-/// The provider's API as one endpoint reaches it: where, with which credential, how
-/// fast.
 /// When the next request to one endpoint's API may go (`None`: at once).
 pub type Pace = std::sync::Mutex<Option<Instant>>;
 
+/// The provider's API as one endpoint reaches it: where, with which credential, how
+/// fast.
 struct Api {
     settings: ReconcileConfig,
     /// The API base URL (the endpoint's override, else the plugin's).

@@ -151,14 +151,14 @@ struct ReconcileRequest {
     dry_run: bool,
 }
 
-/// Reconcile an endpoint now and answer with the run as it ended (`done` or
-/// `failed`). The run goes on if the caller hangs up; it can be read back by id.
 /// `POST /admin/reconcile/runs`: `runs` is a valid endpoint id too, and this path,
 /// which also lists the runs, would otherwise refuse its reconciliation as 405.
 async fn reconcile_endpoint_named_runs(admin: State<Admin>, body: axum::body::Bytes) -> Response {
     reconcile_now(admin, Path("runs".to_string()), body).await
 }
 
+/// Reconcile an endpoint now and answer with the run as it ended (`done` or
+/// `failed`). The run goes on if the caller hangs up; it can be read back by id.
 async fn reconcile_now(
     State(admin): State<Admin>,
     Path(endpoint): Path<String>,
