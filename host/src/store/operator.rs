@@ -150,7 +150,7 @@ pub(super) const REQUEUE: &str = "state = 'pending', state_reason = 'replayed', 
 /// is gone. An older version that is itself delivered and past its retention goes in
 /// the same purge, so it keeps nothing: else a resource's delivered versions went one
 /// a purge.
-pub(super) fn purgeable_delivered(before: &str) -> String {
+fn purgeable_delivered(before: &str) -> String {
     format!(
         "state = 'delivered' AND delivered_at_ms < {before} AND NOT EXISTS (
             SELECT 1 FROM receipts AS older
@@ -170,14 +170,14 @@ pub(super) fn purgeable_delivered(before: &str) -> String {
 /// resource) or a stale version, past the delivered retention counted from its
 /// arrival. Neither is ever delivered or replayed, and a provider's retry of one
 /// that is gone is judged again as it was.
-pub(super) fn purgeable_settled(before: &str) -> String {
+fn purgeable_settled(before: &str) -> String {
     format!("state IN ('ignored', 'stale') AND received_at_ms < {before}")
 }
 /// Purge's rule for a dead letter or a quarantined receipt past its retention, on a
 /// receipt named `receipts`: counted from when it was settled, its last attempt (an
 /// event retried for weeks goes dead long after it arrived; replayed, it is settled
 /// again), or from its arrival when it was never attempted.
-pub(super) fn purgeable_dead(before: &str) -> String {
+fn purgeable_dead(before: &str) -> String {
     format!(
         "state IN ('dead', 'quarantined') AND received_at_ms < {before} AND NOT EXISTS (
             SELECT 1 FROM attempts AS a
@@ -188,8 +188,29 @@ pub(super) fn purgeable_dead(before: &str) -> String {
 /// Purge's rule for a discarded receipt past its retention (`dead_days`), on a
 /// receipt named `receipts`: counted from when it was discarded (from its arrival
 /// when that was not recorded, before migration 0013/0009).
-pub(super) fn purgeable_discarded(before: &str) -> String {
+fn purgeable_discarded(before: &str) -> String {
     format!("state = 'discarded' AND COALESCE(discarded_at_ms, received_at_ms) < {before}")
+}
+/// What a purge deletes, class by class, on both stores: each class's rule (above),
+/// written with `placeholder` for the time, and the time (unix ms) before which it
+/// lets a receipt go. Dead letters, quarantined and discarded receipts go only with
+/// `dead_days`.
+pub(super) fn purge_classes(
+    now_ms: i64,
+    retention: &crate::config::RetentionConfig,
+    placeholder: &str,
+) -> Vec<(String, i64)> {
+    let before = |kept| now_ms.saturating_sub(super::millis(kept));
+    let delivered = before(retention.delivered);
+    let mut classes = vec![
+        (purgeable_delivered(placeholder), delivered),
+        (purgeable_settled(placeholder), delivered),
+    ];
+    if let Some(dead) = retention.dead.map(before) {
+        classes.push((purgeable_dead(placeholder), dead));
+        classes.push((purgeable_discarded(placeholder), dead));
+    }
+    classes
 }
 /// Events one replay statement takes at most (see `replay`, on both stores).
 const REPLAY_BATCH: u64 = 1_000;

@@ -147,33 +147,11 @@ impl SqliteStore {
         retention: &crate::config::RetentionConfig,
     ) -> Result<super::Purged, StoreError> {
         let mut purged = super::Purged::default();
-        let delivered_before = now_ms.saturating_sub(super::millis(retention.delivered));
-        self.purge_class(
-            &super::operator::purgeable_delivered("?1"),
-            delivered_before,
-            &mut purged,
-        )
-        .await?;
-        self.purge_class(
-            &super::operator::purgeable_settled("?1"),
-            delivered_before,
-            &mut purged,
-        )
-        .await?;
+        for (which, before) in super::operator::purge_classes(now_ms, retention, "?1") {
+            self.purge_class(&which, before, &mut purged).await?;
+        }
         if let Some(dead) = retention.dead {
             let dead_before = now_ms.saturating_sub(super::millis(dead));
-            self.purge_class(
-                &super::operator::purgeable_dead("?1"),
-                dead_before,
-                &mut purged,
-            )
-            .await?;
-            self.purge_class(
-                &super::operator::purgeable_discarded("?1"),
-                dead_before,
-                &mut purged,
-            )
-            .await?;
             loop {
                 let done = sqlx::query(
                     "DELETE FROM conflicts WHERE id IN (
