@@ -1554,6 +1554,7 @@ async fn shadow(
     Path(id): Path<String>,
     Body(body): Body<ShadowRequest>,
 ) -> Answer {
+    let endpoint = owned(&api, &caller, &id).await?;
     let last = body.last.unwrap_or(50);
     if last > crate::shadow::MAX_LAST {
         let reason = format!("last: {last}; at most {}", crate::shadow::MAX_LAST);
@@ -1563,7 +1564,6 @@ async fn shadow(
             Some(reason),
         ));
     }
-    let endpoint = owned(&api, &caller, &id).await?;
     let _one_at_a_time = plugin_work().await?;
     let current = api.app.endpoints.get(&id).ok_or_else(|| {
         let reason = "the endpoint is not being served (see the server's log)".to_string();

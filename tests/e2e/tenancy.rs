@@ -1360,6 +1360,17 @@ async fn a_tenant_uploads_a_plugin_that_proves_itself_and_pins_it_by_digest() {
         (400, &json!("last: 5000; at most 1000")),
         "{refused}"
     );
+    // Another tenant learns nothing of the endpoint, whatever it asks.
+    for last in [10, 5000] {
+        let shadow = json!({"plugin": digest, "last": last});
+        let path = "/v1/endpoints/acme.guest/shadow";
+        let (status, theirs) = call(addr, "POST", path, &globex, shadow).await;
+        assert_eq!(
+            (status, &theirs["error"]),
+            (404, &json!("not_found")),
+            "{theirs}"
+        );
+    }
     let config_path = server.config_path();
     let (ok, stdout, stderr) = crate::cli::hookhost(&[
         "shadow",
