@@ -1023,9 +1023,7 @@ fn shadow(config_path: PathBuf, id: &str, plugin: &str, last: u32) -> anyhow::Re
                     let endpoint = managed.iter().find(|e| e.id == id).ok_or_else(|| {
                         anyhow::anyhow!("no endpoint {id:?} in the configuration or the store")
                     })?;
-                    crate::tenancy::candidate(&app, tenancy, endpoint, plugin)
-                        .await
-                        .map_err(|reason| anyhow::anyhow!("{reason}"))?
+                    crate::tenancy::candidate(&app, tenancy, endpoint, plugin).await?
                 }
             };
             let current = app

@@ -1569,11 +1569,36 @@ async fn shadow(
         let reason = "the endpoint is not being served (see the server's log)".to_string();
         error(StatusCode::CONFLICT, "endpoint_not_served", Some(reason))
     })?;
-    let candidate = candidate(&api.app, &api.tenancy, &endpoint, &body.plugin)
-        .await
-        .map_err(|reason| error(StatusCode::BAD_REQUEST, "invalid_endpoint", Some(reason)))?;
+    let candidate = candidate(&api.app, &api.tenancy, &endpoint, &body.plugin).await?;
     let report = crate::shadow::replay(&api.app, current, Arc::new(candidate), last).await?;
     ok(serde_json::json!(report))
+}
+
+/// Why [`candidate`] built no endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum CandidateError {
+    /// The endpoint does not build with the candidate: the sender's to mend.
+    #[error("{0}")]
+    Invalid(String),
+    /// The store did not answer: nothing is known of the candidate yet.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Thread(#[from] crate::plugins::threads::ThreadFailure),
+}
+
+impl From<CandidateError> for ApiError {
+    fn from(e: CandidateError) -> Self {
+        match e {
+            CandidateError::Invalid(reason) => {
+                error(StatusCode::BAD_REQUEST, "invalid_endpoint", Some(reason))
+            }
+            CandidateError::Store(e) => e.into(),
+            CandidateError::Thread(_) => {
+                error(StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed", None)
+            }
+        }
+    }
 }
 
 /// A tenant endpoint as it would be served with `plugin` instead of its own.
@@ -1582,19 +1607,20 @@ pub async fn candidate(
     tenancy: &TenancyConfig,
     endpoint: &ManagedEndpoint,
     plugin: &str,
-) -> Result<Endpoint, String> {
-    let mut spec: EndpointSpec = serde_json::from_str(&endpoint.spec).map_err(|e| e.to_string())?;
+) -> Result<Endpoint, CandidateError> {
+    let mut spec: EndpointSpec = serde_json::from_str(&endpoint.spec)
+        .map_err(|e| CandidateError::Invalid(format!("the stored endpoint: {e}")))?;
     spec.plugin = plugin.to_string();
     // The candidate's plugin may not be known to this process yet.
-    know_uploaded(app, &endpoint.tenant, plugin)
-        .await
-        .map_err(|e| e.to_string())?;
+    know_uploaded(app, &endpoint.tenant, plugin).await?;
     let secrets = app
         .store
         .secrets(Some(&endpoint.tenant), Some(&endpoint.id))
-        .await
-        .map_err(|e| e.to_string())?;
-    let opened = tenancy.master_key.open_active(&secrets)?;
+        .await?;
+    let opened = tenancy
+        .master_key
+        .open_active(&secrets)
+        .map_err(CandidateError::Invalid)?;
     // Shadow replay stores and delivers nothing, and replays no handshake.
     let config = spec.config(
         &endpoint.id,
@@ -1605,8 +1631,8 @@ pub async fn candidate(
     let (on_thread, tenant) = (app.clone(), endpoint.tenant.clone());
     app.plugin_threads
         .run(move || build(&on_thread, &tenant, config, None).map(|(built, _)| built))
-        .await
-        .map_err(|e| e.to_string())?
+        .await?
+        .map_err(CandidateError::Invalid)
 }
 
 /// Pause or resume a tenant endpoint's delivery (events keep being accepted).

@@ -238,13 +238,24 @@ impl Server {
     /// Break the SQLite store underneath the running server: its receipts table
     /// disappears (renamed, from a connection of its own), until [`Server::mend_store`].
     pub async fn break_store(&self) {
-        self.execute("ALTER TABLE receipts RENAME TO receipts_moved")
-            .await;
+        self.break_table("receipts").await;
     }
 
     /// Undo [`Server::break_store`].
     pub async fn mend_store(&self) {
-        self.execute("ALTER TABLE receipts_moved RENAME TO receipts")
+        self.mend_table("receipts").await;
+    }
+
+    /// Break one table of the SQLite store, as [`Server::break_store`] does receipts,
+    /// until [`Server::mend_table`].
+    pub async fn break_table(&self, table: &str) {
+        self.execute(&format!("ALTER TABLE {table} RENAME TO {table}_moved"))
+            .await;
+    }
+
+    /// Undo [`Server::break_table`].
+    pub async fn mend_table(&self, table: &str) {
+        self.execute(&format!("ALTER TABLE {table}_moved RENAME TO {table}"))
             .await;
     }
 

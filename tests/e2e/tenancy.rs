@@ -1371,6 +1371,13 @@ async fn a_tenant_uploads_a_plugin_that_proves_itself_and_pins_it_by_digest() {
             "{theirs}"
         );
     }
+    // A store that does not answer is the store's 503, not the candidate's fault.
+    server.break_table("endpoint_secrets").await;
+    let shadow = json!({"plugin": candidate});
+    let path = "/v1/endpoints/acme.guest/shadow";
+    let unavailable = call(addr, "POST", path, &acme, shadow).await;
+    assert_eq!(unavailable, (503, json!({"error": "store_unavailable"})));
+    server.mend_table("endpoint_secrets").await;
     let config_path = server.config_path();
     let (ok, stdout, stderr) = crate::cli::hookhost(&[
         "shadow",
