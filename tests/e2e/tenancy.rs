@@ -867,6 +867,10 @@ async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_ap
     )
     .await;
     assert_eq!(deleted.0, 200, "{deleted:?}");
+    // A request under way when the endpoint was deleted stores its receipt after.
+    let mut late = new_receipt("evt_d6", "cus_d6", None, now() * 1000);
+    late.endpoint = "acme.hook".into();
+    server.app.store.record(late).await.expect("record");
     let again = json!({"name": "hook", "plugin": "stripe", "secret": SECRET,
                        "destination": {"url": url, "secret": signing}});
     let (status, created) = call(addr, "POST", "/v1/endpoints", &acme, again).await;
@@ -882,6 +886,12 @@ async fn a_tenant_endpoint_delivers_to_its_destination_and_pauses_through_the_ap
         ("discarded", Some("endpoint_deleted"))
     );
     assert!(downstream.received("evt_d5").is_empty());
+    let late = server.receipt("acme.hook", "evt_d6").await;
+    assert_eq!(
+        (late.state.as_str(), late.state_reason.as_deref()),
+        ("discarded", Some("endpoint_deleted"))
+    );
+    assert!(downstream.received("evt_d6").is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,14 @@ use super::{Backend, Store, StoreError};
 
 const BUMP: &str = "UPDATE registry_version SET version = version + 1 WHERE id = 1";
 
+/// Discard an endpoint id's pending receipts (`$1`) at `$2`, as `endpoint_deleted`:
+/// they were for a deleted endpoint's destination, and one created again under the id
+/// would send them to its own.
+const DISCARD_PENDING: &str =
+    "UPDATE receipts SET state = 'discarded', state_reason = 'endpoint_deleted',
+     discarded_at_ms = $2
+     WHERE endpoint = $1 AND state = 'pending'";
+
 /// Insert a sealed secret within the transaction `$tx`.
 macro_rules! insert_secret {
     ($tx:expr, $secret:expr) => {
@@ -234,7 +242,10 @@ impl Store {
     }
 
     /// Create a managed endpoint with its first secret, in one transaction, unless its
-    /// tenant has `max_endpoints` already or the id is taken.
+    /// tenant has `max_endpoints` already or the id is taken. Receipts still pending
+    /// under the id are an earlier endpoint's, stored after its deletion by a request
+    /// already under way (or by a process yet to see it gone): they are discarded, as
+    /// the deletion discarded those before it.
     pub async fn create_endpoint(
         &self,
         endpoint: &ManagedEndpoint,
@@ -269,6 +280,8 @@ impl Store {
                 return Ok(Added::Exists);
             }
             insert_secret!(&mut *tx, secret);
+            let now = crate::clock::now_ms();
+            sqlx::query(DISCARD_PENDING).bind(&endpoint.id).bind(now).execute(&mut *tx).await?;
             sqlx::query(BUMP).execute(&mut *tx).await?;
             tx.commit().await?;
             Ok(Added::Added)
@@ -310,18 +323,13 @@ impl Store {
 
     /// Delete a tenant's endpoint, its secrets and its pause, so that one created
     /// again under its id starts afresh; `false` when it has no such endpoint. Its
-    /// receipts stay, but those still pending are discarded (`endpoint_deleted`): they
-    /// were for the deleted endpoint's destination, and one created again would send
-    /// them to its own. An attempt on the wire meanwhile leaves them discarded. Its
-    /// resources' versions stay, so an older version is never sent over a newer one.
+    /// receipts stay, but those still pending are discarded ([`DISCARD_PENDING`]). An
+    /// attempt on the wire meanwhile leaves them discarded. Its resources' versions
+    /// stay, so an older version is never sent over a newer one.
     pub async fn delete_endpoint(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
         const SQL: &str = "DELETE FROM managed_endpoints WHERE id = $1 AND tenant = $2";
         const SECRETS: &str = "DELETE FROM endpoint_secrets WHERE endpoint = $1";
         const PAUSE: &str = "DELETE FROM endpoint_pauses WHERE endpoint = $1";
-        const PENDING: &str =
-            "UPDATE receipts SET state = 'discarded', state_reason = 'endpoint_deleted',
-             discarded_at_ms = $2
-             WHERE endpoint = $1 AND state = 'pending'";
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
             let query = sqlx::query(SQL).bind(id).bind(tenant);
@@ -331,7 +339,7 @@ impl Store {
             sqlx::query(SECRETS).bind(id).execute(&mut *tx).await?;
             sqlx::query(PAUSE).bind(id).execute(&mut *tx).await?;
             let now = crate::clock::now_ms();
-            sqlx::query(PENDING).bind(id).bind(now).execute(&mut *tx).await?;
+            sqlx::query(DISCARD_PENDING).bind(id).bind(now).execute(&mut *tx).await?;
             sqlx::query(BUMP).execute(&mut *tx).await?;
             tx.commit().await?;
             Ok(true)
