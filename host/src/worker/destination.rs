@@ -22,6 +22,7 @@ use sha2::{Digest, Sha256};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -74,10 +75,13 @@ pub struct HttpDestination {
     timeout: Duration,
     /// Idle keep-alive connections, each with when it was last used, newest last:
     /// reused before a new one is opened.
-    idle: std::sync::Mutex<Vec<(Instant, SendRequest<Full<Bytes>>)>>,
+    idle: Arc<std::sync::Mutex<Vec<Idle>>>,
     /// How long a connection may idle and still be reused ([`IDLE_FOR`]).
     idle_for: Duration,
 }
+
+/// An idle connection, with when it was last used.
+type Idle = (Instant, SendRequest<Full<Bytes>>);
 
 /// Idle connections kept per destination; more are closed when returned.
 const IDLE_CONNECTIONS: usize = 32;
@@ -145,7 +149,7 @@ impl HttpDestination {
             key,
             connect_timeout: config.connect_timeout,
             timeout: config.timeout,
-            idle: std::sync::Mutex::new(Vec::new()),
+            idle: Arc::default(),
             idle_for: IDLE_FOR,
         })
     }
@@ -250,23 +254,28 @@ impl HttpDestination {
         }
     }
 
-    /// Read what is left of a response, within [`RESPONSE_DRAIN_WITHIN`]: one read in
-    /// full leaves its connection reusable.
-    async fn drain(&self, body: Incoming, sender: SendRequest<Full<Bytes>>) {
-        let drained = tokio::time::timeout(
-            RESPONSE_DRAIN_WITHIN,
-            Limited::new(body, RESPONSE_DRAIN_CAP).collect(),
-        )
-        .await;
-        if matches!(drained, Ok(Ok(_)))
-            && let Ok(mut idle) = self.idle.lock()
-        {
-            // The oldest, beneath the others, are closed here once idle too long.
-            idle.retain(|(since, _)| since.elapsed() < self.idle_for);
-            if idle.len() < IDLE_CONNECTIONS {
-                idle.push((Instant::now(), sender));
+    /// Read what is left of a response in the background, within
+    /// [`RESPONSE_DRAIN_WITHIN`]: one read in full leaves its connection reusable. The
+    /// status is the answer already, and a slow body does not hold it back (the
+    /// attempt's own limit would then cut a 2xx received in time).
+    fn drain(&self, body: Incoming, sender: SendRequest<Full<Bytes>>) {
+        let (idle, idle_for) = (self.idle.clone(), self.idle_for);
+        tokio::spawn(async move {
+            let drained = tokio::time::timeout(
+                RESPONSE_DRAIN_WITHIN,
+                Limited::new(body, RESPONSE_DRAIN_CAP).collect(),
+            )
+            .await;
+            if matches!(drained, Ok(Ok(_)))
+                && let Ok(mut idle) = idle.lock()
+            {
+                // The oldest, beneath the others, are closed here once idle too long.
+                idle.retain(|(since, _)| since.elapsed() < idle_for);
+                if idle.len() < IDLE_CONNECTIONS {
+                    idle.push((Instant::now(), sender));
+                }
             }
-        }
+        });
     }
 }
 
@@ -375,7 +384,7 @@ impl Destination for HttpDestination {
             };
             let status = response.status().as_u16();
             let retry_after = retry_after(response.headers());
-            self.drain(response.into_body(), sender).await;
+            self.drain(response.into_body(), sender);
             classify(status, retry_after)
         })
     }
@@ -468,6 +477,36 @@ mod tests {
         }
     }
 
+    /// A destination at `url` on loopback, with a 5 s timeout.
+    fn to(url: String) -> HttpDestination {
+        HttpDestination::new(&DestinationConfig {
+            url,
+            ca: None,
+            secret: crate::verify::Secret::new("whsec_a2V5"),
+            connect_timeout: Duration::from_secs(2),
+            timeout: Duration::from_secs(5),
+            reach: Reach::Any,
+        })
+        .expect("destination")
+    }
+
+    fn leased() -> Leased {
+        Leased {
+            endpoint: "e".into(),
+            event_id: "evt_1".into(),
+            body: b"{}".to_vec(),
+            headers: vec![("content-type".into(), "application/json".into())],
+            event_type: "t".into(),
+            plugin: "stripe".into(),
+            resource_kind: None,
+            resource_id: None,
+            resource_version: None,
+            attempts: 0,
+            signed_at: None,
+            lease_expires_at_ms: 0,
+        }
+    }
+
     /// A kept-alive connection is reused while it has idled less than `idle_for`, and
     /// closed, a new one opened, once it has idled longer.
     #[tokio::test]
@@ -489,34 +528,20 @@ mod tests {
         let service = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
         tokio::spawn(async move { axum::serve(listener, service).await });
 
-        let mut destination = HttpDestination::new(&DestinationConfig {
-            url,
-            ca: None,
-            secret: crate::verify::Secret::new("whsec_a2V5"),
-            connect_timeout: Duration::from_secs(2),
-            timeout: Duration::from_secs(5),
-            reach: Reach::Any,
-        })
-        .expect("destination");
+        let mut destination = to(url);
         destination.idle_for = Duration::from_millis(300);
-        let event = Leased {
-            endpoint: "e".into(),
-            event_id: "evt_1".into(),
-            body: b"{}".to_vec(),
-            headers: vec![("content-type".into(), "application/json".into())],
-            event_type: "t".into(),
-            plugin: "stripe".into(),
-            resource_kind: None,
-            resource_id: None,
-            resource_version: None,
-            attempts: 0,
-            signed_at: None,
-            lease_expires_at_ms: 0,
-        };
+        let event = leased();
         for pause in [0, 0, 600] {
             tokio::time::sleep(Duration::from_millis(pause)).await;
             let answer = destination.deliver("e", "stripe", &event).await;
             assert_eq!(answer, Answer::Delivered(204));
+            // The connection goes back to the idle ones once its answer's body is read,
+            // in the background: the next attempt waits for that.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while destination.idle.lock().map_or(0, |idle| idle.len()) == 0 {
+                assert!(Instant::now() < deadline, "the connection never went idle");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
         }
         let peers = peers.lock().expect("peers").clone();
         assert_eq!(peers.len(), 3, "{peers:?}");
@@ -525,6 +550,35 @@ mod tests {
             "the second attempt reuses the connection"
         );
         assert_ne!(peers[1], peers[2], "the idle connection is not reused");
+    }
+
+    /// The status is the answer: a 2xx whose body then trickles is delivered at once,
+    /// not after the body (up to [`RESPONSE_DRAIN_WITHIN`]), so the attempt's limit
+    /// cannot cut an answer received in time.
+    #[tokio::test]
+    async fn a_status_is_the_answer_before_its_body_is_read() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}/in", listener.local_addr().expect("addr"));
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let mut request = [0u8; 4096];
+            let _ = socket.read(&mut request).await;
+            let head = "HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nstarted";
+            socket.write_all(head.as_bytes()).await.expect("write");
+            // The rest of the body never comes while the attempt is judged.
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        });
+        let destination = to(url);
+        let event = leased();
+        // Half the time the body may take: the answer comes well before.
+        let within = RESPONSE_DRAIN_WITHIN / 2;
+        let answer = tokio::time::timeout(within, destination.deliver("e", "stripe", &event))
+            .await
+            .expect("the status answers without waiting for the body");
+        assert_eq!(answer, Answer::Delivered(200));
     }
 
     #[test]
