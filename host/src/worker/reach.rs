@@ -26,23 +26,33 @@ const REFUSED: &str = "a tenant's destination must be public (the operator allow
                        private ones with [tenancy] private_destinations = true)";
 
 /// Whether `ip` is a public unicast address: not unspecified, loopback, private,
-/// shared (100.64/10), link-local, multicast, broadcast, documentation or reserved
-/// (IPv4 `0/8` and `240/4`); for IPv6 not unique-local or link-local either, and an
-/// IPv4 address inside an IPv6 one (mapped, or NAT64's `64:ff9b::/96`) is judged as
-/// IPv4.
+/// shared (100.64/10), link-local, multicast, broadcast, documentation, benchmarking
+/// (198.18/15), the IETF's protocol assignments (192.0.0/24: a cloud's legacy
+/// metadata service has one) or reserved (IPv4 `0/8` and `240/4`); for IPv6 not
+/// unique-local, site-local (`fec0::/10`), link-local, discard-only (`100::/64`) or
+/// NAT64's local-use prefix (`64:ff9b:1::/48`, the network's own IPv4 space) either,
+/// and an IPv4 address inside an IPv6 one (mapped, NAT64's `64:ff9b::/96` or 6to4's
+/// `2002::/16`) is judged as IPv4.
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_public_v4(v4),
         IpAddr::V6(v6) => match embedded_v4(v6) {
             Some(v4) => is_public_v4(v4),
             None => {
+                let s = v6.segments();
                 !(v6.is_unspecified()
                     || v6.is_loopback()
                     || v6.is_multicast()
                     || v6.is_unique_local()
                     || v6.is_unicast_link_local()
+                    // Site-local, fec0::/10.
+                    || s[0] & 0xffc0 == 0xfec0
+                    // Discard-only, 100::/64.
+                    || s[..4] == [0x100, 0, 0, 0]
+                    // NAT64 for local use, 64:ff9b:1::/48.
+                    || s[..3] == [0x64, 0xff9b, 1]
                     // Documentation, 2001:db8::/32.
-                    || v6.segments()[..2] == [0x2001, 0x0db8])
+                    || s[..2] == [0x2001, 0x0db8])
             }
         },
     }
@@ -59,19 +69,23 @@ fn is_public_v4(v4: Ipv4Addr) -> bool {
         || v4.is_documentation()
         || a == 0
         || a >= 240
-        || (a == 100 && (64..128).contains(&b)))
+        || (a == 100 && (64..128).contains(&b))
+        || (a == 192 && b == 0 && v4.octets()[2] == 0)
+        || (a == 198 && (18..20).contains(&b)))
 }
 
-/// The IPv4 address an IPv6 one carries: `::ffff:a.b.c.d` or `64:ff9b::a.b.c.d`.
+/// The IPv4 address an IPv6 one carries: `::ffff:a.b.c.d`, `64:ff9b::a.b.c.d` or
+/// 6to4's `2002:aabb:ccdd::` (a.b.c.d at bits 16 to 48).
 fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
     if let Some(v4) = v6.to_ipv4_mapped() {
         return Some(v4);
     }
     let s = v6.segments();
-    (s[..6] == [0x64, 0xff9b, 0, 0, 0, 0]).then(|| {
-        let [.., c, d, e, f] = v6.octets();
-        Ipv4Addr::new(c, d, e, f)
-    })
+    let o = v6.octets();
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return Some(Ipv4Addr::new(o[12], o[13], o[14], o[15]));
+    }
+    (s[0] == 0x2002).then(|| Ipv4Addr::new(o[2], o[3], o[4], o[5]))
 }
 
 /// Why a destination URL's host is refused as written, if it is: an address that is
@@ -122,6 +136,10 @@ mod tests {
             "2606:4700:4700::1111",
             "::ffff:8.8.8.8",
             "64:ff9b::808:808",
+            "2002:808:808::1",
+            "192.0.1.1",
+            "198.17.255.255",
+            "198.20.0.0",
         ] {
             let ip: IpAddr = public.parse().expect("address");
             assert!(is_public(ip), "{public}");
@@ -150,6 +168,15 @@ mod tests {
             "::ffff:127.0.0.1",
             "::ffff:169.254.169.254",
             "64:ff9b::a00:1",
+            "192.0.0.192",
+            "198.18.0.1",
+            "198.19.255.255",
+            "fec0::1",
+            "feff::1",
+            "100::1",
+            "64:ff9b:1::a00:1",
+            "2002:a00:1::1",
+            "2002:7f00:1::1",
         ] {
             let ip: IpAddr = special.parse().expect("address");
             assert!(!is_public(ip), "{special}");
