@@ -114,7 +114,7 @@ struct CallLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FailureLabels {
     plugin: String,
-    /// `trap`, `timeout`, `memory`, `output_too_large` or `instantiate`.
+    /// `trap`, `timeout`, `memory`, `handles`, `output_too_large` or `instantiate`.
     kind: &'static str,
 }
 
@@ -151,6 +151,7 @@ impl PluginCalls {
         let kind = match failure {
             PluginFailure::Timeout => "timeout",
             PluginFailure::Memory => "memory",
+            PluginFailure::Handles => "handles",
             PluginFailure::OutputTooLarge(_) => "output_too_large",
             PluginFailure::Trap(_) => "trap",
             PluginFailure::Instantiate(_) => "instantiate",

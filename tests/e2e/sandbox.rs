@@ -13,6 +13,7 @@ fn config(probe_port: u16) -> String {
     for (id, mode, phase) in [
         ("loop", "loop", "plan"),
         ("memory", "memory", "plan"),
+        ("handles", "handles", "plan"),
         ("trap", "trap", "plan"),
         ("sleep", "sleep", "plan"),
         ("huge", "huge-output", "plan"),
@@ -56,6 +57,7 @@ async fn misbehaving_plugins_fail_alone_and_within_their_limits() {
     for endpoint in [
         "loop",
         "memory",
+        "handles",
         "trap",
         "sleep",
         "huge",
@@ -86,8 +88,8 @@ async fn misbehaving_plugins_fail_alone_and_within_their_limits() {
         assert_eq!(server.count_receipts(endpoint).await, 0);
     }
 
-    // Each failure is counted by its kind, and every call is timed: eight good
-    // requests (both calls), six failing in plan-verification (a refused wait is a
+    // Each failure is counted by its kind, and every call is timed: nine good
+    // requests (both calls), seven failing in plan-verification (a refused wait is a
     // trap; a plan's parts count as elements, not only as bytes) and one in
     // describe-event.
     {
@@ -104,6 +106,10 @@ async fn misbehaving_plugins_fail_alone_and_within_their_limits() {
                 1.0,
             ),
             (
+                r#"hookhost_plugin_failures_total{plugin="hostile",kind="handles"}"#,
+                1.0,
+            ),
+            (
                 r#"hookhost_plugin_failures_total{plugin="hostile",kind="trap"}"#,
                 2.0,
             ),
@@ -113,11 +119,11 @@ async fn misbehaving_plugins_fail_alone_and_within_their_limits() {
             ),
             (
                 r#"hookhost_plugin_call_seconds_count{plugin="hostile",call="plan-verification"}"#,
-                15.0,
+                17.0,
             ),
             (
                 r#"hookhost_plugin_call_seconds_count{plugin="hostile",call="describe-event"}"#,
-                9.0,
+                10.0,
             ),
         ] {
             assert_eq!(value(&text, sample), Some(want), "{sample} in:\n{text}");

@@ -13,7 +13,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use wasmtime::component::{Component, Instance as ComponentInstance, Linker, ResourceTable};
+use wasmtime::component::{
+    Component, Instance as ComponentInstance, Linker, ResourceTable, ResourceTableError,
+};
 use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder, Trap};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -64,6 +66,8 @@ pub enum PluginFailure {
     Timeout,
     #[error("plugin exceeded its memory limit")]
     Memory,
+    #[error("plugin held more than {MAX_HANDLES} resources at once")]
+    Handles,
     #[error("plugin returned more than {0} bytes")]
     OutputTooLarge(usize),
     #[error("plugin trapped: {0}")]
@@ -1122,6 +1126,11 @@ const PULL_FUEL_PER_BYTE: usize = 4;
 /// Elements one table may grow to. The pooling allocator bounds tables at this too;
 /// the on-demand allocator (when the pool's address space is refused) would not.
 const TABLE_ELEMENTS: usize = 20_000;
+/// Resources one call's instance may hold at once: host ones (a WASI stream, a
+/// pollable) and handles to them or to its own. A plugin holds a few; each is host
+/// memory that the memory limit does not count, so one made without end (and never
+/// dropped) stops the call here, not at wasmtime's default of 100,000 handles.
+const MAX_HANDLES: usize = 1_000;
 
 /// A fresh store: an empty sandbox, `limits`' memory and output budget, a deadline
 /// `time` away.
@@ -1141,16 +1150,19 @@ fn new_store(limits: PluginLimits, time: Duration) -> Store<State> {
         .instances(32)
         .trap_on_grow_failure(true)
         .build();
+    let mut table = ResourceTable::new();
+    table.set_max_capacity(MAX_HANDLES);
     let mut store = Store::new(
         engine(),
         State {
             wasi: None,
-            table: ResourceTable::new(),
+            table,
             limits,
             stderr: None,
         },
     );
     store.limiter(|s| &mut s.limits);
+    store.set_max_component_handles(MAX_HANDLES);
     store.set_epoch_deadline(deadline_ticks(time));
     store.set_hostcall_fuel(fuel);
     store
@@ -1212,8 +1224,14 @@ fn classify(error: wasmtime::Error, during: &str) -> PluginFailure {
     }
     // Judged by the root cause, the host's own words: the whole text carries the wasm
     // backtrace, in which the plugin names its functions.
-    if error.root_cause().to_string().contains("growing memory") {
+    let cause = error.root_cause();
+    if cause.to_string().contains("growing memory") {
         return PluginFailure::Memory;
+    }
+    if matches!(cause.downcast_ref(), Some(ResourceTableError::Full))
+        || cause.to_string().contains("store handle limit exceeded")
+    {
+        return PluginFailure::Handles;
     }
     // Escaped, so that such a name cannot start a log line of its own making.
     let mut text = String::new();
@@ -1616,6 +1634,8 @@ mod tests {
             "forcing trap when growing memory to 9 bytes"
         ));
         assert_eq!(classify(grown, "call"), PluginFailure::Memory);
+        let full = named(wasmtime::Error::new(ResourceTableError::Full));
+        assert_eq!(classify(full, "call"), PluginFailure::Handles);
     }
 
     /// The built-ins are written without `std`, so their components import nothing

@@ -85,6 +85,15 @@ fn misbehave(req: &Request, phase: &str) -> Option<String> {
             }
         }
         "trap" => panic!("hostile guest traps on purpose"),
+        #[cfg(target_arch = "wasm32")]
+        "handles" => {
+            // Host resources never dropped: host memory the memory limit does not see.
+            // Twice the host's cap, and far under wasmtime's own default (100,000).
+            for _ in 0..2_000 {
+                std::mem::forget(wasip2::cli::stderr::get_stderr());
+            }
+            None
+        }
         "sleep" => {
             // A host call that waits, which the time limit cannot interrupt. Bounded,
             // so that a host letting it wait fails its test in 30 s, not never.
