@@ -32,11 +32,11 @@ const MAX_MEMORIES: usize = 2;
 /// Largest memory a configuration may grant one plugin call.
 pub const MAX_PLUGIN_MEMORY: usize = 256 * 1024 * 1024;
 /// Instances the pooling allocator keeps ready. A request holds one while its plugin
-/// runs, and each server runs at most as many plugin calls as it has cores at once,
-/// so this covers several servers in one process (the tests) with room to spare.
-/// Reusing slots instead of mapping and unmapping memory per request is what keeps
-/// a fresh instance per request cheap.
-const POOL_INSTANCES: u32 = 128;
+/// runs, and each server runs at most as many plugin calls at once as it has plugin
+/// threads (one per core, at most half of this), so this covers several servers in
+/// one process (the tests) with room to spare. Reusing slots instead of mapping and
+/// unmapping memory per request is what keeps a fresh instance per request cheap.
+pub(super) const POOL_INSTANCES: u32 = 128;
 
 /// Per-call bounds on a plugin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -34,6 +34,14 @@ const QUEUED_PER_THREAD: usize = 64;
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// Most threads one server starts, however many cores it has. Each holds an instance
+/// of the engine's pool while its call runs; half the pool is left for what takes one
+/// elsewhere (compiling and describing a plugin at load or upload, other servers in
+/// the process), so that a machine with as many cores as the pool has instances does
+/// not answer 500 for want of one.
+const MAX_THREADS: usize = super::runtime::POOL_INSTANCES as usize / 2;
+const _: () = assert!(MAX_THREADS >= 1 && MAX_THREADS < super::runtime::POOL_INSTANCES as usize);
+
 /// How long a request's call may wait for room in the queue: past that, every
 /// thread has a full queue of calls ahead of it, and the request is answered 429
 /// `overloaded` rather than left waiting (its body held) with no answer.
@@ -61,9 +69,11 @@ pub struct PluginThreads {
 }
 
 impl PluginThreads {
-    /// One thread per core (at least one): the plugin calls that run at once.
+    /// One thread per core (at least one, at most [`MAX_THREADS`]): the plugin calls
+    /// that run at once.
     pub fn per_core() -> std::io::Result<PluginThreads> {
-        PluginThreads::start(std::thread::available_parallelism().map_or(1, NonZero::get))
+        let cores = std::thread::available_parallelism().map_or(1, NonZero::get);
+        PluginThreads::start(cores.min(MAX_THREADS))
     }
 
     /// `threads` threads (at least one).
