@@ -1518,10 +1518,14 @@ async fn upload_plugin(
         .app
         .store
         .add_plugin(&row, &wasm, &described, quotas.max_plugins);
-    let shown = plugin_shown(&row, Some(plugin.contract()));
     match added.await? {
-        Added::Added => created(shown),
-        Added::Exists => ok(shown),
+        Added::Added => created(plugin_shown(&row, Some(plugin.contract()))),
+        // Shown as it was kept, when it was first uploaded.
+        Added::Exists => {
+            let kept = api.app.store.tenant_plugins(&tenant).await?;
+            let kept = kept.iter().find(|p| p.digest == row.digest).unwrap_or(&row);
+            ok(plugin_shown(kept, Some(plugin.contract())))
+        }
         Added::OverQuota => Err(over_quota(quotas.max_plugins, "plugins")),
     }
 }

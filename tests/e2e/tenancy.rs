@@ -721,6 +721,12 @@ async fn quotas_hold_against_additions_made_at_once() {
     let (_, kept) = answers[0];
     let again = call(addr, "POST", "/v1/plugins", &token, upload(kept)).await;
     assert_eq!(again.0, 200, "{again:?}");
+    // Shown as it was kept when first uploaded, as the list shows it.
+    let (_, listed) = call(addr, "GET", "/v1/plugins", &token, Value::Null).await;
+    let listed = listed.as_array().expect("a list");
+    let first = listed.iter().find(|p| p["digest"] == again.1["digest"]);
+    let created = first.map(|p| &p["created_at_ms"]);
+    assert_eq!(created, Some(&again.1["created_at_ms"]), "{listed:?}");
 }
 }
 
