@@ -5,8 +5,8 @@ use super::resident::{Fetch, LazyCode, Residency};
 use super::stderr::CappedOutput;
 use crate::verify::MessageSource;
 use hookhost_plugin_sdk::{
-    Algorithm, Answer, ConfigError, EndpointFacts, Event, Fetched, Handshake, Page, Plan,
-    PluginInfo, ReconcileInfo, Rejection, RequestPlan, StoredEvent,
+    Algorithm, Answer, ConfigError, EndpointFacts, Event, Fetched, Handshake, KeyFormat, Page,
+    Plan, PluginInfo, ReconcileInfo, Rejection, RequestPlan, StoredEvent,
 };
 use sha2::{Digest as _, Sha256};
 use std::collections::{BTreeMap, HashMap};
@@ -794,6 +794,7 @@ impl Plugin {
         if info.key_formats.is_empty() {
             return Err(refuse("info() declares no key format".into()));
         }
+        check_key_formats(&info.key_formats).map_err(|e| refuse(format!("info() {e}")))?;
         // The name is a metric label and the version goes into every receipt: both are
         // short, and no text of info() is past a few hundred bytes in any plugin.
         for (what, text, most) in [
@@ -808,6 +809,12 @@ impl Plugin {
                     text.len()
                 )));
             }
+        }
+        if info.version.chars().any(char::is_control) {
+            return Err(refuse(format!(
+                "info() version {:?} holds a control character",
+                info.version
+            )));
         }
         plugin.label = label(&plugin.origin, &info.name);
         plugin.info = info;
@@ -921,7 +928,18 @@ impl Plugin {
                 .hookhost_provider_plugin()
                 .call_check_config(s, config_json)
         })?;
-        Ok(answer.map(v0_2::endpoint_facts).map_err(v0_2::config_error))
+        // What it says goes into the configuration's error and the log: one line each.
+        let refused = |e: ConfigError| ConfigError {
+            key: one_line(&e.key, 128),
+            message: one_line(&e.message, 512),
+        };
+        let facts = answer
+            .map(v0_2::endpoint_facts)
+            .map_err(|e| refused(v0_2::config_error(e)));
+        if let Ok(facts) = &facts {
+            check_key_formats(&facts.key_formats).map_err(PluginFailure::Trap)?;
+        }
+        Ok(facts)
     }
 
     /// What the component imports (all satisfied by the empty sandbox).
@@ -1218,6 +1236,46 @@ fn guarded<T>(
     })
 }
 
+/// Most key formats a plugin declares, and the longest prefix one names.
+const MAX_KEY_FORMATS: usize = 16;
+const MAX_KEY_PREFIX: usize = 64;
+
+/// A plugin's key formats are few, and their prefixes (`whsec_`) short and printable:
+/// a secret that does not match is refused with them named.
+fn check_key_formats(formats: &[KeyFormat]) -> Result<(), String> {
+    if formats.len() > MAX_KEY_FORMATS {
+        let n = formats.len();
+        return Err(format!("{n} key formats; at most {MAX_KEY_FORMATS}"));
+    }
+    for format in formats {
+        let prefix = match format {
+            KeyFormat::Base64AfterPrefix(p) | KeyFormat::Ed25519Base64AfterPrefix(p) => p,
+            _ => continue,
+        };
+        if prefix.len() > MAX_KEY_PREFIX || prefix.chars().any(char::is_control) {
+            return Err(format!(
+                "key format prefix {:?}: at most {MAX_KEY_PREFIX} bytes, no control character",
+                one_line(prefix, MAX_KEY_PREFIX)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The first `chars` characters of a plugin's text, with control characters escaped:
+/// logged or quoted in an error, it stays one line and cannot start one of its own.
+fn one_line(text: &str, chars: usize) -> String {
+    let mut line = String::new();
+    for c in text.chars().take(chars) {
+        if c.is_control() {
+            line.extend(c.escape_default());
+        } else {
+            line.push(c);
+        }
+    }
+    line
+}
+
 fn classify(error: wasmtime::Error, during: &str) -> PluginFailure {
     if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
         return PluginFailure::Timeout;
@@ -1234,14 +1292,7 @@ fn classify(error: wasmtime::Error, during: &str) -> PluginFailure {
         return PluginFailure::Handles;
     }
     // Escaped, so that such a name cannot start a log line of its own making.
-    let mut text = String::new();
-    for c in format!("{error:#}").chars().take(512) {
-        if c.is_control() {
-            text.extend(c.escape_default());
-        } else {
-            text.push(c);
-        }
-    }
+    let text = one_line(&format!("{error:#}"), 512);
     if during == "instantiate" {
         PluginFailure::Instantiate(text)
     } else {
@@ -1636,6 +1687,29 @@ mod tests {
         assert_eq!(classify(grown, "call"), PluginFailure::Memory);
         let full = named(wasmtime::Error::new(ResourceTableError::Full));
         assert_eq!(classify(full, "call"), PluginFailure::Handles);
+    }
+
+    /// A configuration check's words are quoted in errors and in the log: each is one
+    /// line, cut short. The key formats it returns are bounded as `info()`'s are.
+    #[test]
+    fn a_configuration_checks_words_are_kept_to_one_line() {
+        let plugin = hostile();
+        let refused = plugin
+            .check_config(r#"{"check":"forge"}"#)
+            .expect("answered");
+        let refused = refused.expect_err("refused");
+        assert_eq!(refused.key, "mode\\nforged");
+        let message = &refused.message;
+        assert!(
+            message.starts_with("refused\\nINFO forged line"),
+            "{message}"
+        );
+        assert!(!message.contains('\n') && message.len() < 600, "{message}");
+        let failure = plugin.check_config(r#"{"check":"long-prefix"}"#);
+        let Err(PluginFailure::Trap(text)) = failure else {
+            panic!("a 1,000-byte key prefix is refused: {failure:?}");
+        };
+        assert!(text.contains("at most 64 bytes"), "{text}");
     }
 
     /// The built-ins are written without `std`, so their components import nothing

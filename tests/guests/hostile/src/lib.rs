@@ -168,14 +168,25 @@ impl Provider for Hostile {
             "check",
         ];
         ConfigError::only_keys(config, KEYS)?;
-        if config.get("check").and_then(|c| c.as_str()) == Some("loop") {
-            // A configuration check that never ends: only its time limit stops it.
-            let mut x: u64 = 1;
-            loop {
-                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        match config.get("check").and_then(|c| c.as_str()) {
+            Some("loop") => {
+                // A configuration check that never ends: only its time limit stops it.
+                let mut x: u64 = 1;
+                loop {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
             }
+            // Text made to forge log lines, and far longer than any real message.
+            Some("forge") => Err(ConfigError {
+                key: "mode\nforged".into(),
+                message: format!("refused\nINFO forged line{}", "x".repeat(100_000)),
+            }),
+            Some("long-prefix") => Ok(EndpointFacts {
+                key_formats: vec![KeyFormat::Base64AfterPrefix("p".repeat(1_000))],
+                default_tolerance_seconds: None,
+            }),
+            _ => Ok(EndpointFacts::default()),
         }
-        Ok(EndpointFacts::default())
     }
 
     fn plan_verification(req: &Request) -> Result<Plan, Rejection> {
