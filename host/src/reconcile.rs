@@ -38,6 +38,30 @@ const LONGEST_RETRY_AFTER: Duration = Duration::from_secs(120);
 /// clock, which stamps its events, may be behind this one.
 const RESUMED_OVERLAP_SECONDS: i64 = 300;
 
+/// A request to the provider's API that failed, with how long the API asked to be left
+/// alone (a 429's `Retry-After`): a thin event's delivery attempt is retried no sooner.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{error}")]
+pub struct ApiFailure {
+    pub error: String,
+    pub retry_after: Option<Duration>,
+}
+
+impl From<String> for ApiFailure {
+    fn from(error: String) -> Self {
+        ApiFailure {
+            error,
+            retry_after: None,
+        }
+    }
+}
+
+impl From<ApiFailure> for String {
+    fn from(failure: ApiFailure) -> Self {
+        failure.error
+    }
+}
+
 /// What to reconcile.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
@@ -389,7 +413,7 @@ pub async fn fetch_current(
     app: &Arc<App>,
     endpoint: &Arc<Endpoint>,
     event: &Leased,
-) -> Result<Option<Fetched>, String> {
+) -> Result<Option<Fetched>, ApiFailure> {
     let Some(settings) = endpoint.reconcile.clone() else {
         return Ok(None);
     };
@@ -559,7 +583,7 @@ impl Api {
     /// Make the planned request, paced, with the credential; a 2xx answer. A 429 waits
     /// its `Retry-After`; a 5xx or a failed connection waits 1, 2, 4… s; both up to
     /// [`TRIES`] times.
-    async fn call(&mut self, plan: &RequestPlan) -> Result<Answer, String> {
+    async fn call(&mut self, plan: &RequestPlan) -> Result<Answer, ApiFailure> {
         let uri = self.resolve(&plan.target)?;
         let mut backoff = Duration::from_secs(1);
         for attempt in 1..=self.tries {
@@ -571,14 +595,20 @@ impl Api {
                     200..=299 => return Ok(answer),
                     429 => {
                         let wait = retry_after.unwrap_or(backoff);
+                        let limited = |error| ApiFailure {
+                            error,
+                            retry_after: Some(wait),
+                        };
                         if wait > LONGEST_RETRY_AFTER {
-                            return Err(format!("429 with Retry-After {wait:?}: giving up"));
+                            return Err(limited(format!(
+                                "429 with Retry-After {wait:?}: giving up"
+                            )));
                         }
                         // The last try (a fetch's only one) does not wait for nothing.
                         if attempt == self.tries {
-                            return Err(format!(
+                            return Err(limited(format!(
                                 "the provider's API is rate limiting (429, Retry-After {wait:?})"
-                            ));
+                            )));
                         }
                         tracing::info!(uri = %uri.path(), ?wait, "the provider's API is rate limiting");
                         tokio::time::sleep(wait).await;
@@ -591,18 +621,20 @@ impl Api {
                         let head = &answer.body[..answer.body.len().min(4096)];
                         let text = self.redacted(&String::from_utf8_lossy(head));
                         let quoted: String = text.chars().take(300).collect();
-                        return Err(format!("the provider's API answered {status}: {quoted}"));
+                        return Err(
+                            format!("the provider's API answered {status}: {quoted}").into()
+                        );
                     }
                 },
             };
             if attempt == self.tries {
-                return Err(failure);
+                return Err(failure.into());
             }
             tracing::info!(uri = %uri.path(), attempt, %failure, "the provider's API request failed; trying again");
             tokio::time::sleep(backoff).await;
             backoff *= 2;
         }
-        Err("no answer".into())
+        Err("no answer".to_string().into())
     }
 
     /// Wait until the next request keeps within `requests_per_second`, counting
@@ -821,8 +853,8 @@ mod tests {
         );
     }
 
-    /// A fetch's only try answered 429 fails at once, with the wait the API asked for
-    /// in its error: the delivery attempt is retried on the endpoint's schedule.
+    /// A fetch's only try answered 429 fails at once, with the wait the API asked for:
+    /// the delivery attempt is retried on the endpoint's schedule, and no sooner.
     #[tokio::test]
     async fn the_last_try_answered_429_does_not_wait() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -846,11 +878,14 @@ mod tests {
         )
         .await
         .expect("answered without waiting out the Retry-After");
-        let error = answered.err().unwrap_or_default();
+        let failure = answered.expect_err("refused");
         assert!(
-            error.contains("rate limiting (429, Retry-After 100s)"),
-            "{error}"
+            failure
+                .error
+                .contains("rate limiting (429, Retry-After 100s)"),
+            "{failure}"
         );
+        assert_eq!(failure.retry_after, Some(Duration::from_secs(100)));
     }
 
     #[test]

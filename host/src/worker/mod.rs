@@ -316,10 +316,10 @@ async fn attempt(
                 .deliver(&endpoint.id, endpoint.plugin.name(), &current)
                 .await
         }
-        Err(error) => Answer::Retry {
+        Err(failure) => Answer::Retry {
             status: None,
-            error: format!("fetching the thin event's current object: {error}"),
-            retry_after: None,
+            error: format!("fetching the thin event's current object: {failure}"),
+            retry_after: failure.retry_after,
         },
     }
 }
