@@ -60,22 +60,40 @@ pub enum KeyError {
     Ed25519,
     #[error("the secret is not an ECDSA P-256 public key (base64 of DER SubjectPublicKeyInfo)")]
     EcdsaP256,
+    #[error(
+        "the secret starts with neither {shared:?} nor {public:?}, and its 32 bytes may be \
+         a shared secret or an Ed25519 public key: write the prefix that says which"
+    )]
+    Ambiguous { shared: String, public: String },
 }
 
 /// Decode a secret with the plugin's key formats: the first format whose prefix the
 /// secret starts with wins; a format without a prefix matches any secret; when none
-/// matches, the first format is used (its prefix is optional).
+/// matches, the first format is used (its prefix is optional). Unless that would make
+/// a shared secret of what may be a public key: an Ed25519 key written without its
+/// prefix would be an HMAC key anyone with the public key could sign with.
 pub fn decode_key(secret: &Secret, formats: &[KeyFormat]) -> Result<Key, KeyError> {
     let text = secret.expose();
     if text.is_empty() {
         return Err(KeyError::Empty);
     }
-    let format = formats
+    let matched = formats
         .iter()
-        .find(|f| prefix(f).is_none_or(|p| text.starts_with(p)))
-        .or(formats.first())
-        .ok_or(KeyError::NoFormat)?;
+        .find(|f| prefix(f).is_none_or(|p| text.starts_with(p)));
+    let format = matched.or(formats.first()).ok_or(KeyError::NoFormat)?;
     let b64 = base64::engine::general_purpose::STANDARD;
+    let public = formats.iter().find_map(|f| match f {
+        KeyFormat::Ed25519Base64AfterPrefix(p) => Some(p),
+        _ => None,
+    });
+    if let (None, KeyFormat::Base64AfterPrefix(shared), Some(public)) = (matched, format, public)
+        && b64.decode(text).is_ok_and(|bytes| bytes.len() == 32)
+    {
+        return Err(KeyError::Ambiguous {
+            shared: shared.clone(),
+            public: public.clone(),
+        });
+    }
     // An HMAC key of no bytes (a bare `whsec_`) would let anyone sign.
     let hmac = |bytes: Vec<u8>| {
         if bytes.is_empty() {
@@ -156,11 +174,22 @@ mod tests {
         // Without a known prefix, the first format applies to the whole string.
         let bare = decode_key(&Secret::new("AAEC"), &formats).expect("bare");
         assert!(matches!(bare, Key::Hmac(ref k) if k == &[0, 1, 2]));
+        // Unless it may be a public key: 32 bytes are refused, not made an HMAC key
+        // anyone with the public key could sign with.
+        let b64 = base64::engine::general_purpose::STANDARD;
         let public = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]).verifying_key();
-        let pk = format!(
-            "whpk_{}",
-            base64::engine::general_purpose::STANDARD.encode(public.as_bytes())
+        let unmarked = Secret::new(b64.encode(public.as_bytes()));
+        assert_eq!(
+            decode_key(&unmarked, &formats).err(),
+            Some(KeyError::Ambiguous {
+                shared: "whsec_".into(),
+                public: "whpk_".into()
+            })
         );
+        // A plugin with no public-key format takes 32 bare bytes as its secret.
+        let hmac_only = decode_key(&unmarked, &formats[..1]);
+        assert!(matches!(hmac_only, Ok(Key::Hmac(ref k)) if k == public.as_bytes()));
+        let pk = format!("whpk_{}", b64.encode(public.as_bytes()));
         assert!(matches!(
             decode_key(&Secret::new(pk), &formats),
             Ok(Key::Ed25519(_))
