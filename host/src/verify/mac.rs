@@ -8,7 +8,7 @@
 use super::Key;
 use crate::http::IngestError;
 use hmac::{Hmac, Mac};
-use hookhost_plugin_sdk::{Algorithm, Candidate, Part, Plan};
+use hookhost_plugin_sdk::{Algorithm, Part, Plan};
 use sha2::Digest as _;
 use subtle::{Choice, ConditionallySelectable, ConstantTimeEq};
 
@@ -105,6 +105,11 @@ const MESSAGE_SLACK: usize = 64 * 1024;
 pub const MAX_CANDIDATES: usize = 100;
 /// At most this many Ed25519 or ECDSA candidates per request.
 pub const MAX_PUBLIC_KEY_CANDIDATES: usize = 16;
+/// At most this many public-key checks per request: each candidate of a kind against
+/// each key of that kind, a pass over the message each (nothing of one serves another).
+/// A sender signs once per key it holds, so a rotation makes a handful; an endpoint
+/// with ten public keys still takes three candidates.
+pub const MAX_PUBLIC_KEY_CHECKS: usize = 32;
 
 /// SHA-256 of the signed message (used to derive an event id when the plugin has none).
 pub fn message_digest(plan: &Plan, source: &MessageSource<'_>) -> Result<[u8; 32], IngestError> {
@@ -121,17 +126,27 @@ pub fn message_digest(plan: &Plan, source: &MessageSource<'_>) -> Result<[u8; 32
 /// candidate of its kind, and the result is selected with constant-time operations.
 /// Each key's MAC (per algorithm) is computed once and compared with every candidate,
 /// so the work grows with the message, not with the message times the candidates. A
-/// plan with more than [`MAX_CANDIDATES`] candidates, or more than
-/// [`MAX_PUBLIC_KEY_CANDIDATES`] public-key ones, is `invalid_signature`.
+/// plan with more than [`MAX_CANDIDATES`] candidates, more than
+/// [`MAX_PUBLIC_KEY_CANDIDATES`] public-key ones, or more public-key checks against
+/// the keys than [`MAX_PUBLIC_KEY_CHECKS`], is `invalid_signature`.
 pub fn matching_key(
     keys: &[Key],
     plan: &Plan,
     source: &MessageSource<'_>,
 ) -> Result<Option<usize>, IngestError> {
-    let public_key =
-        |c: &&Candidate| matches!(c.algorithm, Algorithm::Ed25519 | Algorithm::EcdsaP256Sha256);
+    let of = |algorithm: Algorithm| {
+        let candidates = plan.candidates.iter();
+        candidates.filter(|c| c.algorithm == algorithm).count()
+    };
+    let (ed25519, ecdsa) = (of(Algorithm::Ed25519), of(Algorithm::EcdsaP256Sha256));
+    let ed25519_keys = keys.iter().filter(|k| matches!(k, Key::Ed25519(_))).count();
+    let ecdsa_keys = keys
+        .iter()
+        .filter(|k| matches!(k, Key::EcdsaP256(_)))
+        .count();
     if plan.candidates.len() > MAX_CANDIDATES
-        || plan.candidates.iter().filter(public_key).count() > MAX_PUBLIC_KEY_CANDIDATES
+        || ed25519 + ecdsa > MAX_PUBLIC_KEY_CANDIDATES
+        || ed25519 * ed25519_keys + ecdsa * ecdsa_keys > MAX_PUBLIC_KEY_CHECKS
     {
         return Err(IngestError::InvalidSignature);
     }
@@ -250,6 +265,7 @@ fn ecdsa_p256_ok(
 mod tests {
     use super::*;
     use ed25519_dalek::Signer;
+    use hookhost_plugin_sdk::Candidate;
 
     #[test]
     fn a_token_equals_only_itself_whatever_the_lengths() {
@@ -415,6 +431,34 @@ mod tests {
         assert_eq!(check(&mixed).expect("ok"), Some(0));
         mixed.push(Candidate::new(Algorithm::EcdsaP256Sha256, vec![0x30, 0x00]));
         assert!(matches!(check(&mixed), Err(IngestError::InvalidSignature)));
+        // And so have their checks: each candidate against each key of its kind.
+        let public = |seed: u8| {
+            Key::Ed25519(ed25519_dalek::SigningKey::from_bytes(&[seed; 32]).verifying_key())
+        };
+        let keys = [
+            Key::Hmac(b"k".to_vec()),
+            public(1),
+            public(2),
+            public(3),
+            public(4),
+        ];
+        let check = |candidates: &[Candidate]| {
+            let plan = plan(candidates.to_vec());
+            matching_key(&keys, &plan, &source(&headers, b"body"))
+        };
+        let each = MAX_PUBLIC_KEY_CHECKS / 4;
+        let mut four_keys = vec![Candidate::new(Algorithm::Ed25519, vec![0; 64]); each];
+        four_keys.push(Candidate::new(
+            Algorithm::HmacSha256,
+            hmac256(b"k", b"t.42body"),
+        ));
+        assert_eq!(check(&four_keys).expect("ok"), Some(0));
+        four_keys.push(Candidate::new(Algorithm::Ed25519, vec![0; 64]));
+        assert!(four_keys.len() < MAX_PUBLIC_KEY_CANDIDATES);
+        assert!(matches!(
+            check(&four_keys),
+            Err(IngestError::InvalidSignature)
+        ));
     }
 
     /// A plan naming the body (or a header) over and over would have the host hash or
