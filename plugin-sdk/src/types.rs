@@ -63,10 +63,24 @@ pub enum Part {
 }
 
 /// One signature found in the request, decoded to bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Candidate {
     pub algorithm: Algorithm,
     pub signature: Vec<u8>,
+}
+
+/// Shows the signature's length, not its bytes: a token candidate that verifies is the
+/// endpoint's secret itself, and a plan is shown wherever it is debugged or logged.
+impl core::fmt::Debug for Candidate {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Candidate")
+            .field("algorithm", &self.algorithm)
+            .field(
+                "signature",
+                &format_args!("[{} bytes]", self.signature.len()),
+            )
+            .finish()
+    }
 }
 
 impl Candidate {
@@ -335,6 +349,22 @@ mod tests {
     use super::*;
     use crate::Provider;
     use serde_json::json;
+
+    /// A token candidate that verifies is the endpoint's secret: debugging a plan shows
+    /// how long it is, never what it holds.
+    #[test]
+    fn a_candidate_is_debugged_without_its_bytes() {
+        let token = Candidate::new(Algorithm::Token, b"tok".to_vec());
+        let plan = Plan {
+            message: vec![Part::Body],
+            candidates: vec![token],
+            timestamp: None,
+            message_id: None,
+        };
+        let shown = format!("{plan:?}");
+        assert!(shown.contains("signature: [3 bytes]"), "{shown}");
+        assert!(!shown.contains("116") && !shown.contains("tok"), "{shown}");
+    }
 
     /// Reads no configuration: the trait's default check.
     struct Plain;
