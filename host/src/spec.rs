@@ -213,8 +213,8 @@ pub fn render(
                 schedule.len()
             ));
             line(
-                "- retried on 429, 5xx, a refused connection or a timeout; after the last \
-                 attempt, a dead letter (`hookhost dlq list`); any other non-2xx answer is \
+                "- retried on 408, 425, 429, 5xx, a refused connection or a timeout; after \
+                 the last attempt, a dead letter (`hookhost dlq list`); any other non-2xx answer is \
                  quarantined at once; both can be replayed under their original id"
                     .to_string(),
             );
