@@ -442,12 +442,15 @@ fn compiled_plugins_are_cached_between_runs_unless_turned_off() {
     assert_eq!(files(&cache), cached, "nothing was compiled again");
     let off = dir.path().join("off");
     std::fs::create_dir(&off).expect("mkdir");
-    let _ = Command::new(env!("CARGO_BIN_EXE_hookhost"))
+    let uncached = Command::new(env!("CARGO_BIN_EXE_hookhost"))
         .args(["plugin", "list"])
         .current_dir(&off)
         .env("HOOKHOST_CACHE_DIR", "off")
         .output()
         .expect("run hookhost");
+    let stderr = String::from_utf8_lossy(&uncached.stderr);
+    assert!(uncached.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&uncached.stdout), first);
     assert_eq!(files(&off), 0);
 }
 
@@ -718,17 +721,26 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
         let (status, _) =
             crate::support::request(admin, "GET", "/metrics", &bearer, Default::default()).await;
         assert_eq!(status, 200);
-        // The forged request is kept for forensics, shown without its signature.
-        let (_, kept) = crate::support::request(
-            admin,
-            "GET",
-            "/admin/forensics",
-            &bearer,
-            Default::default(),
-        )
-        .await;
-        let id = &kept[0]["id"];
-        let (_, shown) = crate::support::request(
+        // The forged request is kept for forensics (written off the request path),
+        // shown with its signature header but without the signature.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let id = loop {
+            let (status, kept) = crate::support::request(
+                admin,
+                "GET",
+                "/admin/forensics",
+                &bearer,
+                Default::default(),
+            )
+            .await;
+            assert_eq!(status, 200, "{kept}");
+            if let Some(id) = kept.get(0).map(|k| k["id"].clone()) {
+                break id;
+            }
+            assert!(std::time::Instant::now() < deadline, "nothing kept");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        let (status, shown) = crate::support::request(
             admin,
             "GET",
             &format!("/admin/forensics/{id}"),
@@ -736,7 +748,9 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
             Default::default(),
         )
         .await;
+        assert_eq!(status, 200, "{shown}");
         let text = shown.to_string();
+        assert!(text.contains("stripe-signature"), "{text}");
         for signature in &signatures {
             let v1 = signature.split("v1=").nth(1).expect("v1");
             assert!(!text.contains(v1), "a signature in {text}");
@@ -780,7 +794,7 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
             crate::support::request(addr, "POST", "/webhooks/logt.shop", &headers, body.into())
                 .await;
         assert_eq!(got, 200);
-        let (_, secrets) = crate::support::request(
+        let (status, secrets) = crate::support::request(
             admin,
             "GET",
             "/v1/endpoints/logt.shop/secrets",
@@ -788,6 +802,8 @@ fn logs_never_hold_a_secret_a_signature_or_a_credential() {
             Default::default(),
         )
         .await;
+        assert_eq!(status, 200, "{secrets}");
+        assert_eq!(secrets.as_array().map(Vec::len), Some(1), "{secrets}");
         assert!(!secrets.to_string().contains(TENANT_SECRET), "{secrets}");
         forbidden_later.push(token);
     });
