@@ -91,6 +91,8 @@ pub struct PgDatabase {
 
 impl PgDatabase {
     pub fn create() -> Arc<PgDatabase> {
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(sweep_databases);
         let name = format!(
             "hookhost_test_{}_{}",
             std::process::id(),
@@ -108,17 +110,40 @@ impl PgDatabase {
 
 impl Drop for PgDatabase {
     fn drop(&mut self) {
-        psql(&format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.name
-        ));
+        // Never a panic here: one while a failed test unwinds would abort every test of
+        // the binary. What is left behind, the next run sweeps.
+        let drop = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        if let Err(error) = try_psql(&drop) {
+            eprintln!("{error}");
+        }
     }
 }
 
 static NEXT_DATABASE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
+/// Drop the test databases of runs that are over (their process is gone): a run
+/// killed, or a test that failed before its database was dropped.
+fn sweep_databases() {
+    let listed = "SELECT datname FROM pg_database WHERE datname LIKE 'hookhost\\_test\\_%'";
+    for name in try_psql(listed).unwrap_or_default().lines() {
+        let pid = name.trim_start_matches("hookhost_test_").split('_').next();
+        let pid = pid.and_then(|pid| pid.parse::<u32>().ok());
+        let over = pid.is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
+        if over {
+            let _ = try_psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+        }
+    }
+}
+
 /// Run one statement as the `postgres` superuser (trust auth on loopback).
 pub fn psql(sql: &str) {
+    if let Err(error) = try_psql(sql) {
+        panic!("{error}");
+    }
+}
+
+/// [`psql`], answering what the statement printed (unaligned, one row per line).
+fn try_psql(sql: &str) -> Result<String, String> {
     let out = std::process::Command::new("psql")
         .args([
             "-h",
@@ -130,14 +155,15 @@ pub fn psql(sql: &str) {
             "-d",
             "postgres",
         ])
-        .args(["-v", "ON_ERROR_STOP=1", "-qXc", sql])
+        .args(["-v", "ON_ERROR_STOP=1", "-qAtXc", sql])
         .output()
-        .expect("run psql");
-    assert!(
-        out.status.success(),
-        "psql {sql:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .map_err(|e| format!("psql: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        Err(format!("psql {sql:?}: {stderr}"))
+    }
 }
 
 /// What a stopped server's store can be opened again from.
