@@ -283,7 +283,9 @@ pub(crate) fn judge(
 /// 413. Room for the body is reserved in `budget` first (the declared length, or the
 /// cap when none is declared, trimmed once read); the caller holds it while it keeps
 /// the body. The whole body must arrive within `timeout` of its room being granted
-/// (waiting for room is not the sender's delay); past it, 408.
+/// (waiting for room is not the sender's delay); past it, 408. Room not granted within
+/// `timeout` either is 429 `overloaded`: slow senders holding the budget make others
+/// wait, not wait without end (each waiting connection holds its read buffer).
 async fn read_capped(
     budget: &BodyBudget,
     mut body: Body,
@@ -296,7 +298,9 @@ async fn read_capped(
     }
     // `Content-Length` makes the hint exact, and the HTTP layer holds the body to it.
     let declared = hint.exact().and_then(|len| usize::try_from(len).ok());
-    let mut room = budget.reserve(declared.unwrap_or(cap)).await;
+    let mut room = tokio::time::timeout(timeout, budget.reserve(declared.unwrap_or(cap)))
+        .await
+        .map_err(|_| IngestError::Overloaded)?;
     // One buffer of the declared size (at most `cap`): each chunk is copied once,
     // into the bytes the receipt will keep.
     let mut bytes = Vec::with_capacity(declared.unwrap_or(0));
@@ -403,4 +407,26 @@ fn answer(event_id: &str, outcome: &Outcome) -> Response {
         (_, None) => serde_json::json!({ "status": "accepted", "event_id": event_id }),
     };
     (StatusCode::OK, Json(body)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A request waits for room in the body budget, but not without end: slow senders
+    /// holding it all make it 429 `overloaded` after the read timeout.
+    #[tokio::test]
+    async fn a_body_given_no_room_within_the_read_timeout_is_overloaded() {
+        let budget = BodyBudget::new(1024);
+        let held = budget.reserve(1024).await;
+        let body = || Body::from(vec![b'x'; 10]);
+        let waited = read_capped(&budget, body(), 1024, Duration::from_millis(50)).await;
+        assert_eq!(waited.err(), Some(IngestError::Overloaded));
+        drop(held);
+        let (bytes, _room) = read_capped(&budget, body(), 1024, Duration::from_secs(30))
+            .await
+            .expect("room, once given back");
+        assert_eq!(bytes.len(), 10);
+    }
 }
