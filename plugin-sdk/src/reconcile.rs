@@ -61,6 +61,8 @@ pub struct Answer {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteEvent {
     /// What the event is (its id is required: it is what a push would have carried).
+    /// Its disposition is not passed on: a listed event that is missing is repaired
+    /// to be delivered, so list only what a push would have had delivered.
     pub event: Event,
     /// How to repair it when it never arrived.
     pub repair: Repair,
