@@ -1587,6 +1587,7 @@ pub enum CandidateError {
     /// The store did not answer: nothing is known of the candidate yet.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// No plugin thread built it (one panicked, or they have stopped).
     #[error(transparent)]
     Thread(#[from] crate::plugins::threads::ThreadFailure),
 }
