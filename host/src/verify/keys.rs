@@ -82,18 +82,6 @@ pub fn decode_key(secret: &Secret, formats: &[KeyFormat]) -> Result<Key, KeyErro
         .find(|f| prefix(f).is_none_or(|p| text.starts_with(p)));
     let format = matched.or(formats.first()).ok_or(KeyError::NoFormat)?;
     let b64 = base64::engine::general_purpose::STANDARD;
-    let public = formats.iter().find_map(|f| match f {
-        KeyFormat::Ed25519Base64AfterPrefix(p) => Some(p),
-        _ => None,
-    });
-    if let (None, KeyFormat::Base64AfterPrefix(shared), Some(public)) = (matched, format, public)
-        && b64.decode(text).is_ok_and(|bytes| bytes.len() == 32)
-    {
-        return Err(KeyError::Ambiguous {
-            shared: shared.clone(),
-            public: public.clone(),
-        });
-    }
     // An HMAC key of no bytes (a bare `whsec_`) would let anyone sign.
     let hmac = |bytes: Vec<u8>| {
         if bytes.is_empty() {
@@ -105,10 +93,24 @@ pub fn decode_key(secret: &Secret, formats: &[KeyFormat]) -> Result<Key, KeyErro
     match format {
         KeyFormat::Raw => hmac(text.as_bytes().to_vec()),
         KeyFormat::Hex => hmac(hex::decode(text).map_err(|_| KeyError::Hex)?),
-        KeyFormat::Base64AfterPrefix(p) => hmac(
-            b64.decode(text.strip_prefix(p.as_str()).unwrap_or(text))
-                .map_err(|_| KeyError::Base64(p.clone()))?,
-        ),
+        KeyFormat::Base64AfterPrefix(p) => {
+            let bytes = b64
+                .decode(text.strip_prefix(p.as_str()).unwrap_or(text))
+                .map_err(|_| KeyError::Base64(p.clone()))?;
+            // Taken without its prefix, 32 bytes may be an Ed25519 key the plugin
+            // also takes.
+            let public = formats.iter().find_map(|f| match f {
+                KeyFormat::Ed25519Base64AfterPrefix(public) => Some(public),
+                _ => None,
+            });
+            if let (None, 32, Some(public)) = (matched, bytes.len(), public) {
+                return Err(KeyError::Ambiguous {
+                    shared: p.clone(),
+                    public: public.clone(),
+                });
+            }
+            hmac(bytes)
+        }
         KeyFormat::Ed25519Hex => ed25519(&hex::decode(text).map_err(|_| KeyError::Hex)?),
         KeyFormat::Ed25519Base64AfterPrefix(p) => ed25519(
             &b64.decode(text.strip_prefix(p.as_str()).unwrap_or(text))
