@@ -59,7 +59,7 @@ pub fn is_public(ip: IpAddr) -> bool {
 }
 
 fn is_public_v4(v4: Ipv4Addr) -> bool {
-    let [a, b, ..] = v4.octets();
+    let [a, b, c, _] = v4.octets();
     !(v4.is_unspecified()
         || v4.is_loopback()
         || v4.is_private()
@@ -70,7 +70,7 @@ fn is_public_v4(v4: Ipv4Addr) -> bool {
         || a == 0
         || a >= 240
         || (a == 100 && (64..128).contains(&b))
-        || (a == 192 && b == 0 && v4.octets()[2] == 0)
+        || (a == 192 && b == 0 && c == 0)
         || (a == 198 && (18..20).contains(&b)))
 }
 
