@@ -200,7 +200,7 @@ pub(super) fn purge_classes(
     retention: &crate::config::RetentionConfig,
     placeholder: &str,
 ) -> Vec<(String, i64)> {
-    let before = |kept| now_ms.saturating_sub(super::millis(kept));
+    let before = |kept| cut_off(now_ms, kept);
     let delivered = before(retention.delivered);
     let mut classes = vec![
         (purgeable_delivered(placeholder), delivered),
@@ -211,6 +211,10 @@ pub(super) fn purge_classes(
         classes.push((purgeable_discarded(placeholder), dead));
     }
     classes
+}
+/// The time (unix ms) before which a receipt kept for `kept` lets go, at `now_ms`.
+pub(super) fn cut_off(now_ms: i64, kept: std::time::Duration) -> i64 {
+    now_ms.saturating_sub(super::millis(kept))
 }
 /// Events one replay statement takes at most (see `replay`, on both stores).
 const REPLAY_BATCH: u64 = 1_000;

@@ -454,7 +454,7 @@ impl PgStore {
             self.purge_class(&which, before, &mut purged).await?;
         }
         if let Some(dead) = retention.dead {
-            let dead_before = now_ms.saturating_sub(super::millis(dead));
+            let dead_before = super::operator::cut_off(now_ms, dead);
             loop {
                 let done = sqlx::query(
                     "DELETE FROM conflicts WHERE id IN (

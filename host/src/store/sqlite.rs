@@ -151,7 +151,7 @@ impl SqliteStore {
             self.purge_class(&which, before, &mut purged).await?;
         }
         if let Some(dead) = retention.dead {
-            let dead_before = now_ms.saturating_sub(super::millis(dead));
+            let dead_before = super::operator::cut_off(now_ms, dead);
             loop {
                 let done = sqlx::query(
                     "DELETE FROM conflicts WHERE id IN (
