@@ -20,8 +20,8 @@ use crate::endpoints::{Endpoint, TenantLimits};
 use crate::http::{App, IngestError};
 use crate::plugins::{Described, Fetch, Plugin, Residency};
 use crate::store::{
-    Added, Edited, ManagedEndpoint, Paused, Retired, SealedSecret, StoreError, TenantPlugin,
-    TenantRow,
+    Added, Edited, ManagedEndpoint, Paused, RegistryRows, Retired, SealedSecret, StoreError,
+    TenantPlugin, TenantRow,
 };
 use crate::verify::Secret;
 use crate::worker::{Reach, refused_host};
@@ -414,13 +414,13 @@ impl EndpointSpec {
 /// Build the tenants' endpoints from the store's rows: specs, and active secrets
 /// opened (newest first: the newest is current). An endpoint that no longer builds
 /// (its plugin is gone, its secret does not open) is left out and logged.
-fn build_managed(
-    app: &App,
-    tenancy: &TenancyConfig,
-    tenants: &[TenantRow],
-    managed: Vec<ManagedEndpoint>,
-    secrets: &[SealedSecret],
-) -> Vec<Endpoint> {
+fn build_managed(app: &App, tenancy: &TenancyConfig, rows: RegistryRows) -> Vec<Endpoint> {
+    let RegistryRows {
+        tenants,
+        endpoints: managed,
+        secrets,
+        ..
+    } = rows;
     let key = &tenancy.master_key;
     let mut endpoints = Vec::with_capacity(managed.len());
     for endpoint in managed {
@@ -671,7 +671,7 @@ pub async fn keep_registry_current(
     loop {
         match app.store.registry_version().await {
             Ok(version) if Some(version) != loaded => match refresh(&app, &tenancy).await {
-                Ok(()) => loaded = Some(version),
+                Ok(built) => loaded = Some(built),
                 Err(error) => tracing::warn!(%error, "tenant endpoints not reloaded"),
             },
             Ok(_) => {}
@@ -689,22 +689,21 @@ pub async fn keep_registry_current(
     }
 }
 
-/// Rebuild the tenants' endpoints now and swap them in.
-pub async fn refresh(app: &Arc<App>, tenancy: &TenancyConfig) -> Result<(), StoreError> {
+/// Rebuild the tenants' endpoints now and swap them in; the registry version built.
+pub async fn refresh(app: &Arc<App>, tenancy: &TenancyConfig) -> Result<i64, StoreError> {
     let _one_at_a_time = app.endpoints.reloading.lock().await;
-    let tenants = app.store.tenants().await?;
-    let managed = app.store.managed_endpoints(None).await?;
-    let secrets = app.store.secrets(None, None).await?;
-    load_uploaded(app, &managed).await?;
+    let rows = app.store.registry().await?;
+    load_uploaded(app, &rows.endpoints).await?;
     // Building runs each plugin's config check: on a plugin thread, as every call.
     let (on_thread, tenancy) = (app.clone(), tenancy.clone());
+    let version = rows.version;
     let built = app
         .plugin_threads
-        .run(move || build_managed(&on_thread, &tenancy, &tenants, managed, &secrets))
+        .run(move || build_managed(&on_thread, &tenancy, rows))
         .await
         .map_err(|e| StoreError::Unavailable(format!("tenant endpoints not built: {e}")))?;
     app.endpoints.replace_managed(built);
-    Ok(())
+    Ok(version)
 }
 
 /// Who called: the operator, or one tenant.

@@ -665,6 +665,45 @@ async fn a_change_checked_against_an_overtaken_endpoint_is_not_written() {
 }
 
 crate::both_stores! {
+async fn a_registry_rebuild_reads_one_snapshot() {
+    // An endpoint deleted and created again, over and over, while the registry is
+    // read: each read holds it with its secret or not at all, and agrees with the
+    // version read beside it (each change moves it by one). Read one by one, a
+    // deletion between the endpoints and the secrets built the endpoint with none.
+    let server = Server::start(&config()).await;
+    let addr = api(&server).await;
+    let acme = tenant(addr, "acme").await;
+    create_shop(addr, &acme).await;
+    let store = server.app.store.clone();
+    let first = store.registry().await.expect("registry");
+    let (endpoint, secret) = (first.endpoints[0].clone(), first.secrets[0].clone());
+    let churn = tokio::spawn(async move {
+        loop {
+            assert!(store.delete_endpoint("acme", &endpoint.id).await.expect("delete"));
+            let added = store.create_endpoint(&endpoint, &secret, 10).await.expect("create");
+            assert_eq!(added, hookhost::store::Added::Added);
+        }
+    });
+    let (mut held, mut gone) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while held < 50 || gone < 50 {
+        assert!(!churn.is_finished(), "the changes stopped");
+        assert!(Instant::now() < deadline, "the changes did not interleave with the reads: {held} held, {gone} gone");
+        let rows = server.app.store.registry().await.expect("registry");
+        let read = (rows.endpoints.len(), rows.secrets.len());
+        if (rows.version - first.version) % 2 == 0 {
+            assert_eq!(read, (1, 1), "at version {}", rows.version);
+            held += 1;
+        } else {
+            assert_eq!(read, (0, 0), "at version {}", rows.version);
+            gone += 1;
+        }
+    }
+    churn.abort();
+}
+}
+
+crate::both_stores! {
 async fn quotas_hold_against_additions_made_at_once() {
     // Counted in the transaction that adds: twelve endpoints created at once by a
     // tenant with room for three make three; three plugins uploaded at once with room

@@ -54,7 +54,8 @@ pub use forensics::{ForensicFilter, ForensicRow, ForensicSummary, NewForensic};
 pub use operator::{Filter, Position, Summary};
 pub use reconcile::{RepairRow, RunRow};
 pub use tenancy::{
-    Added, Edited, ManagedEndpoint, Paused, Retired, SealedSecret, TenantPlugin, TenantRow,
+    Added, Edited, ManagedEndpoint, Paused, RegistryRows, Retired, SealedSecret, TenantPlugin,
+    TenantRow,
 };
 
 pub use sqlite::{ReceiptRow, single_commit_rate};

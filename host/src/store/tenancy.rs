@@ -34,6 +34,38 @@ macro_rules! insert_secret {
     };
 }
 
+const READ_VERSION: &str = "SELECT version FROM registry_version WHERE id = 1";
+
+const READ_TENANTS: &str =
+    "SELECT id, name, created_at_ms, requests_per_second, max_endpoints, seal_bodies
+     FROM tenants ORDER BY id";
+
+/// Every managed endpoint, or tenant `$1`'s.
+const READ_MANAGED: &str =
+    "SELECT id, tenant, spec, destination_sealed, handshake_sealed, facts, created_at_ms,
+            updated_at_ms
+     FROM managed_endpoints WHERE ($1 IS NULL OR tenant = $1) ORDER BY id";
+
+/// Secrets of tenant `$1`'s endpoints (any tenant's when null), of endpoint `$2`'s
+/// (any endpoint's when null), newest first.
+const READ_SECRETS: &str =
+    "SELECT s.id, s.endpoint, s.sealed, s.fingerprint, s.created_at_ms, s.retired_at_ms,
+            s.last_matched_at_ms
+     FROM endpoint_secrets s JOIN managed_endpoints e ON e.id = s.endpoint
+     WHERE ($1 IS NULL OR e.tenant = $1) AND ($2 IS NULL OR s.endpoint = $2)
+     ORDER BY s.endpoint, s.created_at_ms DESC, s.id DESC";
+
+/// What a registry rebuild reads: every tenant, managed endpoint and secret, as one
+/// snapshot held them.
+#[derive(Debug, Clone)]
+pub struct RegistryRows {
+    /// The [`Store::registry_version`] of that snapshot.
+    pub version: i64,
+    pub tenants: Vec<TenantRow>,
+    pub endpoints: Vec<ManagedEndpoint>,
+    pub secrets: Vec<SealedSecret>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
 pub struct TenantRow {
     pub id: String,
@@ -153,9 +185,34 @@ pub enum Retired {
 impl Store {
     /// The number every change to tenants' endpoints and secrets moves.
     pub async fn registry_version(&self) -> Result<i64, StoreError> {
-        const SQL: &str = "SELECT version FROM registry_version WHERE id = 1";
         Ok(on_pool!(self, reads, pool => {
-            sqlx::query_scalar(SQL).fetch_one(pool).await?
+            sqlx::query_scalar(READ_VERSION).fetch_one(pool).await?
+        }))
+    }
+
+    /// Everything a registry rebuild reads, from one snapshot: read one by one, an
+    /// endpoint deleted between the reads would be built without its secrets, and a
+    /// tenant created just before its first endpoint would be missing its settings.
+    pub async fn registry(&self) -> Result<RegistryRows, StoreError> {
+        let postgres = matches!(self.backend, Backend::Postgres(_));
+        Ok(on_pool!(self, reads, pool => {
+            // SQLite's read transaction keeps the snapshot its first read took;
+            // PostgreSQL's does only when asked (it reads committed rows by default).
+            let mut tx = pool.begin().await?;
+            if postgres {
+                sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            let none: Option<&str> = None;
+            let registry = RegistryRows {
+                version: sqlx::query_scalar(READ_VERSION).fetch_one(&mut *tx).await?,
+                tenants: sqlx::query_as(READ_TENANTS).fetch_all(&mut *tx).await?,
+                endpoints: sqlx::query_as(READ_MANAGED).bind(none).fetch_all(&mut *tx).await?,
+                secrets: sqlx::query_as(READ_SECRETS).bind(none).bind(none).fetch_all(&mut *tx).await?,
+            };
+            tx.commit().await?;
+            registry
         }))
     }
 
@@ -179,11 +236,8 @@ impl Store {
     }
 
     pub async fn tenants(&self) -> Result<Vec<TenantRow>, StoreError> {
-        const SQL: &str =
-            "SELECT id, name, created_at_ms, requests_per_second, max_endpoints, seal_bodies
-                           FROM tenants ORDER BY id";
         Ok(on_pool!(self, reads, pool => {
-            sqlx::query_as(SQL).fetch_all(pool).await?
+            sqlx::query_as(READ_TENANTS).fetch_all(pool).await?
         }))
     }
 
@@ -232,12 +286,8 @@ impl Store {
         &self,
         tenant: Option<&str>,
     ) -> Result<Vec<ManagedEndpoint>, StoreError> {
-        const SQL: &str =
-            "SELECT id, tenant, spec, destination_sealed, handshake_sealed, facts, created_at_ms,
-                                  updated_at_ms
-                           FROM managed_endpoints WHERE ($1 IS NULL OR tenant = $1) ORDER BY id";
         Ok(on_pool!(self, reads, pool => {
-            sqlx::query_as(SQL).bind(tenant).fetch_all(pool).await?
+            sqlx::query_as(READ_MANAGED).bind(tenant).fetch_all(pool).await?
         }))
     }
 
@@ -424,14 +474,8 @@ impl Store {
         tenant: Option<&str>,
         endpoint: Option<&str>,
     ) -> Result<Vec<SealedSecret>, StoreError> {
-        const SQL: &str =
-            "SELECT s.id, s.endpoint, s.sealed, s.fingerprint, s.created_at_ms, s.retired_at_ms,
-                                   s.last_matched_at_ms
-                           FROM endpoint_secrets s JOIN managed_endpoints e ON e.id = s.endpoint
-                           WHERE ($1 IS NULL OR e.tenant = $1) AND ($2 IS NULL OR s.endpoint = $2)
-                           ORDER BY s.endpoint, s.created_at_ms DESC, s.id DESC";
         Ok(on_pool!(self, reads, pool => {
-            sqlx::query_as(SQL).bind(tenant).bind(endpoint).fetch_all(pool).await?
+            sqlx::query_as(READ_SECRETS).bind(tenant).bind(endpoint).fetch_all(pool).await?
         }))
     }
 
