@@ -1030,7 +1030,9 @@ fn shadow(config_path: PathBuf, id: &str, plugin: &str, last: u32) -> anyhow::Re
                 .endpoints
                 .get(id)
                 .ok_or_else(|| anyhow::anyhow!("endpoint {id:?} is not served"))?;
-            let report = crate::shadow::replay(&app, current, Arc::new(candidate), last).await?;
+            // The operator's own run: judged to the end, however long it takes.
+            let report = crate::shadow::replay(&app, current, Arc::new(candidate), last, None);
+            let report = report.await?;
             out!("{}", serde_json::to_string_pretty(&report)?);
             eprintln!(
                 "{} of {} stored requests would change",

@@ -147,7 +147,15 @@ pub struct TenancyConfig {
     /// Which addresses tenants' destinations may connect to: public ones, unless
     /// `private_destinations = true` (all of them are the operator's own).
     pub destinations: crate::worker::Reach,
+    /// How long one shadow replay through the API may judge (default 10 s): tenants'
+    /// plugin work runs one at a time, so a slow candidate must not hold the others'
+    /// for minutes. Past it the report holds the requests judged so far.
+    pub shadow_budget: Duration,
 }
+
+/// Default of [`TenancyConfig::shadow_budget`], and the longest allowed.
+pub const DEFAULT_SHADOW_SECONDS: u64 = 10;
+const MAX_SHADOW_SECONDS: u64 = 600;
 
 /// Default of [`TenancyConfig::resident_plugin_bytes`].
 pub const DEFAULT_RESIDENT_PLUGIN_BYTES: usize = 256 * 1024 * 1024;
@@ -453,6 +461,7 @@ struct RawTenancy {
     max_plugin_bytes: Option<usize>,
     resident_plugin_bytes: Option<usize>,
     private_destinations: Option<bool>,
+    shadow_seconds: Option<u64>,
 }
 
 /// The longest reconciliation period and look-back: a year.
@@ -1160,6 +1169,11 @@ impl Config {
                         "must be greater than 0".into(),
                     ));
                 }
+                let shadow_seconds = t.shadow_seconds.unwrap_or(DEFAULT_SHADOW_SECONDS);
+                if !(1..=MAX_SHADOW_SECONDS).contains(&shadow_seconds) {
+                    let reason = format!("must be between 1 and {MAX_SHADOW_SECONDS}");
+                    return Err(invalid("tenancy.shadow_seconds", reason));
+                }
                 Some(TenancyConfig {
                     operator_token,
                     master_key,
@@ -1171,6 +1185,7 @@ impl Config {
                         Some(true) => crate::worker::Reach::Any,
                         None | Some(false) => crate::worker::Reach::Public,
                     },
+                    shadow_budget: Duration::from_secs(shadow_seconds),
                 })
             }
         };
@@ -1575,6 +1590,27 @@ mod tests {
         assert!(error(tenancy).contains("tenancy: the tenant API is served on the admin listener"));
         let with_admin = format!("admin_token = \"a\"\n{tenancy}");
         assert!(error(&with_admin).contains("tenancy.master_key: 5 bytes; a master key is 32"));
+        let key = "KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio=";
+        let tenancy = format!(
+            "admin_token = \"a\"\n[tenancy]\noperator_token = \"op\"\nmaster_key = \"{key}\""
+        );
+        let shadow = |seconds| parse(&format!("{tenancy}\nshadow_seconds = {seconds}"));
+        let budget = |config: Config| config.tenancy.map(|t| t.shadow_budget);
+        assert_eq!(
+            budget(parse(&tenancy).expect("default")),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(
+            budget(shadow(600).expect("600")),
+            Some(Duration::from_secs(600))
+        );
+        for wrong in [0, 601] {
+            let message = shadow(wrong).expect_err("refused").to_string();
+            assert!(
+                message.ends_with("tenancy.shadow_seconds: must be between 1 and 600 (line 5)"),
+                "{message}"
+            );
+        }
         assert!(error("[forensics]\nrejected_body = \"some\"").contains("rejected_body"));
         assert_eq!(
             redact_password("postgres://u@h/db"),

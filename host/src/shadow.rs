@@ -14,6 +14,7 @@ use crate::verify::{self, MessageSource, Trail};
 use hookhost_plugin_sdk::Disposition;
 use serde::Serialize;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Most stored requests one shadow run reads.
 pub const MAX_LAST: u32 = 1_000;
@@ -63,6 +64,9 @@ pub struct Report {
     pub current_plugin: String,
     pub candidate_plugin: String,
     pub requests: usize,
+    /// Every stored request asked for was judged. `false`: the run's time budget ran
+    /// out first, and the report holds the newest ones, judged before it did.
+    pub complete: bool,
     /// Judged requests whose verdict or event would change.
     pub changed: usize,
     /// Requests the current plugin does not accept again (see [`Compared::judged`]).
@@ -71,19 +75,26 @@ pub struct Report {
 }
 
 /// Judge the endpoint's last `last` stored requests (newest first) with `current` and
-/// `candidate`, which serve the same endpoint id with different plugins.
+/// `candidate`, which serve the same endpoint id with different plugins. With a
+/// `budget`, no request is begun once it is spent.
 pub async fn replay(
     app: &App,
     current: Arc<Endpoint>,
     candidate: Arc<Endpoint>,
     last: u32,
+    budget: Option<Duration>,
 ) -> Result<Report, StoreError> {
+    let started = Instant::now();
     let stored = app
         .store
         .recent_requests(&current.id, last.min(MAX_LAST))
         .await?;
-    let mut results = Vec::with_capacity(stored.len());
+    let asked = stored.len();
+    let mut results = Vec::with_capacity(asked);
     for (event_id, headers, body, received_at_ms) in stored {
+        if budget.is_some_and(|budget| started.elapsed() >= budget) {
+            break;
+        }
         let body = crate::tenancy::plain_body(app, &current.id, &body)
             .map_err(StoreError::Unavailable)?
             .into_owned();
@@ -136,6 +147,7 @@ pub async fn replay(
             candidate.plugin.digest
         ),
         requests: results.len(),
+        complete: results.len() == asked,
         changed: results.iter().filter(|r| r.judged && !r.same).count(),
         not_judged: results.iter().filter(|r| !r.judged).count(),
         results,

@@ -1573,7 +1573,9 @@ async fn shadow(
         error(StatusCode::CONFLICT, "endpoint_not_served", Some(reason))
     })?;
     let candidate = candidate(&api.app, &api.tenancy, &endpoint, &body.plugin).await?;
-    let report = crate::shadow::replay(&api.app, current, Arc::new(candidate), last).await?;
+    let budget = Some(api.tenancy.shadow_budget);
+    let report = crate::shadow::replay(&api.app, current, Arc::new(candidate), last, budget);
+    let report = report.await?;
     ok(serde_json::json!(report))
 }
 

@@ -149,7 +149,7 @@ async fn shared_token_gitlab_over_http_and_the_token_is_not_stored() {
     // Without its token, the stored request cannot be judged again: a shadow replay
     // says so rather than calling it unchanged.
     let endpoint = server.app.endpoints.get("gitlab-ci").expect("served");
-    let report = hookhost::shadow::replay(&server.app, endpoint.clone(), endpoint, 10)
+    let report = hookhost::shadow::replay(&server.app, endpoint.clone(), endpoint, 10, None)
         .await
         .expect("shadow");
     assert_eq!(

@@ -1514,6 +1514,55 @@ async fn post_guests(server: &Server, round: &str, turns: &[(&str, &str)]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_replay_stops_when_its_time_is_spent() {
+    // A candidate that spins on every stored request until the plugin time limit stops
+    // it (50 ms each): forty of them cannot be judged in the run's one second, and the
+    // report says so rather than holding tenants' plugin work for as long as it takes.
+    let server = Server::start(&config_with("shadow_seconds = 1\n")).await;
+    let addr = api(&server).await;
+    let acme = tenant(addr, "acme").await;
+    create_shop(addr, &acme).await;
+    let hostile = std::fs::read(guest("hostile")).expect("the test guest");
+    let upload = json!({"wasm_base64": b64(&hostile), "vectors": [guest_vector("test.event")]});
+    let (status, uploaded) = call(addr, "POST", "/v1/plugins", &acme, upload).await;
+    assert_eq!(status, 201, "{uploaded}");
+    let candidate = uploaded["digest"].as_str().expect("digest").to_string();
+    for n in 0..40 {
+        let body = stripe_event(&format!("evt_spin_{n}"), "customer.updated", "cus_1", now());
+        let mut headers = stripe_headers(&[SECRET], now(), &body);
+        headers.push(("x-test-mode", "loop".to_string()));
+        assert_eq!(server.post("acme.shop", &headers, body).await.0, 200);
+    }
+
+    let path = "/v1/endpoints/acme.shop/shadow";
+    let shadow = json!({"plugin": candidate, "last": 40});
+    let (status, report) = call(addr, "POST", path, &acme, shadow).await;
+    assert_eq!(
+        (status, &report["complete"]),
+        (200, &json!(false)),
+        "{report}"
+    );
+    let judged = report["results"].as_array().expect("results");
+    assert!((1..40).contains(&judged.len()), "{} judged", judged.len());
+    assert_eq!(report["requests"], json!(judged.len()));
+    for result in judged {
+        assert_eq!(
+            result["candidate"]["outcome"],
+            json!("plugin_failed"),
+            "{result}"
+        );
+    }
+    // One within the budget is judged to the end.
+    let shadow = json!({"plugin": candidate, "last": 1});
+    let (status, report) = call(addr, "POST", path, &acme, shadow).await;
+    assert_eq!(
+        (status, &report["complete"], &report["requests"]),
+        (200, &json!(true), &json!(1)),
+        "{report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uploaded_plugins_load_on_first_use_and_leave_when_the_budget_needs_room() {
     // A budget of one byte: one uploaded plugin's code is loaded at a time.
     let server = Server::start(&config_with("resident_plugin_bytes = 1\n")).await;

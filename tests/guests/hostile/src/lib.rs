@@ -26,6 +26,10 @@
 //! versioned by the object's `version`.
 //!
 //! `{"check": "loop"}`: its configuration check spins forever.
+//!
+//! Without a mode in its configuration, a request's `x-test-mode` header chooses one:
+//! as a shadow replay's candidate it shares the endpoint's configuration, so the stored
+//! requests choose how it misbehaves.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -58,6 +62,7 @@ fn misbehave(req: &Request, phase: &str) -> Option<String> {
         .config()
         .get("mode")
         .and_then(|m| m.as_str())
+        .or_else(|| req.header_str("x-test-mode"))
         .unwrap_or("ok");
     let when = req
         .config()
