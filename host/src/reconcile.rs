@@ -326,6 +326,14 @@ async fn page(
     if page.next_cursor.is_some() && page.next_cursor == run.cursor {
         return Err("the plugin's cursor did not move: the listing would never end".into());
     }
+    if page
+        .next_cursor
+        .as_deref()
+        .is_some_and(|c| c.contains('\0'))
+    {
+        // Saved with the run after every page, where PostgreSQL refuses it.
+        return Err("the plugin's cursor holds a NUL: it cannot be saved".into());
+    }
     if run.pages + 1 >= MAX_PAGES && page.next_cursor.is_some() {
         return Err(format!("more than {MAX_PAGES} pages: narrow the look-back"));
     }

@@ -602,6 +602,56 @@ async fn a_listed_id_no_store_keeps_is_left_for_the_operator_on_postgres() {
     }
 }
 
+/// A run whose error quotes a NUL (the provider's API answered one), or whose plugin's
+/// cursor holds one, is recorded as failed on PostgreSQL too, whose text refuses NUL:
+/// not left `running` with its error lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_ended_by_a_nul_is_recorded_on_postgres() {
+    let api = serve_on_loopback(
+        axum::Router::new()
+            .route("/events", axum::routing::get(echo))
+            .route(
+                "/refuse",
+                axum::routing::get(|| async { (StatusCode::BAD_REQUEST, "bad\0request") }),
+            ),
+    )
+    .await;
+    let db = PgDatabase::create();
+    let endpoint = |id: &str, config: &str| {
+        format!(
+            "[[endpoint]]\nid = \"{id}\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\nconfig = {{ {config} }}\n\
+             [endpoint.reconcile]\napi_base = \"http://{api}\"\ncredential = \"{CREDENTIAL}\"\n"
+        )
+    };
+    let config = format!(
+        "store = \"{}\"\nplugins_dir = \"plugins\"\n{}{}",
+        db.url(),
+        endpoint("cursor", "reconcile_cursor = \"page\\u0000two\""),
+        endpoint("answer", "reconcile_target = \"/refuse\""),
+    );
+    let server = Server::start_in(with_test_guest(), &config)
+        .await
+        .expect("server starts");
+    for (endpoint, because) in [
+        (
+            "cursor",
+            "the plugin's cursor holds a NUL: it cannot be saved",
+        ),
+        (
+            "answer",
+            "the provider's API answered 400: bad\u{FFFD}request",
+        ),
+    ] {
+        let ran = failed_run(&server, endpoint, "").await;
+        let stored = server.app.store.run(&ran.id).await.expect("read");
+        let (stored, _) = stored.expect("the run is stored");
+        assert_eq!(
+            (stored.state.as_str(), stored.last_error.as_deref()),
+            ("failed", Some(because))
+        );
+    }
+}
+
 /// The admin API runs reconciliation, lists runs and shows one with its repairs; bad
 /// requests get their stable codes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -804,6 +854,45 @@ async fn a_thin_event_is_delivered_as_its_fetched_current_object() {
         body,
         "the receipt keeps what arrived"
     );
+}
+
+crate::both_stores! {
+async fn an_attempt_whose_error_quotes_a_nul_is_recorded() {
+    // The provider's API refuses the thin event's fetch with a body holding NUL bytes
+    // (a UTF-16 error page), which the attempt's error quotes. PostgreSQL's text
+    // refuses NUL: unless it is replaced, the attempt is never recorded and the event
+    // is leased again and again, its retries never counted.
+    let api = serve_on_loopback(axum::Router::new().route(
+        "/objects/{id}",
+        axum::routing::get(|| async { (StatusCode::NOT_FOUND, "n\0o\0t\0 \0f\0o\0u\0n\0d\0") }),
+    ))
+    .await;
+    let config = format!(
+        "plugins_dir = \"plugins\"\n[delivery]\npoll_ms = 20\n\
+         [[endpoint]]\nid = \"thin\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\nconfig = {{ thin = true }}\n\
+         retry_schedule_seconds = [0, 3600]\n\
+         [endpoint.destination]\nurl = \"http://127.0.0.1:9/never\"\nsecret = \"whsec_{}\"\n\
+         [endpoint.reconcile]\napi_base = \"http://{api}\"\ncredential = \"{CREDENTIAL}\"\n",
+        b64(b"thin event test destination key!"),
+    );
+    let server = Server::start_in(with_test_guest(), &config).await.expect("server starts");
+    let body = br#"{"changed":"obj_1"}"#.to_vec();
+    let answer = server.post("thin", &guest_headers("s", "obj_1", &body), body).await;
+    assert_eq!(answer.0, 200, "{answer:?}");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let receipt = loop {
+        let receipt = server.receipt("thin", "obj_1").await;
+        if receipt.attempts > 0 {
+            break receipt;
+        }
+        assert!(Instant::now() < deadline, "the attempt was not recorded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let error = receipt.last_error.expect("the attempt's error");
+    assert!(error.contains("answered 404: n\u{FFFD}o"), "{error}");
+    assert_eq!(receipt.state, "pending", "retried an hour later");
+}
 }
 
 const GITHUB_SECRET: &str = "github-webhook-secret";

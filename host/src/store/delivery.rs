@@ -302,9 +302,13 @@ pub(super) fn moved_on(state: &str, delivered_at: &str) -> String {
     )
 }
 
+/// An error as stored: at most [`ERROR_CAP`] characters, and NUL replaced, which
+/// PostgreSQL's `text` refuses. An error can quote what a provider's API answered,
+/// and an attempt or a run whose error is refused would not be recorded at all.
 pub(super) fn cap(text: &str) -> String {
-    match text.char_indices().nth(ERROR_CAP) {
+    let text = match text.char_indices().nth(ERROR_CAP) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_string(),
-    }
+    };
+    text.replace('\0', "\u{FFFD}")
 }

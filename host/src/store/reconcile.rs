@@ -108,7 +108,7 @@ impl Store {
                 .bind(run.present)
                 .bind(run.repaired)
                 .bind(run.errors)
-                .bind(&run.last_error)
+                .bind(run.last_error.as_deref().map(super::delivery::cap))
                 .bind(run.ended_at_ms)
                 .execute(&mut *tx)
                 .await?;
