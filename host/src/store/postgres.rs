@@ -329,19 +329,7 @@ impl PgStore {
     /// `statement_timeout_ms`, be cancelled and replay nothing.
     pub async fn replay(&self, filter: &Filter) -> Result<u64, StoreError> {
         let sql = replay_sql();
-        let batch = |size, after: Option<(i64, String, String)>| {
-            let (at, endpoint, event_id) = match after {
-                Some((at, endpoint, event_id)) => (Some(at), Some(endpoint), Some(event_id)),
-                None => (None, None, None),
-            };
-            let statement = filtered(&sql, filter, size)
-                .bind(crate::clock::now_ms())
-                .bind(at)
-                .bind(endpoint)
-                .bind(event_id)
-                .try_map(|row: PgRow| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)));
-            async move { Ok(statement.fetch_all(&self.pool).await?) }
-        };
+        let batch = |size, after| replay_batch(&self.pool, &sql, filter, size, after);
         super::operator::in_batches(filter.limit, &self.accepted, batch).await
     }
 
@@ -544,13 +532,43 @@ fn filtered<'q>(
         .bind(i64::from(limit))
 }
 
+/// One batch of [`PgStore::replay`]: at most `size` events after `after` replayed,
+/// and their positions.
+async fn replay_batch(
+    pool: &PgPool,
+    sql: &str,
+    filter: &Filter,
+    size: u32,
+    after: Option<Position>,
+) -> Result<Vec<Position>, StoreError> {
+    let (at, endpoint, event_id) = match after {
+        Some((at, endpoint, event_id)) => (Some(at), Some(endpoint), Some(event_id)),
+        None => (None, None, None),
+    };
+    let statement = filtered(sql, filter, size)
+        .bind(crate::clock::now_ms())
+        .bind(at)
+        .bind(endpoint)
+        .bind(event_id)
+        .try_map(|row: PgRow| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)));
+    Ok(statement.fetch_all(pool).await?)
+}
+
 /// Queue again what a filter matches in a replayable state, not superseded and not
 /// leased, the limit (`$10`) counting what is replayed, in arrival order after the
 /// event (`$12`, `$13`, `$14`: received at, endpoint, event id) a batch before took
-/// last; the time is `$11`. The row's own state and lease are checked again on the
-/// row being updated: a statement that waited for another replay's row locks sees the
-/// row as that one (or a worker's lease after it) left it, where its subquery still
-/// sees it as it was. Returns the position of each event replayed.
+/// last; the time is `$11`.
+///
+/// Ids are ordered by their bytes (`COLLATE "C"`), as Rust orders the positions a
+/// batch returns. Under the database's collation (`en-US`, say, where `evt_1a` comes
+/// before `evt_1B`), the greatest position by Rust's order could come before the
+/// batch's last, and the next batch would take again an event replayed, and delivered,
+/// meanwhile.
+///
+/// The row's own state and lease are checked again on the row being updated: a
+/// statement that waited for another replay's row locks sees the row as that one (or
+/// a worker's lease after it) left it, where its subquery still sees it as it was.
+/// Returns the position of each event replayed.
 fn replay_sql() -> String {
     format!(
         "UPDATE receipts AS r SET {REQUEUE}
@@ -561,8 +579,12 @@ fn replay_sql() -> String {
             WHERE {WHERE} AND r.state IN {REPLAYABLE}
               AND {NOT_SUPERSEDED} AND {lease_over}
               AND ($12::bigint IS NULL
-                   OR (r.received_at_ms, r.endpoint, r.event_id) > ($12, $13::text, $14::text))
-            ORDER BY r.received_at_ms, r.endpoint, r.event_id LIMIT $10)
+                   OR r.received_at_ms > $12
+                   OR (r.received_at_ms = $12
+                       AND (r.endpoint COLLATE \"C\", r.event_id COLLATE \"C\")
+                           > ($13::text, $14::text)))
+            ORDER BY r.received_at_ms, r.endpoint COLLATE \"C\", r.event_id COLLATE \"C\"
+            LIMIT $10)
          RETURNING r.received_at_ms, r.endpoint, r.event_id",
         lease_over = lease_over("$11"),
     )
@@ -578,3 +600,93 @@ const WHERE: &str = "($1::text IS NULL OR endpoint = $1)
     AND ($7::bigint IS NULL OR received_at_ms >= $7)
     AND ($8::bigint IS NULL OR received_at_ms < $8)
     AND ($9::text IS NULL OR event_id = $9)";
+
+#[cfg(test)]
+pub(super) mod testing {
+    use super::MIGRATOR;
+    use sqlx::{Connection as _, Executor as _, PgConnection, PgPool};
+    use std::path::Path;
+
+    const SERVER: &str = "postgres://postgres@127.0.0.1:5432";
+
+    /// A database of the test's own, created with `options` (after `CREATE DATABASE
+    /// name`), migrated, and dropped at the end.
+    pub async fn database(name: &str, options: &str) -> (PgPool, impl AsyncFnOnce()) {
+        let name = format!("hookhost_unit_{name}_{}", std::process::id());
+        let mut admin = PgConnection::connect(&format!("{SERVER}/postgres"))
+            .await
+            .expect("PostgreSQL on 127.0.0.1:5432");
+        // What a run that is over left behind (a failed test stops before `done`).
+        let left: Vec<String> = sqlx::query_scalar(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'hookhost\\_unit\\_%'",
+        )
+        .fetch_all(&mut admin)
+        .await
+        .expect("list");
+        for left in left {
+            let pid = left.rsplit('_').next().and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
+                let drop = format!("DROP DATABASE IF EXISTS {left} WITH (FORCE)");
+                admin.execute(drop.as_str()).await.expect("drop");
+            }
+        }
+        let drop = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+        admin.execute(drop.as_str()).await.expect("drop");
+        admin
+            .execute(format!("CREATE DATABASE {name} {options}").as_str())
+            .await
+            .expect("create");
+        let pool = PgPool::connect(&format!("{SERVER}/{name}"))
+            .await
+            .expect("connect");
+        MIGRATOR.run(&pool).await.expect("migrate");
+        let closing = pool.clone();
+        (pool, async move || {
+            closing.close().await;
+            let _ = admin.execute(drop.as_str()).await;
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::NewReceipt;
+    use super::super::judge::fixture;
+    use super::testing::database;
+    use super::*;
+
+    #[tokio::test]
+    async fn a_replays_batches_are_ordered_as_their_positions_are() {
+        // Under ICU's en-US collation `evt_1a` sorts before `evt_1B`; by bytes, as Rust
+        // compares the positions a batch returns, after it. Both are replayed by the
+        // first batch and, dead again (delivered, say), not by the second.
+        let icu = "TEMPLATE template0 LOCALE 'C.UTF-8' LOCALE_PROVIDER icu ICU_LOCALE 'en-US'";
+        let (pool, done) = database("collation", icu).await;
+        let receipts: Vec<NewReceipt> = ["evt_1a", "evt_1B"]
+            .into_iter()
+            .map(|id| NewReceipt {
+                resource: None,
+                ..fixture::receipt(id, "{}", None, false)
+            })
+            .collect();
+        let receipts: Vec<&NewReceipt> = receipts.iter().collect();
+        let within = std::time::Duration::from_secs(10);
+        let committed = batch::commit(&pool, &mut None, &receipts, within).await;
+        committed.expect("commit");
+        let dead = "UPDATE receipts SET state = 'dead', received_at_ms = 1000";
+        sqlx::query(dead).execute(&pool).await.expect("dead");
+
+        let (sql, all) = (replay_sql(), Filter::default());
+        let first = replay_batch(&pool, &sql, &all, 2, None)
+            .await
+            .expect("batch");
+        assert_eq!(first.len(), 2, "{first:?}");
+        sqlx::query(dead).execute(&pool).await.expect("dead again");
+        let after = first.into_iter().max();
+        let second = replay_batch(&pool, &sql, &all, 2, after)
+            .await
+            .expect("batch");
+        assert_eq!(second, vec![], "replayed again");
+        done().await;
+    }
+}

@@ -170,7 +170,7 @@ async fn run(
 /// lost connection is closed; one that failed otherwise goes back to the pool, which
 /// tests it. A commit that failed is never tried again, since it may have landed. A
 /// step without an answer `within` counts as a lost connection.
-async fn commit(
+pub(super) async fn commit(
     pool: &PgPool,
     held: &mut Option<PoolConnection<Postgres>>,
     receipts: &[&NewReceipt],
@@ -442,12 +442,8 @@ fn column<'r, R, T>(rows: &'r [R], field: impl Fn(&'r R) -> T) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::super::super::judge::fixture;
-    use super::super::MIGRATOR;
+    use super::super::testing::database;
     use super::*;
-    use sqlx::{Executor as _, PgConnection};
-    use std::path::Path;
-
-    const SERVER: &str = "postgres://postgres@127.0.0.1:5432";
     /// Twice the default statement timeout, as a store opened with it waits.
     const WITHIN: Duration = Duration::from_secs(10);
 
@@ -458,47 +454,10 @@ mod tests {
         crate::store::writer::committed(answer).await
     }
 
-    /// A database of the test's own, dropped at the end.
-    async fn database(name: &str) -> (PgPool, impl AsyncFnOnce()) {
-        let name = format!("hookhost_unit_{name}_{}", std::process::id());
-        let mut admin = PgConnection::connect(&format!("{SERVER}/postgres"))
-            .await
-            .expect("PostgreSQL on 127.0.0.1:5432");
-        // What a run that is over left behind (a failed test stops before `done`).
-        let left: Vec<String> = sqlx::query_scalar(
-            "SELECT datname FROM pg_database WHERE datname LIKE 'hookhost\\_unit\\_%'",
-        )
-        .fetch_all(&mut admin)
-        .await
-        .expect("list");
-        for left in left {
-            let pid = left.rsplit('_').next().and_then(|p| p.parse::<u32>().ok());
-            if pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists()) {
-                let drop = format!("DROP DATABASE IF EXISTS {left} WITH (FORCE)");
-                admin.execute(drop.as_str()).await.expect("drop");
-            }
-        }
-        let drop = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-        admin.execute(drop.as_str()).await.expect("drop");
-        admin
-            .execute(format!("CREATE DATABASE {name}").as_str())
-            .await
-            .expect("create");
-        let pool = PgPool::connect(&format!("{SERVER}/{name}"))
-            .await
-            .expect("connect");
-        MIGRATOR.run(&pool).await.expect("migrate");
-        let closing = pool.clone();
-        (pool, async move || {
-            closing.close().await;
-            let _ = admin.execute(drop.as_str()).await;
-        })
-    }
-
     /// The same mixed batch as SQLite's writer test, with the same answers and rows.
     #[tokio::test]
     async fn one_batch_judges_its_receipts_in_arrival_order() {
-        let (pool, done) = database("batch").await;
+        let (pool, done) = database("batch", "").await;
         let before = fixture::before();
         let before: Vec<&NewReceipt> = before.iter().collect();
         commit(&pool, &mut None, &before, WITHIN)
@@ -538,7 +497,7 @@ mod tests {
     /// the first's rows when it writes, and is judged again against them.
     #[tokio::test]
     async fn a_batch_that_raced_another_is_judged_again() {
-        let (pool, done) = database("race").await;
+        let (pool, done) = database("race", "").await;
         let first = [fixture::receipt("evt_a", "a", Some(5), false)];
         let second = [
             fixture::receipt("evt_a", "a", Some(5), false),
@@ -585,7 +544,7 @@ mod tests {
     /// closing the pool does not wait for the connection the task holds.
     #[tokio::test]
     async fn a_batch_on_a_connection_the_database_closed_commits_on_a_new_one() {
-        let (pool, done) = database("closed").await;
+        let (pool, done) = database("closed", "").await;
         // Held however long the test takes, so that the second batch meets the closed
         // connection rather than a tested one.
         let hour = Duration::from_secs(3600);
