@@ -786,6 +786,13 @@ pub fn parse_since(text: &str, now: i64) -> Result<i64, String> {
         .parse()
         .map_err(|_| format!("{text:?}: expected 24h, 30m, 7d, 90s or a unix timestamp"))?;
     let unit_seconds = match unit {
+        // A timestamp past now looks at nothing, and the run would report success:
+        // most likely milliseconds, where seconds are meant.
+        "" if number.len() >= 10 && n > now => {
+            return Err(format!(
+                "{text:?}: in the future (a timestamp is unix seconds)"
+            ));
+        }
         "" if number.len() >= 10 => return Ok(n),
         "" | "s" => 1,
         "m" => 60,
@@ -816,6 +823,12 @@ mod tests {
         assert_eq!(parse_since("1690000000", now), Ok(1_690_000_000));
         assert!(parse_since("yesterday", now).is_err());
         assert!(parse_since("3w", now).is_err());
+        // A timestamp in milliseconds is 1,000 times too late: refused, not run empty.
+        assert_eq!(
+            parse_since("1690000000000", now),
+            Err("\"1690000000000\": in the future (a timestamp is unix seconds)".into())
+        );
+        assert_eq!(parse_since(&now.to_string(), now), Ok(now));
         // Overflowing ages are refused, not wrapped (nor a panic in a debug build).
         assert_eq!(
             parse_since("9999999999999999d", now),
