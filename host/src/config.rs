@@ -811,17 +811,22 @@ impl Config {
                             .unwrap_or(DEFAULT_PG_STATEMENT_TIMEOUT_MS),
                     ),
                 };
-                if config.connect_timeout.is_zero() || config.statement_timeout.is_zero() {
-                    return Err(invalid(
-                        "store",
-                        "connect_timeout_ms and statement_timeout_ms must be greater than 0".into(),
-                    ));
+                if config.connect_timeout.is_zero() {
+                    let reason = "must be greater than 0".into();
+                    return Err(invalid("store.connect_timeout_ms", reason));
+                }
+                // Sent to PostgreSQL with every connection, which refuses a larger one
+                // only when the pool connects (after the migrations have run).
+                let longest = Duration::from_millis(i32::MAX as u64);
+                if config.statement_timeout.is_zero() || config.statement_timeout > longest {
+                    let reason = format!("must be from 1 to {} (PostgreSQL's limit)", i32::MAX);
+                    return Err(invalid("store.statement_timeout_ms", reason));
                 }
                 if config.max_connections < MIN_PG_CONNECTIONS {
                     return Err(invalid(
-                        "store",
+                        "store.max_connections",
                         format!(
-                            "max_connections must be at least {MIN_PG_CONNECTIONS}: the receipts' batches keep one connection between them, the rest serve delivery and the admin API"
+                            "must be at least {MIN_PG_CONNECTIONS}: the receipts' batches keep one connection between them, the rest serve delivery and the admin API"
                         ),
                     ));
                 }
@@ -1547,15 +1552,29 @@ mod tests {
                 "[store]\nurl = \"postgres://db/h\"\nmax_connections = {few}"
             ));
             assert!(
-                message.contains("store: max_connections must be at least 2"),
+                message.contains("store.max_connections: must be at least 2"),
+                "{message}"
+            );
+            assert!(message.contains("(line 3)"), "{message}");
+        }
+        let message = error("[store]\nurl = \"postgres://db/h\"\nconnect_timeout_ms = 0");
+        assert!(
+            message.contains("store.connect_timeout_ms: must be greater than 0 (line 3)"),
+            "{message}"
+        );
+        // 0 and past PostgreSQL's own limit are refused here, with the key and its
+        // line, not by PostgreSQL when the pool connects.
+        for wrong in [0u64, 2_147_483_648] {
+            let message = error(&format!(
+                "[store]\nurl = \"postgres://db/h\"\nstatement_timeout_ms = {wrong}"
+            ));
+            assert!(
+                message.contains(
+                    "store.statement_timeout_ms: must be from 1 to 2147483647 (PostgreSQL's limit) (line 3)"
+                ),
                 "{message}"
             );
         }
-        assert!(
-            error("[store]\nurl = \"postgres://db/h\"\nconnect_timeout_ms = 0").contains(
-                "store: connect_timeout_ms and statement_timeout_ms must be greater than 0"
-            )
-        );
         assert_eq!(config.retention.delivered, Duration::from_secs(7 * 86_400));
         assert_eq!(
             config.retention.dead,
