@@ -236,6 +236,10 @@ impl Runner {
         let elements: Vec<Value> = serde_json::from_str(&text)
             .map_err(|e| format!("{shown}: not a JSON array of vectors: {e}"))?;
         let vectors = parse(elements, &shown.to_string())?;
+        if vectors.is_empty() {
+            // Passing with nothing checked would pass a check built on it.
+            return Err(format!("{shown}: no vectors: the array is empty"));
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         let mut results = Vec::new();
         for (i, vector) in vectors.iter().enumerate() {

@@ -108,6 +108,21 @@ fn a_wrong_expectation_fails_and_json_mode_says_what_was_decided() {
 }
 
 #[test]
+fn a_vector_file_with_no_vectors_fails() {
+    // A generator that wrote nothing must not pass the check built on its file.
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("empty.json");
+    std::fs::write(&file, "[]").expect("write");
+    let path = file.display().to_string();
+    let (ok, stdout, stderr) = hookhost(&["plugin", "test", "--vectors", &path]);
+    assert!(!ok, "{stdout}");
+    assert!(
+        stderr.contains(&format!("{path}: no vectors: the array is empty")),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_malformed_vector_file_names_the_file_the_element_and_the_field() {
     let dir = tempfile::tempdir().expect("dir");
     let file = dir.path().join("bad.json");
