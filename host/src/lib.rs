@@ -58,8 +58,13 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
     let endpoints = config
         .endpoints
         .iter()
-        .map(|e| Endpoint::build(e, &catalog).map_err(|reason| anyhow::anyhow!("{at}: {reason}")))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .map(|e| {
+            let endpoint = Endpoint::build(e, &catalog)?;
+            reconcile::check_schedule(&endpoint)?;
+            Ok(endpoint)
+        })
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(|reason| anyhow::anyhow!("{at}: {reason}"))?;
     let store = Store::open(&config.store).await.with_context(|| {
         let location = match &config.store {
             StoreConfig::Sqlite(path) => path.display().to_string(),

@@ -113,6 +113,38 @@ impl Drop for Running<'_> {
     }
 }
 
+/// An endpoint reconciled on a schedule has a plugin that lists its provider's events
+/// with its configuration (GitHub's, say, needs `config.reconcile`): refused when the
+/// server starts, rather than found out one period later, and every period after, in
+/// a warning.
+pub fn check_schedule(endpoint: &Endpoint) -> Result<(), String> {
+    if endpoint
+        .reconcile
+        .as_ref()
+        .is_none_or(|r| r.every.is_none())
+    {
+        return Ok(());
+    }
+    let (at, plugin) = (
+        format!("endpoint {:?}", endpoint.id),
+        endpoint.plugin.name(),
+    );
+    let info = endpoint
+        .plugin
+        .reconcile_info(&endpoint.plugin_config)
+        .map_err(|e| format!("{at}: reconcile: plugin {plugin} failed: {e}"))?;
+    match info {
+        Some(info) if info.lists_events => {
+            let _ = endpoint.pull_info.set(Some(info));
+            Ok(())
+        }
+        _ => Err(format!(
+            "{at}: reconcile.every_seconds: plugin {plugin} does not list the provider's \
+             events with this configuration"
+        )),
+    }
+}
+
 /// Reconcile every endpoint with `every_seconds` on its schedule (the first run one
 /// period after start), looking back its `lookback_seconds`, until `stop`. Processes
 /// sharing a store share the schedule: a process skips its turn when a run of the

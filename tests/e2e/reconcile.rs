@@ -895,6 +895,34 @@ async fn an_attempt_whose_error_quotes_a_nul_is_recorded() {
 }
 }
 
+/// A schedule for a plugin that cannot list the provider's events with the endpoint's
+/// configuration (GitHub's needs the hook to read) is refused at start, not warned
+/// about once a period has gone by.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_the_plugin_cannot_keep_is_refused_at_start() {
+    let config = |table: &str| {
+        format!(
+            "[[endpoint]]\nid = \"gh\"\nplugin = \"github\"\nsecrets = [\"s\"]\n{table}\
+             [endpoint.reconcile]\ncredential = \"{GITHUB_TOKEN}\"\nevery_seconds = 3600\n"
+        )
+    };
+    let refused = Server::start_in(tempfile::tempdir().expect("dir"), &config(""))
+        .await
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        refused.ends_with(
+            "endpoint \"gh\": reconcile.every_seconds: plugin github does not list the \
+             provider's events with this configuration"
+        ),
+        "{refused}"
+    );
+    let hook = "[endpoint.config]\nreconcile = { repository = \"octo/shop\", hook_id = 7 }\n";
+    let server = Server::start_in(tempfile::tempdir().expect("dir"), &config(hook)).await;
+    server.expect("starts with the hook to read");
+}
+
 const GITHUB_SECRET: &str = "github-webhook-secret";
 const GITHUB_TOKEN: &str = "ghp_reconcile_token_0c7e";
 
