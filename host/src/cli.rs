@@ -655,6 +655,10 @@ fn operate(operation: Operation) -> anyhow::Result<()> {
         if remapping {
             // Remapping runs plugins: build the whole receiver (without serving).
             let app = crate::build(&config).await?;
+            if let Err(error) = known(&config, &app.store, &operation).await {
+                app.store.close().await;
+                return Err(error);
+            }
             let filter = match operation {
                 Operation::Events(EventsCommand::Replay { filter, .. }) => filter,
                 Operation::Dlq(DlqCommand::Replay { endpoint, .. }) => crate::store::Filter {
@@ -690,18 +694,31 @@ fn operate(operation: Operation) -> anyhow::Result<()> {
     })
 }
 
-/// An endpoint to pause or resume must exist, in the file or through the tenant API:
-/// a pause stored under a mistyped id would pause nothing now, and a later endpoint
-/// of that id from its start.
+/// The endpoint an operation names must be known. One to pause or resume exists, in
+/// the file or through the tenant API: a pause stored under a mistyped id would pause
+/// nothing now, and a later endpoint of that id from its start. One to list or replay
+/// may also be gone, if the store holds its events; a mistyped one would match
+/// nothing, and `0 replayed` would read as nothing to do.
 async fn known(
     config: &Config,
     store: &crate::store::Store,
     operation: &Operation,
 ) -> anyhow::Result<()> {
-    let Operation::Endpoint(
-        EndpointCommand::Pause { endpoint, .. } | EndpointCommand::Resume { endpoint, .. },
-    ) = operation
-    else {
+    let (endpoint, or_stored) = match operation {
+        Operation::Endpoint(
+            EndpointCommand::Pause { endpoint, .. } | EndpointCommand::Resume { endpoint, .. },
+        ) => (Some(endpoint), false),
+        Operation::Events(
+            EventsCommand::List { filter, .. } | EventsCommand::Replay { filter, .. },
+        ) => (filter.endpoint.as_ref(), true),
+        Operation::Dlq(DlqCommand::List { endpoint, .. } | DlqCommand::Replay { endpoint, .. }) => {
+            (endpoint.as_ref(), true)
+        }
+        Operation::Events(EventsCommand::Show { .. } | EventsCommand::Discard { .. }) => {
+            (None, false)
+        }
+    };
+    let Some(endpoint) = endpoint else {
         return Ok(());
     };
     if config.endpoints.iter().any(|e| &e.id == endpoint)
@@ -710,11 +727,17 @@ async fn known(
             .await?
             .iter()
             .any(|e| &e.id == endpoint)
+        || (or_stored && store.has_receipts(endpoint).await?)
     {
         return Ok(());
     }
+    let what = if or_stored {
+        "in the file, managed through the tenant API, or with events stored"
+    } else {
+        "in the file or managed through the tenant API"
+    };
     anyhow::bail!(
-        "{}: no endpoint {endpoint:?} (in the file or managed through the tenant API)",
+        "{}: no endpoint {endpoint:?} ({what})",
         config.path.display()
     )
 }

@@ -860,6 +860,21 @@ async fn dead_letters_are_listed_replayed_and_discarded_from_the_cli() {
     assert!(!ok && stderr.contains("no endpoint \"stirpe\""), "{stderr}");
     let paused = hookhost_cli(&["endpoint", "pause", "--config", &config, "stripe"]);
     assert_eq!(paused.trim(), "stripe: delivery paused");
+    // Listing or replaying it is refused too, not answered with nothing to do.
+    let stirpe = ["--endpoint", "stirpe"];
+    for command in [&["events", "list"][..], &["events", "replay", "--remap"], &["dlq", "replay"]] {
+        let args = [command, &["--config", &config], &stirpe].concat();
+        let (ok, stdout, stderr) = crate::cli::hookhost(&args);
+        assert!(!ok, "{args:?}: {stdout}");
+        assert!(stderr.contains("no endpoint \"stirpe\" (in the file, managed"), "{args:?}: {stderr}");
+    }
+    // An endpoint gone from the file is known by the events the store holds.
+    let text = std::fs::read_to_string(&config).expect("the configuration");
+    let without = text.split("[[endpoint]]").next().expect("the part before");
+    let gone = format!("{config}.without-stripe.toml");
+    std::fs::write(&gone, without).expect("write");
+    let listed = hookhost_cli(&["events", "list", "--config", &gone, "--endpoint", "stripe"]);
+    assert!(listed.contains("evt_bad"), "{listed}");
 }
 }
 

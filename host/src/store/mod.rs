@@ -235,6 +235,14 @@ impl Store {
         })
     }
 
+    /// Whether the store holds any event of `endpoint`'s (one since removed, say).
+    pub async fn has_receipts(&self, endpoint: &str) -> Result<bool, StoreError> {
+        const SQL: &str = "SELECT EXISTS (SELECT 1 FROM receipts WHERE endpoint = $1)";
+        Ok(on_pool!(self, reads, pool => {
+            sqlx::query_scalar(SQL).bind(endpoint).fetch_one(pool).await?
+        }))
+    }
+
     /// An endpoint's last `n` stored requests, newest first: (event id, headers JSON,
     /// body as stored, received at ms).
     pub async fn recent_requests(
