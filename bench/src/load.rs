@@ -565,9 +565,10 @@ pub struct Paced {
     pub rate: f64,
     /// Requests scheduled (rate × duration); `result` says how each came out.
     pub scheduled: u64,
-    /// For each event whose answer counted: when its request was sent.
+    /// For each event whose answer counted: when its request was due.
     pub sent: HashMap<String, Instant>,
     /// Requests sent more than `LATE` after their scheduled time (every connection busy).
+    /// Their latency counts the wait all the same: see [`drive_paced`].
     pub late: u64,
 }
 
@@ -576,7 +577,10 @@ pub const LATE: Duration = Duration::from_millis(10);
 
 /// Open loop: `rate` requests per second of `payload` (new events) for `duration`, each
 /// handed at its scheduled time to whichever of `connections` keep-alive connections is
-/// idle, whatever the answers take.
+/// idle, whatever the answers take. A request's latency runs from its scheduled time,
+/// not from its send: when the receiver stalls and every connection is busy, the
+/// requests waiting for one are its backlog, and leaving their wait out would hide
+/// the stall from the tail.
 pub async fn drive_paced(
     target: &Target,
     connections: usize,
@@ -658,14 +662,15 @@ async fn paced_worker(
         };
         match send(&target, connection, &payload, expect).await {
             Ok((id, at, latency, answer)) => {
-                if at.saturating_duration_since(due) > LATE {
+                let waited = at.saturating_duration_since(due);
+                if waited > LATE {
                     late += 1;
                 }
                 match answer {
                     Ok(()) => {
-                        tally.counted(latency);
+                        tally.counted(waited + latency);
                         if let Some(id) = id {
-                            sent.insert(id, at);
+                            sent.insert(id, due);
                         }
                     }
                     Err(answer) => tally.error(answer),

@@ -38,8 +38,8 @@
 //! 6. Delivery: a second server whose endpoint delivers to a downstream HTTP server
 //!    inside this process (`downstream`). At the maximum rate (concurrency 64): accepted/s,
 //!    and delivered/s = accepted events ÷ (last delivery − first accept). Then, open loop
-//!    at half that accepted rate: per event, the time from sending its POST to its
-//!    delivery's arrival downstream, and duplicates by `idempotency-key`.
+//!    at half that accepted rate: per event, the time from its POST's scheduled time
+//!    to its delivery's arrival downstream, and duplicates by `idempotency-key`.
 //!
 //! Pass/fail marks compare against the project's targets; the exit code is 0 whatever
 //! they say, and non-zero only when the benchmark itself could not run.
@@ -962,7 +962,7 @@ impl Delivery {
             String::new()
         };
         table.row(
-            "  send → downstream arrival",
+            "  due → downstream arrival",
             format!(
                 "median {}, p99 {}, max {} ({} of {} delivered{behind})",
                 ms(quantile(&self.paced_latencies, 0.50)),
