@@ -157,6 +157,16 @@ async fn create_shop(addr: SocketAddr, token: &str) {
     assert_eq!(created.0, 201, "{created:?}");
 }
 
+/// A server started from `config`, its `/v1` API's address, and tenant `acme`'s token,
+/// with its Stripe endpoint `acme.shop` created.
+async fn acme_shop(config: &str) -> (Server, SocketAddr, String) {
+    let server = Server::start(config).await;
+    let addr = api(&server).await;
+    let acme = tenant(addr, "acme").await;
+    create_shop(addr, &acme).await;
+    (server, addr, acme)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_reaches_only_its_own_and_secrets_are_write_only_and_sealed() {
     let server = Server::start(&config()).await;
@@ -626,10 +636,7 @@ async fn a_change_checked_against_an_overtaken_endpoint_is_not_written() {
     // plugin switch beside a secret in the old plugin's key format leaves an endpoint
     // that does not build). The store writes it only if the endpoint is unchanged.
     use hookhost::store::{Edited, ManagedEndpoint, SealedSecret};
-    let server = Server::start(&config()).await;
-    let addr = api(&server).await;
-    let acme = tenant(addr, "acme").await;
-    create_shop(addr, &acme).await;
+    let (server, addr, acme) = acme_shop(&config()).await;
     let store = &server.app.store;
     let read = store.managed_endpoints(Some("acme")).await.expect("endpoints").remove(0);
 
@@ -670,10 +677,7 @@ async fn a_registry_rebuild_reads_one_snapshot() {
     // read: each read holds it with its secret or not at all, and agrees with the
     // version read beside it (each change moves it by one). Read one by one, a
     // deletion between the endpoints and the secrets built the endpoint with none.
-    let server = Server::start(&config()).await;
-    let addr = api(&server).await;
-    let acme = tenant(addr, "acme").await;
-    create_shop(addr, &acme).await;
+    let (server, ..) = acme_shop(&config()).await;
     let store = server.app.store.clone();
     let first = store.registry().await.expect("registry");
     let (endpoint, secret) = (first.endpoints[0].clone(), first.secrets[0].clone());
@@ -1518,10 +1522,7 @@ async fn a_shadow_replay_stops_when_its_time_is_spent() {
     // A candidate that spins on every stored request until the plugin time limit stops
     // it (50 ms each): forty of them cannot be judged in the run's one second, and the
     // report says so rather than holding tenants' plugin work for as long as it takes.
-    let server = Server::start(&config_with("shadow_seconds = 1\n")).await;
-    let addr = api(&server).await;
-    let acme = tenant(addr, "acme").await;
-    create_shop(addr, &acme).await;
+    let (server, addr, acme) = acme_shop(&config_with("shadow_seconds = 1\n")).await;
     let hostile = std::fs::read(guest("hostile")).expect("the test guest");
     let upload = json!({"wasm_base64": b64(&hostile), "vectors": [guest_vector("test.event")]});
     let (status, uploaded) = call(addr, "POST", "/v1/plugins", &acme, upload).await;
@@ -1666,10 +1667,7 @@ async fn uploaded_plugins_load_on_first_use_and_leave_when_the_budget_needs_room
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_holds_ten_active_secrets_at_most() {
-    let server = Server::start(&config()).await;
-    let addr = api(&server).await;
-    let acme = tenant(addr, "acme").await;
-    create_shop(addr, &acme).await;
+    let (_server, addr, acme) = acme_shop(&config()).await;
     let path = "/v1/endpoints/acme.shop/secrets";
     for n in 2..=10 {
         let added = call(
