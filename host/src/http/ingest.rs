@@ -13,6 +13,7 @@ use super::{App, IngestError};
 use crate::endpoints::Endpoint;
 use crate::forensics::{self, Refused};
 use crate::metrics::RequestOutcome;
+use crate::plugins::threads::ThreadFailure;
 use crate::store::{COMMIT_TIMEOUT, NewReceipt, Outcome, Reply, Resource, StoreError};
 use crate::verify::{self, Answer, Decision, MessageSource, Trail, Verified};
 use axum::Json;
@@ -139,7 +140,12 @@ async fn handle(
             }
         })
         .await
-        .inspect_err(|failure| tracing::error!(%failure, "plugin call not started"))?;
+        .inspect_err(|failure| match failure {
+            // Overload, answered 429 and counted as `overloaded`: a line for each
+            // request would grow the log with any sender's rate, unsigned or not.
+            ThreadFailure::Busy => tracing::debug!(%failure, "plugin call not started"),
+            _ => tracing::error!(%failure, "plugin call not started"),
+        })?;
     // The store's limit on a commit's wait, counted here from the plugin call's queueing
     // (the call's own limit is far shorter).
     let settled = tokio::time::timeout(COMMIT_TIMEOUT, settled)
