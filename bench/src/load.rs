@@ -570,6 +570,10 @@ pub struct Paced {
     /// Requests sent more than `LATE` after their scheduled time (every connection busy).
     /// Their latency counts the wait all the same: see [`drive_paced`].
     pub late: u64,
+    /// The counted answers' latencies from their send, leaving the wait for a
+    /// connection out (what the latency was before it ran from the scheduled time),
+    /// sorted: to show how much of the tail the wait is.
+    pub from_send: Vec<Duration>,
 }
 
 /// A paced request that waited longer than this for an idle connection is counted late.
@@ -624,13 +628,15 @@ pub async fn drive_paced(
         ..Paced::default()
     };
     while let Some(tally) = workers.join_next().await {
-        let (result, sent, late) = tally.context("a paced load worker panicked")?;
+        let (result, sent, late, from_send) = tally.context("a paced load worker panicked")?;
         paced.result.merge(result);
         paced.sent.extend(sent);
         paced.late += late;
+        paced.from_send.extend(from_send);
     }
     paced.result.elapsed = started.elapsed();
     paced.result.latencies.sort_unstable();
+    paced.from_send.sort_unstable();
     Ok(paced)
 }
 
@@ -640,10 +646,11 @@ async fn paced_worker(
     ticks: Arc<Mutex<mpsc::UnboundedReceiver<Instant>>>,
     payload: Payload,
     expect: &'static str,
-) -> (PhaseResult, HashMap<String, Instant>, u64) {
+) -> (PhaseResult, HashMap<String, Instant>, u64, Vec<Duration>) {
     let mut tally = PhaseResult::default();
     let mut sent = HashMap::new();
     let mut late = 0;
+    let mut from_send = Vec::new();
     let mut sender = Some(sender);
     loop {
         // The lock is held only while waiting for the next tick: whoever is idle takes it.
@@ -669,6 +676,7 @@ async fn paced_worker(
                 match answer {
                     Ok(()) => {
                         tally.counted(waited + latency);
+                        from_send.push(latency);
                         if let Some(id) = id {
                             sent.insert(id, due);
                         }
@@ -682,7 +690,7 @@ async fn paced_worker(
             }
         }
     }
-    (tally, sent, late)
+    (tally, sent, late, from_send)
 }
 
 /// `Ok` for `200 {"status": expect}`; otherwise the answer, without the event id so

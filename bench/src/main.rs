@@ -442,9 +442,10 @@ fn run(args: &Args) -> anyhow::Result<()> {
                     paced.rate
                 ),
                 format!(
-                    "{}, {} sent > 10 ms late",
+                    "{}, {} sent > 10 ms late; from its send, p99 {}",
                     throughput(&paced.result),
-                    paced.late
+                    paced.late,
+                    ms(quantile(&paced.from_send, 0.99)),
                 ),
                 format!("p99 ≤ {DUPLICATE_P99_TARGET_MS} ms"),
                 Some(p99.is_some_and(|p| p.as_secs_f64() * 1e3 <= DUPLICATE_P99_TARGET_MS)),
