@@ -131,6 +131,31 @@ async fn probes_answer_without_the_token_and_metrics_need_it() {
 }
 }
 
+/// On SQLite, ready means the receipt writer commits, not only that a read answers:
+/// while another connection holds the write lock past the busy timeout, every
+/// receipt would fail, and the probe says so; it says ready again once the lock goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_on_sqlite_means_the_writer_commits() {
+    let server = Server::start(&stripe_config("")).await;
+    let admin = admin(&server).await;
+    assert_eq!(get(admin, "/readyz", None).await.0, 200);
+    let mut holder = open_db(&server.db_path()).await;
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut holder)
+        .await
+        .expect("the write lock");
+    let (status, body) = get(admin, "/readyz", None).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (503, r#"{"error":"store_unavailable"}"#)
+    );
+    sqlx::query("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .expect("release");
+    assert_eq!(get(admin, "/readyz", None).await.0, 200);
+}
+
 /// A replay the store cannot make is the store's 503, as on every other admin route
 /// (a replay refused for a reason of its own is 422 `replay_failed`), and the same
 /// replay answers once the store is back.

@@ -90,10 +90,11 @@ async fn metrics(State(admin): State<Admin>) -> Response {
 }
 
 /// 200 when this server can take requests: its plugins are loaded and its
-/// migrations applied (it would not have started otherwise), and the store answers.
-/// 503 `store_unavailable` when the store does not.
+/// migrations applied (it would not have started otherwise), and the store answers
+/// (on SQLite, its receipt writer commits too: see `Store::ready`). 503
+/// `store_unavailable` when it does not.
 async fn ready(State(admin): State<Admin>) -> Response {
-    match admin.app.store.paused().await {
+    match admin.app.store.ready().await {
         Ok(_) => Json(serde_json::json!({ "ready": true })).into_response(),
         Err(e) => store_error(e),
     }

@@ -235,6 +235,17 @@ impl Store {
         })
     }
 
+    /// Whether this store takes requests now. On SQLite the receipt writer commits a
+    /// probe (its thread runs, and the write lock is its own within the busy timeout)
+    /// and a reader answers; a read alone would say ready while every receipt fails.
+    /// On PostgreSQL, a read through the pool.
+    pub async fn ready(&self) -> Result<(), StoreError> {
+        if let Backend::Sqlite(s) = &self.backend {
+            s.writer.probe().await?;
+        }
+        self.paused().await.map(drop)
+    }
+
     /// Whether the store holds any event of `endpoint`'s (one since removed, say).
     pub async fn has_receipts(&self, endpoint: &str) -> Result<bool, StoreError> {
         const SQL: &str = "SELECT EXISTS (SELECT 1 FROM receipts WHERE endpoint = $1)";

@@ -61,6 +61,8 @@ enum Work {
         oneshot::Sender<Result<Vec<Leased>, StoreError>>,
     ),
     Finish(Box<FinishRequest>, oneshot::Sender<Result<(), StoreError>>),
+    /// Nothing to write: answered with the batch's commit (see [`Writer::probe`]).
+    Probe(oneshot::Sender<Result<(), StoreError>>),
 }
 
 /// What a piece of work produced, before its commit is known.
@@ -68,6 +70,7 @@ enum Done {
     Record(Outcome),
     Lease(Vec<Leased>),
     Finish,
+    Probe,
 }
 
 enum Job {
@@ -151,6 +154,13 @@ impl Writer {
             .await
     }
 
+    /// Whether the writer commits: answered with the next batch's commit (alone, an
+    /// empty write transaction, which takes the write lock). A writer that stopped, or
+    /// whose lock another connection holds past the busy timeout, answers an error.
+    pub async fn probe(&self) -> Result<(), StoreError> {
+        self.submit(Work::Probe).await
+    }
+
     async fn submit<T>(
         &self,
         work: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Work,
@@ -220,6 +230,7 @@ fn answer(work: Work, done: Done) {
         (Work::Record(_, reply), Done::Record(outcome)) => reply.send(Ok(outcome)),
         (Work::Lease(_, reply), Done::Lease(leased)) => drop(reply.send(Ok(leased))),
         (Work::Finish(_, reply), Done::Finish) => drop(reply.send(Ok(()))),
+        (Work::Probe(reply), Done::Probe) => drop(reply.send(Ok(()))),
         // `commit` answers each piece of work with its own kind, in order.
         (work, _) => fail(
             work,
@@ -233,6 +244,7 @@ fn fail(work: Work, error: StoreError) {
         Work::Record(_, reply) => reply.send(Err(error)),
         Work::Lease(_, reply) => drop(reply.send(Err(error))),
         Work::Finish(_, reply) => drop(reply.send(Err(error))),
+        Work::Probe(reply) => drop(reply.send(Err(error))),
     }
 }
 
@@ -269,6 +281,7 @@ fn commit(conn: &mut Connection, batch: &[Work]) -> Result<Vec<Done>, StoreError
             })?),
             Work::Lease(request, _) => Done::Lease(lease_in(&tx, request)?),
             Work::Finish(..) => Done::Finish,
+            Work::Probe(_) => Done::Probe,
         });
     }
     tx.commit()?;
