@@ -22,6 +22,7 @@ use crate::config::{BodyKept, ForensicsConfig};
 use crate::endpoints::Endpoint;
 use crate::http::ingest::{Judged, judge};
 use crate::http::{App, IngestError};
+use crate::metrics::Metrics;
 use crate::store::{ForensicRow, NewForensic, NewReceipt, Outcome, Store, StoreError};
 use crate::verify::Trail;
 use hookhost_plugin_sdk::{Algorithm, Candidate};
@@ -131,21 +132,27 @@ pub struct Hint {
 #[derive(Debug)]
 pub struct Recorder {
     config: ForensicsConfig,
-    queue: mpsc::Sender<NewForensic>,
+    /// Each rejected request with its plugin's label, for the metrics.
+    queue: mpsc::Sender<(NewForensic, String)>,
 }
 
 impl Recorder {
-    /// Start the task that writes rejected requests to `store`, in batches.
-    pub fn start(store: Store, config: ForensicsConfig) -> Recorder {
+    /// Start the task that writes rejected requests to `store`, in batches, counting
+    /// each in `metrics` as kept or dropped once its batch's write is known.
+    pub fn start(store: Store, config: ForensicsConfig, metrics: Arc<Metrics>) -> Recorder {
         let (queue, mut queued) = mpsc::channel(QUEUE);
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(BATCH);
             while queued.recv_many(&mut batch, BATCH).await > 0 {
+                let (kept, plugins): (Vec<NewForensic>, Vec<String>) = batch.drain(..).unzip();
                 let bound = config.rejected_per_endpoint;
-                if let Err(error) = store.keep_forensics(&batch, bound).await {
-                    tracing::warn!(%error, lost = batch.len(), "forensics: rejected requests not kept");
+                let written = store.keep_forensics(&kept, bound).await;
+                if let Err(error) = &written {
+                    tracing::warn!(%error, lost = kept.len(), "forensics: rejected requests not kept");
                 }
-                batch.clear();
+                for (kept, plugin) in kept.iter().zip(&plugins) {
+                    metrics.forensics(&kept.endpoint, plugin, kept.kind, written.is_ok());
+                }
             }
         });
         Recorder { config, queue }
@@ -211,24 +218,33 @@ pub async fn keep(
         event_id: refused.trail.event_id,
     };
     let plugin = endpoint.plugin.label();
-    let stored = if failed {
-        // The only copy of an authentic event: written before the 500 is answered.
-        let bound = app.forensics.config.rejected_per_endpoint;
-        match app.store.keep_forensics(&[kept], bound).await {
-            Ok(ids) => {
-                tracing::warn!(
-                    forensic = ids.first().copied(),
-                    "verified request failed; kept in full"
-                );
-                true
-            }
-            Err(error) => {
-                tracing::error!(%error, "verified request failed and could not be kept");
-                false
-            }
+    if !failed {
+        // Counted by the writer task once its batch is written; here, one it has no
+        // room for.
+        if app
+            .forensics
+            .queue
+            .try_send((kept, plugin.to_string()))
+            .is_err()
+        {
+            app.metrics.forensics(&endpoint.id, plugin, kind, false);
         }
-    } else {
-        app.forensics.queue.try_send(kept).is_ok()
+        return refused.error;
+    }
+    // The only copy of an authentic event: written before the 500 is answered.
+    let bound = app.forensics.config.rejected_per_endpoint;
+    let stored = match app.store.keep_forensics(&[kept], bound).await {
+        Ok(ids) => {
+            tracing::warn!(
+                forensic = ids.first().copied(),
+                "verified request failed; kept in full"
+            );
+            true
+        }
+        Err(error) => {
+            tracing::error!(%error, "verified request failed and could not be kept");
+            false
+        }
     };
     app.metrics.forensics(&endpoint.id, plugin, kind, stored);
     refused.error

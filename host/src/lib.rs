@@ -82,9 +82,10 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
     );
     let mut metrics = metrics::Metrics::counting(catalog.iter().map(|p| &**p));
     metrics.watch_uploaded(&uploaded.residency);
+    let metrics = Arc::new(metrics);
     Ok(Arc::new(http::App {
         endpoints: Registry::new(endpoints),
-        forensics: forensics::Recorder::start(store.clone(), config.forensics),
+        forensics: forensics::Recorder::start(store.clone(), config.forensics, metrics.clone()),
         store,
         public_url: config.public_url.clone(),
         max_body_bytes: config.limits.max_body_bytes,

@@ -333,3 +333,39 @@ async fn digest_only_keeps_no_body_and_says_it_cannot_verify_again() {
         "{stderr}"
     );
 }
+
+/// A rejected request is counted kept once its batch is written; one whose write
+/// fails (here, the table gone) is counted dropped, not kept when it was queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_request_whose_write_fails_is_counted_dropped() {
+    let server = Server::start(&stripe_config("")).await;
+    let addr = admin(&server).await;
+    server.break_table("forensics").await;
+    let t = now();
+    let body = stripe_event("evt_lost", "customer.updated", "cus_lost", t);
+    let answer = server
+        .post_stripe(&["whsec_not_the_secret"], t, &body)
+        .await;
+    assert_eq!(answer, (400, json!({"error": "invalid_signature"})));
+    let sample = |result: &str| {
+        format!(
+            "hookhost_forensics_total{{endpoint=\"stripe\",plugin=\"stripe\",kind=\"rejected\",result=\"{result}\"}}"
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = crate::operations::get(addr, "/metrics", Some(ADMIN_TOKEN))
+            .await
+            .1;
+        if value(&metrics, &sample("dropped")) == Some(1.0) {
+            assert_eq!(value(&metrics, &sample("kept")), None, "{metrics}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not counted as dropped:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.mend_table("forensics").await;
+}

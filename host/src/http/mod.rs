@@ -55,7 +55,7 @@ pub struct App {
     /// Keeps requests refused after their body was read.
     pub forensics: crate::forensics::Recorder,
     /// What `/metrics` on the admin listener shows.
-    pub metrics: crate::metrics::Metrics,
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// Endpoints being reconciled now.
     pub reconciling: crate::reconcile::InProgress,
 }
