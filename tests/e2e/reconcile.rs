@@ -1159,7 +1159,10 @@ async fn a_run_looking_further_back_supersedes_an_unfinished_one() {
         started_at_ms,
     );
     server.app.store.create_run(&cut).await.expect("create");
-    let since = now() - 7 * 86_400;
+    // 2026-11-30T09:00:00Z: before every fake delivery (10:00:01-06 that day), so all
+    // six are listed, and further back than the cut run. A week before now, as this
+    // was, left them all out from a week after that day on.
+    let since = 1_796_029_200;
     let ran = reconciled(&server, "github", since).await;
     assert_ne!(ran.id, cut.id);
     assert_eq!(
