@@ -1053,6 +1053,84 @@ async fn a_tenant_resumes_its_own_pause_and_never_an_operators() {
 }
 }
 
+crate::both_stores! {
+async fn a_deleted_endpoints_backlog_is_discarded_in_batches() {
+    // The backlog of a destination down for a day. Discarded by one statement, it held
+    // SQLite's write lock for as long as the statement took (every receipt batch
+    // meanwhile answered 503), or ran past PostgreSQL's statement timeout and rolled
+    // the deletion back, every time.
+    let (server, addr, acme) = acme_shop(&config()).await;
+    let store = server.app.store.clone();
+    let at = now() * 1000;
+    let recorded: Vec<_> = (0..2_500)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut receipt = new_receipt(&format!("evt_{i:04}"), &format!("cus_{i}"), None, at + i);
+                receipt.endpoint = "acme.shop".into();
+                store.record(receipt).await.expect("record")
+            })
+        })
+        .collect();
+    for task in recorded {
+        assert_eq!(task.await.expect("recorded"), hookhost::store::Outcome::Accepted);
+    }
+    store.record(new_receipt("evt_file", "cus_file", None, at)).await.expect("record");
+    // On PostgreSQL, a trigger counts the rows each statement discards.
+    let direct = match &server.database {
+        Some(db) => {
+            let mut direct = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url())
+                .await
+                .expect("connect");
+            for sql in [
+                "CREATE TABLE discard_statements (n BIGINT NOT NULL)",
+                "CREATE FUNCTION count_discarded() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN INSERT INTO discard_statements
+                       SELECT COUNT(*) FROM changed WHERE state = 'discarded';
+                 RETURN NULL; END $$",
+                "CREATE TRIGGER count_discarded AFTER UPDATE ON receipts
+                 REFERENCING NEW TABLE AS changed
+                 FOR EACH STATEMENT EXECUTE FUNCTION count_discarded()",
+            ] {
+                sqlx::query(sql).execute(&mut direct).await.expect(sql);
+            }
+            Some(direct)
+        }
+        None => None,
+    };
+
+    let deleted = call(addr, "DELETE", "/v1/endpoints/acme.shop", &acme, Value::Null).await;
+    assert_eq!(deleted.0, 200, "{deleted:?}");
+    let in_state = |state: &str| hookhost::store::Filter {
+        endpoint: Some("acme.shop".into()),
+        states: vec![state.into()],
+        ..hookhost::store::Filter::default()
+    };
+    let discarded = store.list(&in_state("discarded")).await.expect("list");
+    assert_eq!(discarded.len(), 2_500);
+    assert!(discarded.iter().all(|r| r.state_reason.as_deref() == Some("endpoint_deleted")));
+    assert!(store.list(&in_state("pending")).await.expect("list").is_empty());
+    assert_eq!(server.receipt("stripe", "evt_file").await.state, "pending");
+    if let Some(mut direct) = direct {
+        let counted: Vec<i64> = sqlx::query_scalar("SELECT n FROM discard_statements")
+            .fetch_all(&mut direct)
+            .await
+            .expect("statements");
+        assert_eq!(counted.iter().sum::<i64>(), 2_500, "{counted:?}");
+        assert!(counted.iter().all(|&n| n <= 1_000), "{counted:?}");
+    }
+
+    // Created again under the id, the endpoint keeps what it receives: a discard of the
+    // deleted one's backlog still under way leaves it alone.
+    create_shop(addr, &acme).await;
+    let mut fresh = new_receipt("evt_fresh", "cus_fresh", None, now() * 1000);
+    fresh.endpoint = "acme.shop".into();
+    store.record(fresh).await.expect("record");
+    assert_eq!(store.discard_pending_of_deleted("acme.shop").await.expect("discard"), 0);
+    assert_eq!(server.receipt("acme.shop", "evt_fresh").await.state, "pending");
+}
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sealing_tenants_bodies_are_sealed_at_rest_and_opened_to_deliver_and_show() {
     let (downstream, port) = crate::delivery::Downstream::start().await;

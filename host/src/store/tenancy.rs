@@ -11,11 +11,45 @@ const BUMP: &str = "UPDATE registry_version SET version = version + 1 WHERE id =
 
 /// Discard an endpoint id's pending receipts (`$1`) at `$2`, as `endpoint_deleted`:
 /// they were for a deleted endpoint's destination, and one created again under the id
-/// would send them to its own.
+/// would send them to its own. Run in the creation's transaction, after
+/// [`Store::discard_pending_of_deleted`] has taken the backlog, it finds only what
+/// arrived meanwhile.
 const DISCARD_PENDING: &str =
     "UPDATE receipts SET state = 'discarded', state_reason = 'endpoint_deleted',
      discarded_at_ms = $2
      WHERE endpoint = $1 AND state = 'pending'";
+
+/// How many of an endpoint's receipts one statement of
+/// [`Store::discard_pending_of_deleted`] looks at.
+const DISCARD_BATCH: i64 = 1_000;
+
+/// One batch of [`Store::discard_pending_of_deleted`], the first or one `after` an
+/// event id: where it ends (binds: endpoint id, [`DISCARD_BATCH`], then the id it
+/// starts after), and its discard (binds: endpoint id, the id it ends at, the time,
+/// then the id it starts after). The range and the order are the database's own,
+/// whatever its collation. Two forms, not one with `($n IS NULL OR event_id > $n)`:
+/// PostgreSQL's generic plan for that would scan the endpoint's receipts from its
+/// first, every batch.
+fn discard_batch(after: bool) -> (String, String) {
+    let from = |n: u8| match after {
+        true => format!("AND event_id > ${n}"),
+        false => String::new(),
+    };
+    let upto = format!(
+        "SELECT MAX(event_id) FROM (
+            SELECT event_id FROM receipts WHERE endpoint = $1 {}
+            ORDER BY event_id LIMIT $2) AS batch",
+        from(3)
+    );
+    let discard = format!(
+        "UPDATE receipts SET state = 'discarded', state_reason = 'endpoint_deleted',
+                            discarded_at_ms = $3
+         WHERE endpoint = $1 {} AND event_id <= $2 AND state = 'pending'
+           AND NOT EXISTS (SELECT 1 FROM managed_endpoints WHERE id = $1)",
+        from(4)
+    );
+    (upto, discard)
+}
 
 /// Insert a sealed secret within the transaction `$tx`.
 macro_rules! insert_secret {
@@ -307,6 +341,9 @@ impl Store {
             "INSERT INTO managed_endpoints (id, tenant, spec, destination_sealed, handshake_sealed, facts,
                                                           created_at_ms, updated_at_ms)
                            VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING";
+        // What a deleted endpoint under this id left pending, before the transaction:
+        // its backlog can be large.
+        self.discard_pending_of_deleted(&endpoint.id).await?;
         on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
             sqlx::query(LOCK_TENANT).bind(&endpoint.tenant).execute(&mut *tx).await?;
@@ -373,14 +410,15 @@ impl Store {
 
     /// Delete a tenant's endpoint, its secrets and its pause, so that one created
     /// again under its id starts afresh; `false` when it has no such endpoint. Its
-    /// receipts stay, but those still pending are discarded ([`DISCARD_PENDING`]). An
-    /// attempt on the wire meanwhile leaves them discarded. Its resources' versions
-    /// stay, so an older version is never sent over a newer one.
+    /// receipts stay, but those still pending are discarded once it is gone
+    /// ([`Store::discard_pending_of_deleted`]). An attempt on the wire meanwhile
+    /// leaves them discarded. Its resources' versions stay, so an older version is
+    /// never sent over a newer one.
     pub async fn delete_endpoint(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
         const SQL: &str = "DELETE FROM managed_endpoints WHERE id = $1 AND tenant = $2";
         const SECRETS: &str = "DELETE FROM endpoint_secrets WHERE endpoint = $1";
         const PAUSE: &str = "DELETE FROM endpoint_pauses WHERE endpoint = $1";
-        on_pool!(self, writes, pool => {
+        let deleted = on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
             let query = sqlx::query(SQL).bind(id).bind(tenant);
             if query.execute(&mut *tx).await?.rows_affected() == 0 {
@@ -388,11 +426,48 @@ impl Store {
             }
             sqlx::query(SECRETS).bind(id).execute(&mut *tx).await?;
             sqlx::query(PAUSE).bind(id).execute(&mut *tx).await?;
-            let now = crate::clock::now_ms();
-            sqlx::query(DISCARD_PENDING).bind(id).bind(now).execute(&mut *tx).await?;
             sqlx::query(BUMP).execute(&mut *tx).await?;
             tx.commit().await?;
-            Ok(true)
+            true
+        });
+        // The deletion stands whatever happens to the discard: no worker leases an
+        // unknown endpoint's receipts, and what is left pending here is discarded
+        // when the id is created again.
+        if let Err(error) = self.discard_pending_of_deleted(id).await {
+            tracing::warn!(endpoint = id, %error, "deleted endpoint's pending receipts not all discarded");
+        }
+        Ok(deleted)
+    }
+
+    /// Discard, as `endpoint_deleted`, the pending receipts of endpoint id `id` while
+    /// no managed endpoint holds it, and answer how many. The receipts are taken in
+    /// the primary key's order, [`DISCARD_BATCH`] at a time, each statement committed
+    /// on its own: a deleted endpoint's backlog can be a day of events, and one
+    /// statement over it would hold SQLite's write lock (every receipt batch meanwhile
+    /// answered 503) or run past PostgreSQL's `statement_timeout` (rolled back every
+    /// time). Each statement checks again that the id is free, so an endpoint created
+    /// under it meanwhile keeps its own receipts.
+    pub async fn discard_pending_of_deleted(&self, id: &str) -> Result<u64, StoreError> {
+        let (first, next) = (discard_batch(false), discard_batch(true));
+        on_pool!(self, writes, pool => {
+            let mut discarded = 0;
+            let mut after: Option<String> = None;
+            loop {
+                let (upto, discard) = if after.is_some() { &next } else { &first };
+                let mut ends = sqlx::query_scalar(upto).bind(id).bind(DISCARD_BATCH);
+                if let Some(after) = &after {
+                    ends = ends.bind(after);
+                }
+                let Some(upto): Option<String> = ends.fetch_one(pool).await? else {
+                    return Ok(discarded);
+                };
+                let mut batch = sqlx::query(discard).bind(id).bind(&upto).bind(crate::clock::now_ms());
+                if let Some(after) = &after {
+                    batch = batch.bind(after);
+                }
+                discarded += batch.execute(pool).await?.rows_affected();
+                after = Some(upto);
+            }
         })
     }
 
