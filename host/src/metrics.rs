@@ -10,7 +10,7 @@ use crate::plugins::PluginFailure;
 use crate::store::{Backlog, Next, Outcome};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Metric, Registry};
@@ -39,6 +39,23 @@ pub struct Metrics {
     reasons: std::sync::Mutex<HashMap<String, HashSet<String>>>,
     /// The endpoints the backlog gauges were last set for.
     backlog_endpoints: std::sync::Mutex<HashSet<String>>,
+    /// Each endpoint's series, to remove once it is gone.
+    series: EndpointSeries,
+}
+
+/// Removes one series from its family.
+type Remover = Box<dyn Fn() + Send + Sync>;
+
+/// What removes each endpoint's series, recorded as each is made: a family cannot
+/// list its label sets, and a tenant that creates and deletes endpoints in a loop
+/// would otherwise grow `/metrics` without bound.
+#[derive(Default)]
+struct EndpointSeries(std::sync::Mutex<HashMap<String, Vec<Remover>>>);
+
+impl std::fmt::Debug for EndpointSeries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointSeries").finish_non_exhaustive()
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -287,6 +304,7 @@ impl Default for Metrics {
             plugin_calls,
             reasons: Default::default(),
             backlog_endpoints: Default::default(),
+            series: EndpointSeries::default(),
             requests,
             signature_failures,
             secret_matched,
@@ -393,10 +411,10 @@ impl Metrics {
             outcome: kind,
             reason,
         };
-        self.requests.get_or_create(&labels).inc();
+        self.series(&self.requests, endpoint, &labels).inc();
         if *outcome == RequestOutcome::Error("invalid_signature") {
-            self.signature_failures
-                .get_or_create(&endpoint_labels(endpoint, plugin))
+            let labels = endpoint_labels(endpoint, plugin);
+            self.series(&self.signature_failures, endpoint, &labels)
                 .inc();
         }
     }
@@ -404,8 +422,8 @@ impl Metrics {
     /// An authentic request's signed timestamp was `skew_seconds` from its arrival,
     /// outside the window.
     pub fn outside_window(&self, endpoint: &str, plugin: &str, skew_seconds: u64) {
-        self.timestamp_skew
-            .get_or_create(&endpoint_labels(endpoint, plugin))
+        let labels = endpoint_labels(endpoint, plugin);
+        self.series(&self.timestamp_skew, endpoint, &labels)
             .observe(skew_seconds as f64);
     }
 
@@ -425,27 +443,24 @@ impl Metrics {
         } else {
             "previous"
         };
-        self.secret_matched
-            .get_or_create(&SecretLabels {
-                endpoint: labels.endpoint.clone(),
-                plugin: labels.plugin.clone(),
-                generation,
-            })
-            .inc();
+        let secret = SecretLabels {
+            endpoint: labels.endpoint.clone(),
+            plugin: labels.plugin.clone(),
+            generation,
+        };
+        self.series(&self.secret_matched, endpoint, &secret).inc();
         if let Some(skew) = skew_seconds {
-            self.timestamp_skew
-                .get_or_create(&labels)
+            self.series(&self.timestamp_skew, endpoint, &labels)
                 .observe(skew.unsigned_abs() as f64);
         }
-        self.verification
-            .get_or_create(&labels)
+        self.series(&self.verification, endpoint, &labels)
             .observe(took.as_secs_f64());
     }
 
     /// A receipt became durable `took` after its body was read.
     pub fn committed(&self, endpoint: &str, plugin: &str, took: Duration) {
-        self.receive_to_commit
-            .get_or_create(&endpoint_labels(endpoint, plugin))
+        let labels = endpoint_labels(endpoint, plugin);
+        self.series(&self.receive_to_commit, endpoint, &labels)
             .observe(took.as_secs_f64());
     }
 
@@ -465,17 +480,16 @@ impl Metrics {
             Next::Dead => "dead",
             Next::Quarantined => "quarantined",
         };
-        self.attempts
-            .get_or_create(&AttemptLabels {
-                endpoint: endpoint.to_owned(),
-                plugin: plugin.to_owned(),
-                result,
-            })
-            .inc();
+        let labels = AttemptLabels {
+            endpoint: endpoint.to_owned(),
+            plugin: plugin.to_owned(),
+            result,
+        };
+        self.series(&self.attempts, endpoint, &labels).inc();
         if let (Next::Delivered, Some(signed_at)) = (next, signed_at) {
             let seconds = (ended_at_ms as f64 / 1000.0 - signed_at as f64).max(0.0);
-            self.signed_to_delivered
-                .get_or_create(&endpoint_labels(endpoint, plugin))
+            let labels = endpoint_labels(endpoint, plugin);
+            self.series(&self.signed_to_delivered, endpoint, &labels)
                 .observe(seconds);
         }
     }
@@ -513,36 +527,97 @@ impl Metrics {
 
     /// A refused request of `kind` was kept for forensics (`kept`) or not.
     pub fn forensics(&self, endpoint: &str, plugin: &str, kind: &'static str, kept: bool) {
-        self.forensics
-            .get_or_create(&ForensicsLabels {
-                endpoint: endpoint.to_owned(),
-                plugin: plugin.to_owned(),
-                kind,
-                result: if kept { "kept" } else { "dropped" },
-            })
-            .inc();
+        let labels = ForensicsLabels {
+            endpoint: endpoint.to_owned(),
+            plugin: plugin.to_owned(),
+            kind,
+            result: if kept { "kept" } else { "dropped" },
+        };
+        self.series(&self.forensics, endpoint, &labels).inc();
     }
 
     /// A reconciliation run of `endpoint` ended: its state, and how many listed events
     /// it found present and repaired (a dry run repairs nothing).
     pub fn reconciled(&self, run: &crate::store::RunRow) {
-        self.reconcile_runs
-            .get_or_create(&RunLabels {
-                endpoint: run.endpoint.clone(),
-                state: run.state.clone(),
-            })
+        let labels = RunLabels {
+            endpoint: run.endpoint.clone(),
+            state: run.state.clone(),
+        };
+        self.series(&self.reconcile_runs, &run.endpoint, &labels)
             .inc();
         let count = |result, n: i64| {
-            self.reconciled
-                .get_or_create(&ReconciledLabels {
-                    endpoint: run.endpoint.clone(),
-                    result,
-                })
+            let labels = ReconciledLabels {
+                endpoint: run.endpoint.clone(),
+                result,
+            };
+            self.series(&self.reconciled, &run.endpoint, &labels)
                 .inc_by(u64::try_from(n).unwrap_or(0));
         };
         count("present", run.present);
         if !run.dry_run {
             count("repaired", run.repaired);
+        }
+    }
+
+    /// `family`'s series of `endpoint` with `labels`, made if it is new, and then
+    /// recorded for [`Metrics::forget_gone`].
+    fn series<'a, S, M, C>(
+        &self,
+        family: &'a Family<S, M, C>,
+        endpoint: &str,
+        labels: &S,
+    ) -> impl std::ops::Deref<Target = M> + 'a
+    where
+        S: Clone + std::hash::Hash + Eq + Send + Sync + 'static,
+        M: Send + Sync + 'static,
+        C: MetricConstructor<M> + Clone + Send + Sync + 'static,
+    {
+        if let Some(series) = family.get(labels) {
+            return series;
+        }
+        // Recorded once made: recorded first, it could be removed by a scrape before
+        // it exists, and then made, never to be removed.
+        let series = family.get_or_create(labels);
+        let (family_of_it, its_labels) = (family.clone(), labels.clone());
+        self.series
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(endpoint.to_owned())
+            .or_default()
+            .push(Box::new(move || {
+                family_of_it.remove(&its_labels);
+            }));
+        series
+    }
+
+    /// Remove the series of every endpoint that `exists` no longer knows, and forget
+    /// its ignore reasons. Requests to an unknown endpoint (`endpoint=""`) keep theirs.
+    pub fn forget_gone(&self, exists: impl Fn(&str) -> bool) {
+        let gone: Vec<Vec<Remover>> = {
+            let mut series = self
+                .series
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let ids: Vec<String> = series
+                .keys()
+                .filter(|id| !id.is_empty() && !exists(id))
+                .cloned()
+                .collect();
+            let mut reasons = self
+                .reasons
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            ids.iter()
+                .map(|id| {
+                    reasons.remove(id);
+                    series.remove(id).unwrap_or_default()
+                })
+                .collect()
+        };
+        for remove in gone.iter().flatten() {
+            remove();
         }
     }
 
@@ -633,6 +708,48 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(r#"reason="stale_version"} 1"#), "{text}");
+    }
+
+    #[test]
+    fn a_gone_endpoints_series_are_removed_and_the_others_kept() {
+        let metrics = Metrics::default();
+        for endpoint in ["a", "b", ""] {
+            let ignored = RequestOutcome::Stored(Outcome::Ignored("test.reason".into()));
+            metrics.request(endpoint, "generic", &ignored);
+            metrics.request(
+                endpoint,
+                "generic",
+                &RequestOutcome::Error("invalid_signature"),
+            );
+            metrics.outside_window(endpoint, "generic", 400);
+            metrics.verified(endpoint, "generic", 1, Some(3), Duration::from_micros(5));
+            metrics.committed(endpoint, "generic", Duration::from_millis(1));
+            metrics.attempted(endpoint, "generic", &Next::Delivered, Some(1), 2_000);
+            metrics.forensics(endpoint, "generic", "rejected", true);
+            let mut run = crate::store::RunRow::begun("r".into(), endpoint, 0, false, 0);
+            run.state = "done".into();
+            metrics.reconciled(&run);
+        }
+        let series = |text: &str, endpoint: &str| {
+            let label = format!("endpoint=\"{endpoint}\"");
+            text.lines()
+                .filter(|l| !l.starts_with('#') && l.contains(&label))
+                .count()
+        };
+        let before = metrics.render();
+        // Every family above, histograms with their buckets.
+        assert!(series(&before, "b") > 40, "{before}");
+        metrics.forget_gone(|id| id == "a");
+        let after = metrics.render();
+        assert_eq!(series(&after, "b"), 0, "{after}");
+        assert_eq!(series(&after, "a"), series(&before, "a"), "{after}");
+        assert_eq!(series(&after, ""), series(&before, ""), "{after}");
+        // Its ignore reasons are forgotten with it: one created again under the id
+        // has its own allowance.
+        assert!(!metrics.reasons.lock().expect("reasons").contains_key("b"));
+        metrics.request("b", "generic", &RequestOutcome::Handshake);
+        let again = metrics.render();
+        assert_eq!(series(&again, "b"), 1, "{again}");
     }
 
     #[test]

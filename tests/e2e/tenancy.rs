@@ -1132,6 +1132,79 @@ async fn a_deleted_endpoints_backlog_is_discarded_in_batches() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_endpoints_series_leave_the_metrics() {
+    // Kept, a tenant creating and deleting endpoints in a loop would grow every
+    // scrape without bound.
+    let (server, addr, acme) = acme_shop(&config()).await;
+    let admin = crate::operations::admin(&server).await;
+    let scrape = async || {
+        let (status, text) =
+            crate::operations::get(admin, "/metrics", Some(crate::operations::ADMIN_TOKEN)).await;
+        assert_eq!(status, 200, "{text}");
+        text
+    };
+    let series = |text: &str, endpoint: &str| {
+        let label = format!("endpoint=\"{endpoint}\"");
+        text.lines()
+            .filter(|l| !l.starts_with('#') && l.contains(&label))
+            .count()
+    };
+    assert_eq!(
+        post_signed(server.addr, "acme.shop", SECRET, "evt_m1").await,
+        200
+    );
+    assert_eq!(
+        post_signed(server.addr, "acme.shop", ROTATED, "evt_m2").await,
+        400
+    );
+    let t = now();
+    let body = stripe_event("evt_file", "customer.updated", "cus_file", t);
+    assert_eq!(server.post_stripe(&[STRIPE_SECRET], t, &body).await.0, 200);
+    let (unknown, _) = server.post("no-such-endpoint", &[], body).await;
+    assert_eq!(unknown, 404);
+    let before = scrape().await;
+    assert!(series(&before, "acme.shop") > 0, "{before}");
+    let requests = r#"hookhost_requests_total{endpoint="acme.shop",plugin="stripe",outcome="accepted",reason=""}"#;
+    assert_eq!(
+        crate::operations::value(&before, requests),
+        Some(1.0),
+        "{before}"
+    );
+
+    let deleted = call(
+        addr,
+        "DELETE",
+        "/v1/endpoints/acme.shop",
+        &acme,
+        Value::Null,
+    )
+    .await;
+    assert_eq!(deleted.0, 200, "{deleted:?}");
+    let after = scrape().await;
+    assert_eq!(series(&after, "acme.shop"), 0, "{after}");
+    // The file's endpoint and the unknown one keep theirs.
+    assert_eq!(
+        series(&after, "stripe"),
+        series(&before, "stripe"),
+        "{after}"
+    );
+    assert_eq!(series(&after, ""), series(&before, ""), "{after}");
+
+    // Created again, the endpoint counts from nothing.
+    create_shop(addr, &acme).await;
+    assert_eq!(
+        post_signed(server.addr, "acme.shop", SECRET, "evt_m3").await,
+        200
+    );
+    let again = scrape().await;
+    assert_eq!(
+        crate::operations::value(&again, requests),
+        Some(1.0),
+        "{again}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sealing_tenants_bodies_are_sealed_at_rest_and_opened_to_deliver_and_show() {
     let (downstream, port) = crate::delivery::Downstream::start().await;
     let server = Server::start(&config_with(LOOPBACK_DESTINATIONS)).await;

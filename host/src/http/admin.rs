@@ -68,9 +68,12 @@ pub fn router(app: Arc<App>, token: Secret) -> axum::Router {
 
 /// Prometheus text exposition (OpenMetrics) of the server's metrics. The backlog
 /// gauges are read from the store at each scrape (the index of pending receipts
-/// answers it); when the store does not answer, they keep their last values.
+/// answers it); when the store does not answer, they keep their last values. The
+/// series of an endpoint deleted since the last scrape are gone.
 async fn metrics(State(admin): State<Admin>) -> Response {
     let app = &admin.app;
+    app.metrics
+        .forget_gone(|id| app.endpoints.get(id).is_some());
     match app.store.backlog().await {
         Ok(backlog) => {
             let endpoints = app.endpoints.with_destinations();
