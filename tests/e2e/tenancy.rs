@@ -1050,6 +1050,16 @@ async fn a_tenant_resumes_its_own_pause_and_never_an_operators() {
     assert_eq!(paused().await, ["acme.shop"]);
     assert_eq!(operator("resume").await, 200);
     assert!(paused().await.is_empty());
+
+    // An operator's pause that lands after the endpoint's deletion (set through a
+    // process that had not seen it gone) is no pause of one created again.
+    let deleted = call(addr, "DELETE", "/v1/endpoints/acme.shop", &acme, Value::Null).await;
+    assert_eq!(deleted.0, 200, "{deleted:?}");
+    server.app.store.set_paused("acme.shop", true, now() * 1000).await.expect("pause");
+    create_shop(addr, &acme).await;
+    assert!(paused().await.is_empty());
+    assert_eq!(by_tenant("pause").await.0, 200);
+    assert_eq!(by_tenant("resume").await.0, 200);
 }
 }
 

@@ -19,6 +19,12 @@ const DISCARD_PENDING: &str =
      discarded_at_ms = $2
      WHERE endpoint = $1 AND state = 'pending'";
 
+/// Remove an endpoint id's (`$1`) pause: with its endpoint deleted, or one created
+/// under the id. An operator's pause set while a process still knew the deleted
+/// endpoint can land after the deletion's own, and one created again would start
+/// paused by nobody's choice, with no resume the tenant may make.
+const UNPAUSE: &str = "DELETE FROM endpoint_pauses WHERE endpoint = $1";
+
 /// How many of an endpoint's receipts one statement of
 /// [`Store::discard_pending_of_deleted`] looks at.
 const DISCARD_BATCH: i64 = 1_000;
@@ -367,6 +373,7 @@ impl Store {
                 return Ok(Added::Exists);
             }
             insert_secret!(&mut *tx, secret);
+            sqlx::query(UNPAUSE).bind(&endpoint.id).execute(&mut *tx).await?;
             let now = crate::clock::now_ms();
             sqlx::query(DISCARD_PENDING).bind(&endpoint.id).bind(now).execute(&mut *tx).await?;
             sqlx::query(BUMP).execute(&mut *tx).await?;
@@ -417,7 +424,6 @@ impl Store {
     pub async fn delete_endpoint(&self, tenant: &str, id: &str) -> Result<bool, StoreError> {
         const SQL: &str = "DELETE FROM managed_endpoints WHERE id = $1 AND tenant = $2";
         const SECRETS: &str = "DELETE FROM endpoint_secrets WHERE endpoint = $1";
-        const PAUSE: &str = "DELETE FROM endpoint_pauses WHERE endpoint = $1";
         let deleted = on_pool!(self, writes, pool => {
             let mut tx = pool.begin().await?;
             let query = sqlx::query(SQL).bind(id).bind(tenant);
@@ -425,7 +431,7 @@ impl Store {
                 return Ok(false);
             }
             sqlx::query(SECRETS).bind(id).execute(&mut *tx).await?;
-            sqlx::query(PAUSE).bind(id).execute(&mut *tx).await?;
+            sqlx::query(UNPAUSE).bind(id).execute(&mut *tx).await?;
             sqlx::query(BUMP).execute(&mut *tx).await?;
             tx.commit().await?;
             true
