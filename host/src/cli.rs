@@ -477,6 +477,20 @@ fn operator_config(path: &Path, secrets: Secrets) -> anyhow::Result<Config> {
     Ok(config)
 }
 
+/// The receiver as `serve` builds it, without serving: with the tenants' endpoints
+/// too, for a command that runs an endpoint's plugin (built from the file alone, a
+/// tenant's live endpoint would be "no longer configured").
+async fn receiver(config: &Config) -> anyhow::Result<Arc<crate::http::App>> {
+    let app = crate::build(config).await?;
+    if let Some(tenancy) = &config.tenancy
+        && let Err(error) = crate::tenancy::refresh(&app, tenancy).await
+    {
+        app.store.close().await;
+        return Err(anyhow::anyhow!("the tenants' endpoints: {error}"));
+    }
+    Ok(app)
+}
+
 /// Open the configuration's store (applying its migrations, or refusing a newer
 /// schema); an error names the configuration file.
 async fn open_store(path: &Path, config: &Config) -> anyhow::Result<crate::store::Store> {
@@ -654,7 +668,7 @@ fn operate(operation: Operation) -> anyhow::Result<()> {
     runtime.block_on(async move {
         if remapping {
             // Remapping runs plugins: build the whole receiver (without serving).
-            let app = crate::build(&config).await?;
+            let app = receiver(&config).await?;
             if let Err(error) = known(&config, &app.store, &operation).await {
                 app.store.close().await;
                 return Err(error);
@@ -678,7 +692,7 @@ fn operate(operation: Operation) -> anyhow::Result<()> {
         }) = &operation
         {
             // Redacting the signature asks the endpoint's plugin: build the receiver.
-            let app = crate::build(&config).await?;
+            let app = receiver(&config).await?;
             let result = show_event(&app, endpoint, event_id).await;
             app.store.close().await;
             return result;
@@ -876,7 +890,7 @@ fn forensics(command: ForensicsCommand) -> anyhow::Result<()> {
                 return result;
             }
         };
-        let app = crate::build(&config).await?;
+        let app = receiver(&config).await?;
         let result = if reingest {
             crate::forensics::reingest(&app, id)
                 .await

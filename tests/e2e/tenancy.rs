@@ -1141,6 +1141,45 @@ async fn a_deleted_endpoints_backlog_is_discarded_in_batches() {
 }
 }
 
+crate::both_stores! {
+async fn the_cli_runs_a_tenant_endpoints_plugin_as_the_server_does() {
+    // Commands that run an endpoint's plugin build the receiver; built from the file
+    // alone, it said a tenant's live endpoint was "no longer configured".
+    let (server, _addr, _acme) = acme_shop(&config()).await;
+    let config = server.config_path();
+    // Kept for forensics: signed with a secret the endpoint does not hold.
+    assert_eq!(post_signed(server.addr, "acme.shop", ROTATED, "evt_forged").await, 400);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let kept = loop {
+        let (ok, stdout, stderr) =
+            crate::cli::hookhost(&["forensics", "list", "--config", &config, "--json"]);
+        assert!(ok, "{stderr}");
+        if let Some(line) = stdout.lines().next() {
+            break serde_json::from_str::<Value>(line).expect("a JSON line");
+        }
+        assert!(Instant::now() < deadline, "the forged request was not kept");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(kept["endpoint"], "acme.shop");
+    let id = kept["id"].to_string();
+    let (ok, stdout, stderr) = crate::cli::hookhost(&["forensics", "verify", "--config", &config, &id]);
+    assert!(ok, "{stderr}");
+    let verdict: Value = serde_json::from_str(stdout.trim()).expect("a verdict");
+    assert_eq!((&verdict["passes"], &verdict["detail"]["reason"]), (&json!(false), &json!("invalid_signature")), "{verdict}");
+
+    // A remapping replay runs the plugin again on the stored request.
+    assert_eq!(post_signed(server.addr, "acme.shop", SECRET, "evt_again").await, 200);
+    let store = &server.app.store;
+    assert!(store.discard("acme.shop", "evt_again", "test").await.expect("discard"));
+    let (ok, stdout, stderr) = crate::cli::hookhost(&[
+        "events", "replay", "--config", &config, "--endpoint", "acme.shop", "--remap",
+    ]);
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout.trim(), "1 replayed");
+    assert_eq!(server.receipt("acme.shop", "evt_again").await.state, "pending");
+}
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_endpoints_series_leave_the_metrics() {
     // Kept, a tenant creating and deleting endpoints in a loop would grow every
