@@ -168,6 +168,8 @@ pub fn named_plugin(config: &EndpointConfig, catalog: &Catalog) -> Result<Arc<Pl
 pub struct Registry {
     current: RwLock<Arc<HashMap<String, Arc<Endpoint>>>>,
     fixed: Vec<Arc<Endpoint>>,
+    /// Whether the tenants' endpoints have been swapped in once.
+    managed_loaded: std::sync::atomic::AtomicBool,
     /// Held from reading the tenants' endpoints in the store to swapping them in, so
     /// that rebuilds run one at a time: one begun on older rows cannot finish after,
     /// and replace, one begun on newer rows.
@@ -179,10 +181,18 @@ impl Registry {
         let registry = Registry {
             current: RwLock::default(),
             fixed: endpoints.into_iter().map(Arc::new).collect(),
+            managed_loaded: std::sync::atomic::AtomicBool::new(false),
             reloading: tokio::sync::Mutex::const_new(()),
         };
-        registry.replace_managed(Vec::new());
+        registry.swap_in(Vec::new());
         registry
+    }
+
+    /// Whether the tenants' endpoints have been read and swapped in at least once:
+    /// before, an id not in the file may still be one of theirs.
+    pub fn managed_loaded(&self) -> bool {
+        self.managed_loaded
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Whether `id` is one of the configuration file's endpoints (read-only).
@@ -218,6 +228,12 @@ impl Registry {
     /// Swap in the tenants' endpoints beside the fixed ones (which win an id both
     /// claim); requests in flight keep the endpoint they resolved.
     pub fn replace_managed(&self, managed: Vec<Endpoint>) {
+        self.swap_in(managed);
+        self.managed_loaded
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    fn swap_in(&self, managed: Vec<Endpoint>) {
         let map = managed
             .into_iter()
             .map(Arc::new)

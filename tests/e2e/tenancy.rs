@@ -559,6 +559,52 @@ async fn a_change_through_one_process_is_served_by_another_without_a_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn until_the_tenants_endpoints_are_read_their_requests_are_retried_not_refused() {
+    // A process starting (a rolling restart, say) serves the file's endpoints at once
+    // and the tenants' once it has read them from the store. Meanwhile their senders
+    // were answered 404 `unknown_endpoint`, which tells them to stop.
+    let db = PgDatabase::create();
+    let config = format!("store = \"{}\"\n{}", db.url(), config());
+    let first = Server::start(&config).await;
+    let addr = api(&first).await;
+    let acme = tenant(addr, "acme").await;
+    create_shop(addr, &acme).await;
+    first.stop().await;
+
+    // The tenants' endpoints cannot be read while this transaction holds the table.
+    let mut holder = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url())
+        .await
+        .expect("connect");
+    let mut held = sqlx::Connection::begin(&mut holder).await.expect("begin");
+    sqlx::query("LOCK TABLE managed_endpoints IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *held)
+        .await
+        .expect("lock");
+    let server = Server::start(&config).await;
+    let admin = crate::operations::admin(&server).await;
+    let t = now();
+    let body = stripe_event("evt_file", "customer.updated", "cus_file", t);
+    assert_eq!(server.post_stripe(&[STRIPE_SECRET], t, &body).await.0, 200);
+    let headers = stripe_headers(&[SECRET], t, &body);
+    let answer = request(
+        server.addr,
+        "POST",
+        "/webhooks/acme.shop",
+        &headers,
+        body.clone().into(),
+    )
+    .await;
+    assert_eq!(answer, (503, json!({"error": "store_unavailable"})));
+    assert_eq!(crate::operations::get(admin, "/readyz", None).await.0, 503);
+
+    held.rollback().await.expect("release");
+    until(server.addr, "acme.shop", SECRET, 200).await;
+    assert_eq!(crate::operations::get(admin, "/readyz", None).await.0, 200);
+    let (status, _) = server.post("no-such-endpoint", &[], body).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quotas_bound_a_tenants_request_rate_and_its_endpoints() {
     let server = Server::start(&config()).await;
     let addr = api(&server).await;

@@ -95,8 +95,12 @@ async fn metrics(State(admin): State<Admin>) -> Response {
 /// 200 when this server can take requests: its plugins are loaded and its
 /// migrations applied (it would not have started otherwise), and the store answers
 /// (on SQLite, its receipt writer commits too: see `Store::ready`). 503
-/// `store_unavailable` when it does not.
+/// `store_unavailable` when it does not, or before the tenants' endpoints are first
+/// read from it (their requests are answered 503 until then).
 async fn ready(State(admin): State<Admin>) -> Response {
+    if admin.app.tenancy.is_some() && !admin.app.endpoints.managed_loaded() {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable");
+    }
     match admin.app.store.ready().await {
         Ok(_) => Json(serde_json::json!({ "ready": true })).into_response(),
         Err(e) => store_error(e),

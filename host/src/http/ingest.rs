@@ -80,7 +80,15 @@ async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Result<(Response, RequestOutcome), IngestError> {
-    let endpoint = endpoint.ok_or(IngestError::UnknownEndpoint)?;
+    let endpoint = endpoint.ok_or_else(|| {
+        // Until the tenants' endpoints are first read, an id not in the file may be
+        // one of theirs: 503, which senders retry, and not 404, which stops them.
+        if app.tenancy.is_some() && !app.endpoints.managed_loaded() {
+            IngestError::StoreUnavailable
+        } else {
+            IngestError::UnknownEndpoint
+        }
+    })?;
     if method != Method::POST && method != Method::GET {
         return Err(IngestError::MethodNotAllowed);
     }
