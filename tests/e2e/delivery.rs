@@ -599,6 +599,60 @@ async fn a_replay_leaves_an_event_whose_attempt_is_on_the_wire() {
 }
 
 crate::both_stores! {
+async fn a_version_discarded_on_the_wire_but_delivered_is_not_replayed_over() {
+    // Discarded while its attempt was on the wire, then answered 2xx, version 2 is at
+    // the destination all the same: version 1, a dead letter, replayed after it would
+    // be sent over it.
+    let server = Server::start(&stripe_config("")).await;
+    let store = &server.app.store;
+    let now_ms = now() * 1000;
+    for (id, version) in [("evt_v1", 1), ("evt_v2", 2)] {
+        store
+            .record(new_receipt(id, "cus_sent", Some(version), now_ms))
+            .await
+            .expect("record");
+    }
+    let endpoints = vec!["stripe".to_string()];
+    let lease = || store.lease_due("w", &endpoints, now_ms + 1, Duration::from_secs(60), 10);
+    let attempt = answered_ok(now_ms);
+    let first = lease().await.expect("lease");
+    assert_eq!(first[0].event_id, "evt_v1");
+    store.finish_attempt(&first[0], "w", &attempt, &Next::Dead).await.expect("finish");
+    let second = lease().await.expect("lease");
+    assert_eq!(second[0].event_id, "evt_v2");
+    assert!(store.discard("stripe", "evt_v2", "sent by hand").await.expect("discard"));
+    store.finish_attempt(&second[0], "w", &attempt, &Next::Delivered).await.expect("finish");
+    assert_eq!(server.receipt("stripe", "evt_v2").await.state, "discarded");
+    let dead = hookhost::store::Filter {
+        endpoint: Some("stripe".into()),
+        states: vec!["dead".into()],
+        ..Default::default()
+    };
+    assert_eq!(store.replay(&dead).await.expect("replay"), 0);
+    assert_eq!(server.receipt("stripe", "evt_v1").await.state, "dead");
+
+    // Failed instead, a discarded version never reached the destination: the older
+    // one may go.
+    for (id, version) in [("evt_w1", 1), ("evt_w2", 2)] {
+        store
+            .record(new_receipt(id, "cus_unsent", Some(version), now_ms))
+            .await
+            .expect("record");
+    }
+    let first = lease().await.expect("lease");
+    assert_eq!(first[0].event_id, "evt_w1");
+    store.finish_attempt(&first[0], "w", &attempt, &Next::Dead).await.expect("finish");
+    let second = lease().await.expect("lease");
+    assert_eq!(second[0].event_id, "evt_w2");
+    assert!(store.discard("stripe", "evt_w2", "sent by hand").await.expect("discard"));
+    store.finish_attempt(&second[0], "w", &attempt, &Next::Dead).await.expect("finish");
+    assert_eq!(store.replay(&dead).await.expect("replay"), 1);
+    assert_eq!(server.receipt("stripe", "evt_w1").await.state, "pending");
+    assert_eq!(server.receipt("stripe", "evt_v1").await.state, "dead");
+}
+}
+
+crate::both_stores! {
 async fn an_event_discarded_on_the_wire_holds_its_resource_until_the_attempt_ends() {
     // No destination: the server's own workers leave the events alone.
     let server = Server::start(&stripe_config("")).await;

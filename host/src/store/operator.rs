@@ -110,7 +110,8 @@ pub struct Summary {
 /// States a replay takes an event out of.
 pub(super) const REPLAYABLE: &str = "('dead', 'quarantined', 'delivered', 'discarded')";
 /// A replay's rule, the same in both dialects, on a receipt aliased `r`: an old version
-/// is not sent over a newer one its resource already has delivered, or has on its way.
+/// is not sent over a newer one its resource already has delivered (a discarded one
+/// too, when its attempt on the wire was delivered), or has on its way.
 /// As at receipt, versions decide: events without one are never stale; at one
 /// version, the later arrival is the newer (delivered after the other). And as at
 /// receipt, a deleted resource stays deleted: no event but a deletion is sent at or
@@ -123,7 +124,7 @@ pub(super) const NOT_SUPERSEDED: &str = "(NOT EXISTS (
       AND (newer.resource_version > r.resource_version
            OR (newer.resource_version = r.resource_version
                AND (newer.received_at_ms, newer.event_id) > (r.received_at_ms, r.event_id)))
-      AND newer.state IN ('pending', 'delivered'))
+      AND (newer.state IN ('pending', 'delivered') OR newer.delivered_at_ms IS NOT NULL))
   AND NOT (NOT r.deleted AND EXISTS (
     SELECT 1 FROM resource_versions AS tomb
     WHERE tomb.endpoint = r.endpoint
