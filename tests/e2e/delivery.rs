@@ -653,6 +653,50 @@ async fn a_version_discarded_on_the_wire_but_delivered_is_not_replayed_over() {
 }
 
 crate::both_stores! {
+async fn a_remapped_version_gates_later_pushes_as_one_received() {
+    // Mapped at first without a resource (an older plugin's mistake), an event is
+    // replayed with the version it should have had. A push of an older version that
+    // comes after must be stale, as if the event had been mapped right at receipt.
+    let server = Server::start(&stripe_config("")).await;
+    let store = &server.app.store;
+    let now_ms = now() * 1000;
+    let mut unmapped = new_receipt("evt_unmapped", "cus_remap", None, now_ms);
+    unmapped.resource = None;
+    store.record(unmapped).await.expect("record");
+    let endpoints = vec!["stripe".to_string()];
+    let leased = store
+        .lease_due("w", &endpoints, now_ms + 1, Duration::from_secs(60), 10)
+        .await
+        .expect("lease");
+    store
+        .finish_attempt(&leased[0], "w", &answered_ok(now_ms), &Next::Delivered)
+        .await
+        .expect("finish");
+    let resource = hookhost::store::Resource {
+        kind: "customer".into(),
+        id: "cus_remap".into(),
+        version: Some(10),
+        deleted: false,
+    };
+    let replayed = store
+        .remap_replay("stripe", "evt_unmapped", "customer.updated", Some(&resource), "2", "d")
+        .await
+        .expect("remap");
+    assert_eq!(replayed, 1);
+    let late = store
+        .record(new_receipt("evt_late", "cus_remap", Some(7), now_ms + 5))
+        .await
+        .expect("record");
+    assert_eq!(late, hookhost::store::Outcome::StaleVersion);
+    let newer = store
+        .record(new_receipt("evt_newer", "cus_remap", Some(11), now_ms + 6))
+        .await
+        .expect("record");
+    assert_eq!(newer, hookhost::store::Outcome::Accepted);
+}
+}
+
+crate::both_stores! {
 async fn an_event_discarded_on_the_wire_holds_its_resource_until_the_attempt_ends() {
     // No destination: the server's own workers leave the events alone.
     let server = Server::start(&stripe_config("")).await;

@@ -397,11 +397,24 @@ impl SqliteStore {
     }
 }
 
+/// Record version `$4` of resource (`$1`, `$2`, `$3`), moved by event `$5` (a delete
+/// when `$6`), where it is newer than what the gate holds, or the same version's
+/// tombstone: what a receipt's batch records, on both backends.
+const MOVE_GATE: &str =
+    "INSERT INTO resource_versions (endpoint, resource_kind, resource_id, version, event_id, deleted)
+     VALUES ($1, $2, $3, $4, $5, $6)
+     ON CONFLICT (endpoint, resource_kind, resource_id) DO UPDATE
+     SET version = excluded.version, event_id = excluded.event_id, deleted = excluded.deleted
+     WHERE resource_versions.version < excluded.version
+        OR (resource_versions.version = excluded.version AND excluded.deleted
+            AND NOT resource_versions.deleted)";
+
 impl super::Store {
     /// Replay one event with a mapping (type, resource, version) a plugin produced
-    /// again, recording which plugin version produced it: the new mapping and the
-    /// replay are one transaction, so an event the replay leaves alone (not in a
-    /// replayable state, or superseded under its new mapping) keeps its old one.
+    /// again, recording which plugin version produced it: the new mapping, the replay
+    /// and the version gate's move ([`MOVE_GATE`]) are one transaction, so an event the
+    /// replay leaves alone (not in a replayable state, or superseded under its new
+    /// mapping) keeps its old one.
     /// Returns whether it was replayed (0 or 1). The same statements on both backends.
     pub async fn remap_replay(
         &self,
@@ -448,9 +461,26 @@ impl super::Store {
                 .await?
                 .rows_affected();
             // Not replayed: dropped, so rolled back, and the old mapping stays.
-            if replayed > 0 {
-                tx.commit().await?;
+            if replayed == 0 {
+                return Ok(0);
             }
+            // The version gate learns the new mapping as it would have at receipt:
+            // else a late push of an older version, with no gate row to stop it, was
+            // accepted and delivered over this one.
+            if let Some(x) = resource
+                && let Some(version) = x.version
+            {
+                sqlx::query(MOVE_GATE)
+                    .bind(endpoint)
+                    .bind(&x.kind)
+                    .bind(&x.id)
+                    .bind(super::judge::version_i64(version))
+                    .bind(event_id)
+                    .bind(x.deleted)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
             replayed
         });
         if replayed > 0 {
