@@ -44,6 +44,9 @@ use subtle::ConstantTimeEq as _;
 
 /// How often each process looks for changes made through the API (by any process).
 pub const POLL: Duration = Duration::from_millis(500);
+/// How often each process discards what deleted endpoints left pending
+/// ([`crate::store::Store::discard_orphaned`]).
+const SWEEP: Duration = Duration::from_secs(60);
 
 /// Each tenant's ingest rate in this process: a token bucket per tenant holding up to
 /// one second of its quota, refilled continuously.
@@ -667,6 +670,7 @@ pub async fn keep_registry_current(
     tenancy: TenancyConfig,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let sweeping = tokio::spawn(sweep_orphaned(app.clone(), stop.clone()));
     let mut loaded = None;
     loop {
         match app.store.registry_version().await {
@@ -684,6 +688,27 @@ pub async fn keep_registry_current(
         }
         if *stop.borrow() {
             app.secret_use.flush(&app.store).await;
+            let _ = sweeping.await;
+            return;
+        }
+    }
+}
+
+/// Every [`SWEEP`] until `stop`, discard what deleted endpoints left pending
+/// ([`crate::store::Store::discard_orphaned`]): in a task of its own, so that a long
+/// one never holds back the registry's reloads.
+async fn sweep_orphaned(app: Arc<App>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        match app.store.discard_orphaned().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(discarded = n, "deleted endpoints' late receipts discarded"),
+            Err(error) => tracing::warn!(%error, "deleted endpoints' late receipts not discarded"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(SWEEP) => {}
+            _ = stop.changed() => {}
+        }
+        if *stop.borrow() {
             return;
         }
     }

@@ -1188,6 +1188,36 @@ async fn a_deleted_endpoints_backlog_is_discarded_in_batches() {
 }
 
 crate::both_stores! {
+async fn what_a_deleted_endpoint_stores_late_is_discarded_by_the_sweep() {
+    // Stored after the deletion's discard, by a request already under way or by a
+    // process that had not yet seen the endpoint gone, a receipt waited for ever:
+    // nothing leases a deleted endpoint's receipts and no purge takes a pending one.
+    let (server, addr, acme) = acme_shop(&config()).await;
+    let other = json!({"name": "other", "plugin": "stripe", "secret": SECRET});
+    assert_eq!(call(addr, "POST", "/v1/endpoints", &acme, other).await.0, 201);
+    let deleted = call(addr, "DELETE", "/v1/endpoints/acme.shop", &acme, Value::Null).await;
+    assert_eq!(deleted.0, 200, "{deleted:?}");
+    let store = &server.app.store;
+    let at = now() * 1000;
+    for (endpoint, id) in [("acme.shop", "evt_late"), ("acme.other", "evt_live"), ("stripe", "evt_file")] {
+        let mut receipt = new_receipt(id, id, None, at);
+        receipt.endpoint = endpoint.into();
+        store.record(receipt).await.expect("record");
+    }
+    // The server's own sweep may have taken it first (one runs as it starts).
+    assert!(store.discard_orphaned().await.expect("sweep") <= 1);
+    let late = server.receipt("acme.shop", "evt_late").await;
+    assert_eq!(
+        (late.state.as_str(), late.state_reason.as_deref()),
+        ("discarded", Some("endpoint_deleted"))
+    );
+    assert_eq!(server.receipt("acme.other", "evt_live").await.state, "pending");
+    assert_eq!(server.receipt("stripe", "evt_file").await.state, "pending");
+    assert_eq!(store.discard_orphaned().await.expect("sweep"), 0);
+}
+}
+
+crate::both_stores! {
 async fn the_cli_runs_a_tenant_endpoints_plugin_as_the_server_does() {
     // Commands that run an endpoint's plugin build the receiver; built from the file
     // alone, it said a tenant's live endpoint was "no longer configured".

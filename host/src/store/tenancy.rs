@@ -445,6 +445,28 @@ impl Store {
         Ok(deleted)
     }
 
+    /// Discard what deleted endpoints left pending, and answer how many: receipts
+    /// committed after a deletion's own discard, by a request already under way or
+    /// by a process that had not yet seen the endpoint gone. No worker leases them
+    /// (no endpoint of theirs is served) and no purge takes a pending receipt: else
+    /// they waited for ever, out of every view but a listing. A tenant's endpoint id
+    /// is `{tenant}.{name}`, and the file's ids hold no `.`: a pending receipt under a
+    /// dotted id that no managed endpoint holds is such a leftover.
+    pub async fn discard_orphaned(&self) -> Result<u64, StoreError> {
+        const ORPHANED: &str = "SELECT DISTINCT r.endpoint FROM receipts AS r
+                                WHERE r.state = 'pending' AND r.endpoint LIKE '%.%'
+                                  AND NOT EXISTS (SELECT 1 FROM managed_endpoints AS m
+                                                  WHERE m.id = r.endpoint)";
+        let ids: Vec<String> = on_pool!(self, reads, pool => {
+            sqlx::query_scalar(ORPHANED).fetch_all(pool).await?
+        });
+        let mut discarded = 0;
+        for id in ids {
+            discarded += self.discard_pending_of_deleted(&id).await?;
+        }
+        Ok(discarded)
+    }
+
     /// Discard, as `endpoint_deleted`, the pending receipts of endpoint id `id` while
     /// no managed endpoint holds it, and answer how many. The receipts are taken in
     /// the primary key's order, [`DISCARD_BATCH`] at a time, each statement committed
