@@ -170,6 +170,8 @@ pub struct Registry {
     fixed: Vec<Arc<Endpoint>>,
     /// Whether the tenants' endpoints have been swapped in once.
     managed_loaded: std::sync::atomic::AtomicBool,
+    /// The tenants' endpoints the store holds that could not be built.
+    unserved: RwLock<Arc<std::collections::HashSet<String>>>,
     /// Held from reading the tenants' endpoints in the store to swapping them in, so
     /// that rebuilds run one at a time: one begun on older rows cannot finish after,
     /// and replace, one begun on newer rows.
@@ -182,6 +184,7 @@ impl Registry {
             current: RwLock::default(),
             fixed: endpoints.into_iter().map(Arc::new).collect(),
             managed_loaded: std::sync::atomic::AtomicBool::new(false),
+            unserved: RwLock::default(),
             reloading: tokio::sync::Mutex::const_new(()),
         };
         registry.swap_in(Vec::new());
@@ -193,6 +196,25 @@ impl Registry {
     pub fn managed_loaded(&self) -> bool {
         self.managed_loaded
             .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether `id` may be served soon though it is not now: the tenants' endpoints
+    /// are not read yet, or it is one of theirs that could not be built. Its requests
+    /// are answered 503, which senders retry, not 404, which stops them.
+    pub fn pending(&self, id: &str) -> bool {
+        !self.managed_loaded() || self.unserved_now().contains(id)
+    }
+
+    /// Whether one of the tenants' endpoints could not be built.
+    pub fn has_unserved(&self) -> bool {
+        !self.unserved_now().is_empty()
+    }
+
+    fn unserved_now(&self) -> Arc<std::collections::HashSet<String>> {
+        self.unserved
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     /// Whether `id` is one of the configuration file's endpoints (read-only).
@@ -227,7 +249,13 @@ impl Registry {
 
     /// Swap in the tenants' endpoints beside the fixed ones (which win an id both
     /// claim); requests in flight keep the endpoint they resolved.
-    pub fn replace_managed(&self, managed: Vec<Endpoint>) {
+    pub fn replace_managed(&self, managed: Vec<Endpoint>, unserved: Vec<String>) {
+        // Unserved first: an id leaving the map for it is never in neither.
+        *self
+            .unserved
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            Arc::new(unserved.into_iter().collect());
         self.swap_in(managed);
         self.managed_loaded
             .store(true, std::sync::atomic::Ordering::Release);

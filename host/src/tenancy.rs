@@ -47,6 +47,8 @@ pub const POLL: Duration = Duration::from_millis(500);
 /// How often each process discards what deleted endpoints left pending
 /// ([`crate::store::Store::discard_orphaned`]).
 const SWEEP: Duration = Duration::from_secs(60);
+/// How often the tenants' endpoints are rebuilt while one could not be built.
+const RETRY_UNSERVED: Duration = Duration::from_secs(30);
 
 /// Each tenant's ingest rate in this process: a token bucket per tenant holding up to
 /// one second of its quota, refilled continuously.
@@ -416,8 +418,13 @@ impl EndpointSpec {
 
 /// Build the tenants' endpoints from the store's rows: specs, and active secrets
 /// opened (newest first: the newest is current). An endpoint that no longer builds
-/// (its plugin is gone, its secret does not open) is left out and logged.
-fn build_managed(app: &App, tenancy: &TenancyConfig, rows: RegistryRows) -> Vec<Endpoint> {
+/// (its plugin is gone, its secret does not open) is left out, logged, and its id
+/// answered beside those built.
+fn build_managed(
+    app: &App,
+    tenancy: &TenancyConfig,
+    rows: RegistryRows,
+) -> (Vec<Endpoint>, Vec<String>) {
     let RegistryRows {
         tenants,
         endpoints: managed,
@@ -426,6 +433,7 @@ fn build_managed(app: &App, tenancy: &TenancyConfig, rows: RegistryRows) -> Vec<
     } = rows;
     let key = &tenancy.master_key;
     let mut endpoints = Vec::with_capacity(managed.len());
+    let mut unserved = Vec::new();
     for endpoint in managed {
         let active: Vec<&SealedSecret> = secrets
             .iter()
@@ -468,11 +476,12 @@ fn build_managed(app: &App, tenancy: &TenancyConfig, rows: RegistryRows) -> Vec<
                 endpoints.push(built);
             }
             Err(error) => {
-                tracing::error!(endpoint = %endpoint.id, %error, "tenant endpoint not served")
+                tracing::error!(endpoint = %endpoint.id, %error, "tenant endpoint not served");
+                unserved.push(endpoint.id);
             }
         }
     }
-    endpoints
+    (endpoints, unserved)
 }
 
 /// A tenant's quotas: its own where it has them, else the configuration's.
@@ -664,7 +673,8 @@ fn fetch_wasm(app: &Arc<App>, tenant: &str, digest: &str) -> Fetch {
 }
 
 /// Reload the tenants' endpoints whenever the store's registry version moves, until
-/// `stop`. The first load happens at once.
+/// `stop`, and every [`RETRY_UNSERVED`] while one could not be built (its plugin's
+/// code not read from the store, say). The first load happens at once.
 pub async fn keep_registry_current(
     app: Arc<App>,
     tenancy: TenancyConfig,
@@ -672,12 +682,17 @@ pub async fn keep_registry_current(
 ) {
     let sweeping = tokio::spawn(sweep_orphaned(app.clone(), stop.clone()));
     let mut loaded = None;
+    let mut built_at = tokio::time::Instant::now();
     loop {
+        let retry = app.endpoints.has_unserved() && built_at.elapsed() >= RETRY_UNSERVED;
         match app.store.registry_version().await {
-            Ok(version) if Some(version) != loaded => match refresh(&app, &tenancy).await {
-                Ok(built) => loaded = Some(built),
-                Err(error) => tracing::warn!(%error, "tenant endpoints not reloaded"),
-            },
+            Ok(version) if Some(version) != loaded || retry => {
+                built_at = tokio::time::Instant::now();
+                match refresh(&app, &tenancy).await {
+                    Ok(built) => loaded = Some(built),
+                    Err(error) => tracing::warn!(%error, "tenant endpoints not reloaded"),
+                }
+            }
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "registry version not read"),
         }
@@ -715,6 +730,8 @@ async fn sweep_orphaned(app: Arc<App>, mut stop: tokio::sync::watch::Receiver<bo
 }
 
 /// Rebuild the tenants' endpoints now and swap them in; the registry version built.
+/// Those that could not be built are answered 503 (retried) until a rebuild serves
+/// them: see [`keep_registry_current`].
 pub async fn refresh(app: &Arc<App>, tenancy: &TenancyConfig) -> Result<i64, StoreError> {
     let _one_at_a_time = app.endpoints.reloading.lock().await;
     let rows = app.store.registry().await?;
@@ -722,12 +739,12 @@ pub async fn refresh(app: &Arc<App>, tenancy: &TenancyConfig) -> Result<i64, Sto
     // Building runs each plugin's config check: on a plugin thread, as every call.
     let (on_thread, tenancy) = (app.clone(), tenancy.clone());
     let version = rows.version;
-    let built = app
+    let (built, unserved) = app
         .plugin_threads
         .run(move || build_managed(&on_thread, &tenancy, rows))
         .await
         .map_err(|e| StoreError::Unavailable(format!("tenant endpoints not built: {e}")))?;
-    app.endpoints.replace_managed(built);
+    app.endpoints.replace_managed(built, unserved);
     Ok(version)
 }
 

@@ -604,6 +604,46 @@ async fn until_the_tenants_endpoints_are_read_their_requests_are_retried_not_ref
     assert_eq!(status, 404);
 }
 
+/// Run `sql` on the server's store, from a connection of the test's own.
+async fn on_store(server: &Server, sql: &str) {
+    match &server.database {
+        Some(db) => {
+            let mut direct = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url())
+                .await
+                .expect("connect");
+            sqlx::query(sql).execute(&mut direct).await.expect(sql);
+        }
+        None => {
+            let mut direct = open_db(&server.db_path()).await;
+            sqlx::query(sql).execute(&mut direct).await.expect(sql);
+        }
+    }
+}
+
+crate::both_stores! {
+async fn a_tenant_endpoint_that_cannot_be_built_is_retried_not_refused() {
+    // Held in the store but not built (here: its settings do not parse), an endpoint
+    // was unknown to ingest: 404, which tells its senders to stop.
+    let (server, ..) = acme_shop(&config()).await;
+    assert_eq!(post_signed(server.addr, "acme.shop", SECRET, "evt_before").await, 200);
+    let bump = "UPDATE registry_version SET version = version + 1";
+    on_store(&server, "UPDATE managed_endpoints SET spec = '{' || spec WHERE id = 'acme.shop'").await;
+    on_store(&server, bump).await;
+    until(server.addr, "acme.shop", SECRET, 503).await;
+    let t = now();
+    let body = stripe_event("evt_unbuilt", "customer.updated", "cus_unbuilt", t);
+    let headers = stripe_headers(&[SECRET], t, &body);
+    let answer = request(server.addr, "POST", "/webhooks/acme.shop", &headers, body.into()).await;
+    assert_eq!(answer, (503, json!({"error": "store_unavailable"})));
+    // An id no tenant holds is still unknown.
+    assert_eq!(post_signed(server.addr, "acme.nothing", SECRET, "evt_none").await, 404);
+
+    on_store(&server, "UPDATE managed_endpoints SET spec = substr(spec, 2) WHERE id = 'acme.shop'").await;
+    on_store(&server, bump).await;
+    until(server.addr, "acme.shop", SECRET, 200).await;
+}
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quotas_bound_a_tenants_request_rate_and_its_endpoints() {
     let server = Server::start(&config()).await;

@@ -51,7 +51,8 @@ pub async fn ingest(
         event_id = tracing::field::Empty,
         event_type = tracing::field::Empty,
     );
-    let answered = handle(&app, known.clone(), method, uri, headers, body)
+    let resolved = known.clone().ok_or_else(|| not_served(&app, &endpoint));
+    let answered = handle(&app, resolved, method, uri, headers, body)
         .instrument(span)
         .await;
     // Labels only for configured endpoints: a sender cannot invent label values.
@@ -72,23 +73,26 @@ pub async fn ingest(
     response
 }
 
+/// Why no endpoint serves `id`: none is known (404, which tells senders to stop), or
+/// it may be a tenant's not yet read from the store, or not built (503, which they
+/// retry).
+fn not_served(app: &App, id: &str) -> IngestError {
+    if app.tenancy.is_some() && app.endpoints.pending(id) {
+        IngestError::StoreUnavailable
+    } else {
+        IngestError::UnknownEndpoint
+    }
+}
+
 async fn handle(
     app: &Arc<App>,
-    endpoint: Option<Arc<Endpoint>>,
+    endpoint: Result<Arc<Endpoint>, IngestError>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Result<(Response, RequestOutcome), IngestError> {
-    let endpoint = endpoint.ok_or_else(|| {
-        // Until the tenants' endpoints are first read, an id not in the file may be
-        // one of theirs: 503, which senders retry, and not 404, which stops them.
-        if app.tenancy.is_some() && !app.endpoints.managed_loaded() {
-            IngestError::StoreUnavailable
-        } else {
-            IngestError::UnknownEndpoint
-        }
-    })?;
+    let endpoint = endpoint?;
     if method != Method::POST && method != Method::GET {
         return Err(IngestError::MethodNotAllowed);
     }
