@@ -47,6 +47,9 @@ pub struct Endpoint {
 #[derive(Debug, Clone)]
 pub struct TenantLimits {
     pub id: String,
+    /// When the endpoint was created: one deleted and created again under its id is
+    /// another endpoint.
+    pub created_at_ms: i64,
     pub requests_per_second: u32,
     /// The ids of the endpoint's active secrets, in the order of its keys.
     pub secret_ids: Vec<String>,
@@ -203,6 +206,19 @@ impl Registry {
     /// are answered 503, which senders retry, not 404, which stops them.
     pub fn pending(&self, id: &str) -> bool {
         !self.managed_loaded() || self.unserved_now().contains(id)
+    }
+
+    /// Whether `endpoint`, as a request resolved it, is still served: the file's always
+    /// are; a tenant's, unless it has been deleted since (and maybe created again).
+    pub fn still_serves(&self, endpoint: &Endpoint) -> bool {
+        let Some(tenant) = &endpoint.tenant else {
+            return true;
+        };
+        self.get(&endpoint.id).is_some_and(|now| {
+            now.tenant
+                .as_ref()
+                .is_some_and(|t| t.created_at_ms == tenant.created_at_ms)
+        })
     }
 
     /// Whether one of the tenants' endpoints could not be built.

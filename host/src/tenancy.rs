@@ -469,6 +469,7 @@ fn build_managed(
                     .any(|t| t.id == endpoint.tenant && t.seal_bodies);
                 built.tenant = Some(TenantLimits {
                     id: endpoint.tenant.clone(),
+                    created_at_ms: endpoint.created_at_ms,
                     requests_per_second: quotas.requests_per_second,
                     secret_ids,
                     seal_bodies: seals.then(|| key.clone()),

@@ -250,19 +250,30 @@ fn event_of_size(id: &str, t: i64, size: usize) -> String {
 
 /// A sender on a raw connection that declares its whole body, sends part of it, and
 /// stops until told to send the rest.
-struct SlowSender {
+pub struct SlowSender {
     stream: tokio::net::TcpStream,
     rest: Vec<u8>,
 }
 
 impl SlowSender {
     async fn start(addr: std::net::SocketAddr, body: &str, sent: usize) -> SlowSender {
+        SlowSender::start_to(addr, "stripe", STRIPE_SECRET, body, sent).await
+    }
+
+    /// The same, to Stripe endpoint `endpoint`, signed with `secret`.
+    pub async fn start_to(
+        addr: std::net::SocketAddr,
+        endpoint: &str,
+        secret: &str,
+        body: &str,
+        sent: usize,
+    ) -> SlowSender {
         use tokio::io::AsyncWriteExt as _;
         let mut request = format!(
-            "POST /webhooks/stripe HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
+            "POST /webhooks/{endpoint} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
             body.len()
         );
-        for (name, value) in stripe_headers(&[STRIPE_SECRET], now(), body) {
+        for (name, value) in stripe_headers(&[secret], now(), body) {
             request.push_str(&format!("{name}: {value}\r\n"));
         }
         request.push_str("\r\n");
@@ -291,7 +302,7 @@ impl SlowSender {
     }
 
     /// Send the rest; the answer's status line.
-    async fn finish(mut self) -> String {
+    pub async fn finish(mut self) -> String {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
         self.stream
             .write_all(&self.rest)

@@ -626,10 +626,21 @@ async fn a_tenant_endpoint_that_cannot_be_built_is_retried_not_refused() {
     // was unknown to ingest: 404, which tells its senders to stop.
     let (server, ..) = acme_shop(&config()).await;
     assert_eq!(post_signed(server.addr, "acme.shop", SECRET, "evt_before").await, 200);
+    // One request is being read as the endpoint stops being served.
+    let body = stripe_event("evt_slow", "customer.updated", "cus_slow", now());
+    let budget = &server.app.bodies;
+    let room = budget.available_bytes();
+    let slow = crate::ingest::SlowSender::start_to(server.addr, "acme.shop", SECRET, &body, 10).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while budget.available_bytes() == room {
+        assert!(Instant::now() < deadline, "the body was never read");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let bump = "UPDATE registry_version SET version = version + 1";
     on_store(&server, "UPDATE managed_endpoints SET spec = '{' || spec WHERE id = 'acme.shop'").await;
     on_store(&server, bump).await;
     until(server.addr, "acme.shop", SECRET, 503).await;
+    assert_eq!(slow.finish().await, "HTTP/1.1 503 Service Unavailable");
     let t = now();
     let body = stripe_event("evt_unbuilt", "customer.updated", "cus_unbuilt", t);
     let headers = stripe_headers(&[SECRET], t, &body);
@@ -1224,6 +1235,32 @@ async fn a_deleted_endpoints_backlog_is_discarded_in_batches() {
     store.record(fresh).await.expect("record");
     assert_eq!(store.discard_pending_of_deleted("acme.shop").await.expect("discard"), 0);
     assert_eq!(server.receipt("acme.shop", "evt_fresh").await.state, "pending");
+}
+}
+
+crate::both_stores! {
+async fn a_request_whose_endpoint_is_deleted_while_it_is_read_is_not_stored() {
+    // Resolved before its body was read (up to read_timeout_seconds), a request kept
+    // the endpoint it found: deleted meanwhile, and created again, its receipt went to
+    // the new endpoint's destination.
+    let (server, addr, acme) = acme_shop(&config()).await;
+    let body = stripe_event("evt_slow", "customer.updated", "cus_slow", now());
+    let budget = &server.app.bodies;
+    let room = budget.available_bytes();
+    let slow = crate::ingest::SlowSender::start_to(server.addr, "acme.shop", SECRET, &body, 10).await;
+    // Its body is being read (its room in memory held), so its endpoint is resolved.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while budget.available_bytes() == room {
+        assert!(Instant::now() < deadline, "the body was never read");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let deleted = call(addr, "DELETE", "/v1/endpoints/acme.shop", &acme, Value::Null).await;
+    assert_eq!(deleted.0, 200, "{deleted:?}");
+    create_shop(addr, &acme).await;
+    assert_eq!(slow.finish().await, "HTTP/1.1 404 Not Found");
+    assert!(server.app.store.receipt("acme.shop", "evt_slow").await.expect("read").is_none());
+    // Sent again, it is the new endpoint's.
+    assert_eq!(post_signed(server.addr, "acme.shop", SECRET, "evt_after").await, 200);
 }
 }
 

@@ -139,6 +139,11 @@ async fn handle(
             );
             let took = started.elapsed();
             match judged {
+                // Deleted while its body was read and judged: its receipt would wait
+                // for a destination that is gone, or go to one created since.
+                Ok(Judged::Store(_)) if !stored_by.endpoints.still_serves(&on_thread) => {
+                    drop(settle.send(Settled::Gone))
+                }
                 Ok(Judged::Store(receipt)) => {
                     let event = Event::of(&receipt, took);
                     let reply = Reply::new(move |outcome| {
@@ -179,6 +184,7 @@ async fn handle(
         Settled::Refused(refused, _room) => {
             return Err(Box::pin(forensics::keep(app, &endpoint, received_at_ms, *refused)).await);
         }
+        Settled::Gone => return Err(not_served(app, &endpoint.id)),
     };
     // Recorded here, on the thread that made the span, not on the plugin thread: the
     // span's stored fields grow where they are recorded, and growing them there cost
@@ -223,6 +229,8 @@ enum Settled {
     Stored(Event, Result<Outcome, StoreError>),
     Answer(Answer),
     Refused(Box<Refused>, Reservation),
+    /// The endpoint was deleted before its receipt went to the store.
+    Gone,
 }
 
 /// What the request's task needs of a queued receipt, for its span, metrics and
