@@ -1265,6 +1265,31 @@ async fn a_request_whose_endpoint_is_deleted_while_it_is_read_is_not_stored() {
 }
 
 crate::both_stores! {
+async fn a_deleted_endpoints_receipts_are_never_leased() {
+    // Its pending receipts are discarded after the deletion commits. Meanwhile a
+    // process that has yet to see it deleted still lists it among the endpoints it
+    // delivers: what it leased, it would deliver to the deleted destination.
+    let (server, ..) = acme_shop(&config()).await;
+    let store = &server.app.store;
+    let at = now() * 1000;
+    for (endpoint, id) in [("acme.shop", "evt_gone"), ("stripe", "evt_file")] {
+        let mut receipt = new_receipt(id, id, None, at);
+        receipt.endpoint = endpoint.into();
+        store.record(receipt).await.expect("record");
+    }
+    // Deleted, as the deletion's transaction leaves it before the discard.
+    on_store(&server, "DELETE FROM managed_endpoints WHERE id = 'acme.shop'").await;
+    let listed = vec!["acme.shop".to_string(), "stripe".to_string()];
+    let leased = store
+        .lease_due("stale", &listed, at + 1, Duration::from_secs(60), 10)
+        .await
+        .expect("lease");
+    let ids: Vec<&str> = leased.iter().map(|l| l.event_id.as_str()).collect();
+    assert_eq!(ids, ["evt_file"]);
+}
+}
+
+crate::both_stores! {
 async fn what_a_deleted_endpoint_stores_late_is_discarded_by_the_sweep() {
     // Stored after the deletion's discard, by a request already under way or by a
     // process that had not yet seen the endpoint gone, a receipt waited for ever:

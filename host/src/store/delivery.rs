@@ -169,6 +169,7 @@ pub(super) fn lease_in(tx: &Transaction<'_>, r: &LeaseRequest) -> Result<Vec<Lea
               AND endpoint IN (SELECT value FROM json_each(?4))
               -- Read with the lease, so a pause that committed first always holds.
               AND endpoint NOT IN (SELECT endpoint FROM endpoint_pauses)
+              AND {STILL_MANAGED}
               AND {waits}
             ORDER BY next_attempt_at_ms, received_at_ms
             LIMIT ?5)
@@ -205,6 +206,14 @@ pub(super) fn lease_in(tx: &Transaction<'_>, r: &LeaseRequest) -> Result<Vec<Lea
         .collect::<Result<_, _>>()?;
     Ok(leased)
 }
+
+/// The lease's rule for a tenant's endpoint's receipt, aliased `r`: a managed endpoint
+/// still holds its id. Read with the lease: a process whose registry has yet to see
+/// the endpoint deleted would otherwise lease what the deletion has yet to discard
+/// (it does so in batches, after it commits), and deliver it to the deleted endpoint's
+/// destination. A tenant's ids are `{tenant}.{name}`; the file's hold no `.`.
+pub(super) const STILL_MANAGED: &str = "(r.endpoint NOT LIKE '%.%' OR EXISTS (
+    SELECT 1 FROM managed_endpoints AS m WHERE m.id = r.endpoint))";
 
 /// The lease's rule for the events of one resource, on a due receipt aliased `r`, at
 /// `now` (the statement's placeholder): one delivery at a time, in version order.

@@ -9,7 +9,7 @@
 
 mod batch;
 
-use super::delivery::{cap, moved_on, no_other_of_its_resource_first};
+use super::delivery::{STILL_MANAGED, cap, moved_on, no_other_of_its_resource_first};
 use super::operator::{LIST_CAP, NOT_SUPERSEDED, REPLAYABLE, REQUEUE, lease_over};
 use super::{
     AttemptRecord, Filter, Leased, Next, Position, Purged, ReceiptRow, StoreError, Summary,
@@ -201,6 +201,7 @@ impl PgStore {
                   AND endpoint = ANY($4)
                   -- Read with the lease, so a pause that committed first always holds.
                   AND endpoint NOT IN (SELECT endpoint FROM endpoint_pauses)
+                  AND {STILL_MANAGED}
                   AND {waits}
                 ORDER BY next_attempt_at_ms, received_at_ms
                 LIMIT $5

@@ -436,9 +436,9 @@ impl Store {
             tx.commit().await?;
             true
         });
-        // The deletion stands whatever happens to the discard: no worker leases an
-        // unknown endpoint's receipts, and what is left pending here is discarded
-        // when the id is created again.
+        // The deletion stands whatever happens to the discard: no worker leases a
+        // deleted endpoint's receipts, and what is left pending here the sweep
+        // discards (`discard_orphaned`), or the id's next creation.
         if let Err(error) = self.discard_pending_of_deleted(id).await {
             tracing::warn!(endpoint = id, %error, "deleted endpoint's pending receipts not all discarded");
         }
@@ -473,14 +473,22 @@ impl Store {
     /// on its own: a deleted endpoint's backlog can be a day of events, and one
     /// statement over it would hold SQLite's write lock (every receipt batch meanwhile
     /// answered 503) or run past PostgreSQL's `statement_timeout` (rolled back every
-    /// time). Each statement checks again that the id is free, so an endpoint created
-    /// under it meanwhile keeps its own receipts.
+    /// time). It reads the id's receipts once, delivered ones too, 1,000 at a time.
+    /// It stops as soon as the id is held, and each statement checks again that it is
+    /// free, so an endpoint created under it meanwhile keeps its own receipts. Until
+    /// then, no worker leases them ([`super::delivery::STILL_MANAGED`]).
     pub async fn discard_pending_of_deleted(&self, id: &str) -> Result<u64, StoreError> {
+        const HELD: &str = "SELECT COUNT(*) FROM managed_endpoints WHERE id = $1";
         let (first, next) = (discard_batch(false), discard_batch(true));
         on_pool!(self, writes, pool => {
             let mut discarded = 0;
             let mut after: Option<String> = None;
             loop {
+                // Held (again), the id's receipts are its endpoint's: nothing more to do.
+                let held: i64 = sqlx::query_scalar(HELD).bind(id).fetch_one(pool).await?;
+                if held > 0 {
+                    return Ok(discarded);
+                }
                 let (upto, discard) = if after.is_some() { &next } else { &first };
                 let mut ends = sqlx::query_scalar(upto).bind(id).bind(DISCARD_BATCH);
                 if let Some(after) = &after {
