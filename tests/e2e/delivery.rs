@@ -598,6 +598,21 @@ async fn a_replay_leaves_an_event_whose_attempt_is_on_the_wire() {
 }
 }
 
+/// Record `versions` (event id, version) of one resource, received at `at`.
+async fn record_versions(
+    store: &hookhost::store::Store,
+    resource: &str,
+    versions: &[(&str, u64)],
+    at: i64,
+) {
+    for &(id, version) in versions {
+        store
+            .record(new_receipt(id, resource, Some(version), at))
+            .await
+            .expect("record");
+    }
+}
+
 crate::both_stores! {
 async fn a_version_discarded_on_the_wire_but_delivered_is_not_replayed_over() {
     // Discarded while its attempt was on the wire, then answered 2xx, version 2 is at
@@ -606,12 +621,7 @@ async fn a_version_discarded_on_the_wire_but_delivered_is_not_replayed_over() {
     let server = Server::start(&stripe_config("")).await;
     let store = &server.app.store;
     let now_ms = now() * 1000;
-    for (id, version) in [("evt_v1", 1), ("evt_v2", 2)] {
-        store
-            .record(new_receipt(id, "cus_sent", Some(version), now_ms))
-            .await
-            .expect("record");
-    }
+    record_versions(store, "cus_sent", &[("evt_v1", 1), ("evt_v2", 2)], now_ms).await;
     let endpoints = vec!["stripe".to_string()];
     let lease = || store.lease_due("w", &endpoints, now_ms + 1, Duration::from_secs(60), 10);
     let attempt = answered_ok(now_ms);
@@ -633,12 +643,7 @@ async fn a_version_discarded_on_the_wire_but_delivered_is_not_replayed_over() {
 
     // Failed instead, a discarded version never reached the destination: the older
     // one may go.
-    for (id, version) in [("evt_w1", 1), ("evt_w2", 2)] {
-        store
-            .record(new_receipt(id, "cus_unsent", Some(version), now_ms))
-            .await
-            .expect("record");
-    }
+    record_versions(store, "cus_unsent", &[("evt_w1", 1), ("evt_w2", 2)], now_ms).await;
     let first = lease().await.expect("lease");
     assert_eq!(first[0].event_id, "evt_w1");
     store.finish_attempt(&first[0], "w", &attempt, &Next::Dead).await.expect("finish");
@@ -702,12 +707,7 @@ async fn an_event_discarded_on_the_wire_holds_its_resource_until_the_attempt_end
     let server = Server::start(&stripe_config("")).await;
     let store = &server.app.store;
     let now_ms = now() * 1000;
-    for (id, version) in [("evt_on_wire", 1), ("evt_next", 2)] {
-        store
-            .record(new_receipt(id, "cus_wire", Some(version), now_ms))
-            .await
-            .expect("record");
-    }
+    record_versions(store, "cus_wire", &[("evt_on_wire", 1), ("evt_next", 2)], now_ms).await;
     let endpoints = vec!["stripe".to_string()];
     let lease = || store.lease_due("w", &endpoints, now_ms + 1, Duration::from_secs(60), 10);
     let first = lease().await.expect("lease");

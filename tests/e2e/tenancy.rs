@@ -604,6 +604,22 @@ async fn until_the_tenants_endpoints_are_read_their_requests_are_retried_not_ref
     assert_eq!(status, 404);
 }
 
+/// A request to `acme.shop` signed with [`SECRET`] whose body is being read: its room
+/// in memory is held, so it has resolved its endpoint. It sends the rest when told.
+async fn reading(server: &Server, id: &str) -> crate::ingest::SlowSender {
+    let body = stripe_event(id, "customer.updated", id, now());
+    let budget = &server.app.bodies;
+    let room = budget.available_bytes();
+    let slow =
+        crate::ingest::SlowSender::start_to(server.addr, "acme.shop", SECRET, &body, 10).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while budget.available_bytes() == room {
+        assert!(Instant::now() < deadline, "the body was never read");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    slow
+}
+
 /// Run `sql` on the server's store, from a connection of the test's own.
 async fn on_store(server: &Server, sql: &str) {
     match &server.database {
@@ -627,15 +643,7 @@ async fn a_tenant_endpoint_that_cannot_be_built_is_retried_not_refused() {
     let (server, ..) = acme_shop(&config()).await;
     assert_eq!(post_signed(server.addr, "acme.shop", SECRET, "evt_before").await, 200);
     // One request is being read as the endpoint stops being served.
-    let body = stripe_event("evt_slow", "customer.updated", "cus_slow", now());
-    let budget = &server.app.bodies;
-    let room = budget.available_bytes();
-    let slow = crate::ingest::SlowSender::start_to(server.addr, "acme.shop", SECRET, &body, 10).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while budget.available_bytes() == room {
-        assert!(Instant::now() < deadline, "the body was never read");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let slow = reading(&server, "evt_slow").await;
     let bump = "UPDATE registry_version SET version = version + 1";
     on_store(&server, "UPDATE managed_endpoints SET spec = '{' || spec WHERE id = 'acme.shop'").await;
     on_store(&server, bump).await;
@@ -1244,16 +1252,7 @@ async fn a_request_whose_endpoint_is_deleted_while_it_is_read_is_not_stored() {
     // the endpoint it found: deleted meanwhile, and created again, its receipt went to
     // the new endpoint's destination.
     let (server, addr, acme) = acme_shop(&config()).await;
-    let body = stripe_event("evt_slow", "customer.updated", "cus_slow", now());
-    let budget = &server.app.bodies;
-    let room = budget.available_bytes();
-    let slow = crate::ingest::SlowSender::start_to(server.addr, "acme.shop", SECRET, &body, 10).await;
-    // Its body is being read (its room in memory held), so its endpoint is resolved.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while budget.available_bytes() == room {
-        assert!(Instant::now() < deadline, "the body was never read");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let slow = reading(&server, "evt_slow").await;
     let deleted = call(addr, "DELETE", "/v1/endpoints/acme.shop", &acme, Value::Null).await;
     assert_eq!(deleted.0, 200, "{deleted:?}");
     create_shop(addr, &acme).await;
