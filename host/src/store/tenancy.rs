@@ -29,10 +29,14 @@ const UNPAUSE: &str = "DELETE FROM endpoint_pauses WHERE endpoint = $1";
 /// [`Store::discard_pending_of_deleted`] looks at.
 const DISCARD_BATCH: i64 = 1_000;
 
+/// No managed endpoint holds the id `$1`.
+const FREE: &str = "NOT EXISTS (SELECT 1 FROM managed_endpoints WHERE id = $1)";
+
 /// One batch of [`Store::discard_pending_of_deleted`], the first or one `after` an
-/// event id: where it ends (binds: endpoint id, [`DISCARD_BATCH`], then the id it
-/// starts after), and its discard (binds: endpoint id, the id it ends at, the time,
-/// then the id it starts after). The range and the order are the database's own,
+/// event id: where it ends, none once the id is held again (binds: endpoint id,
+/// [`DISCARD_BATCH`], then the id it starts after), and its discard, which checks
+/// again that the id is free (binds: endpoint id, the id it ends at, the time, then
+/// the id it starts after). The range and the order are the database's own,
 /// whatever its collation. Two forms, not one with `($n IS NULL OR event_id > $n)`:
 /// PostgreSQL's generic plan for that would scan the endpoint's receipts from its
 /// first, every batch.
@@ -44,14 +48,14 @@ fn discard_batch(after: bool) -> (String, String) {
     let upto = format!(
         "SELECT MAX(event_id) FROM (
             SELECT event_id FROM receipts WHERE endpoint = $1 {}
-            ORDER BY event_id LIMIT $2) AS batch",
+            ORDER BY event_id LIMIT $2) AS batch
+         WHERE {FREE}",
         from(3)
     );
     let discard = format!(
         "UPDATE receipts SET state = 'discarded', state_reason = 'endpoint_deleted',
                             discarded_at_ms = $3
-         WHERE endpoint = $1 {} AND event_id <= $2 AND state = 'pending'
-           AND NOT EXISTS (SELECT 1 FROM managed_endpoints WHERE id = $1)",
+         WHERE endpoint = $1 {} AND event_id <= $2 AND state = 'pending' AND {FREE}",
         from(4)
     );
     (upto, discard)
@@ -453,12 +457,13 @@ impl Store {
     /// is `{tenant}.{name}`, and the file's ids hold no `.`: a pending receipt under a
     /// dotted id that no managed endpoint holds is such a leftover.
     pub async fn discard_orphaned(&self) -> Result<u64, StoreError> {
-        const ORPHANED: &str = "SELECT DISTINCT r.endpoint FROM receipts AS r
-                                WHERE r.state = 'pending' AND r.endpoint LIKE '%.%'
-                                  AND NOT EXISTS (SELECT 1 FROM managed_endpoints AS m
-                                                  WHERE m.id = r.endpoint)";
+        let orphaned = format!(
+            "SELECT DISTINCT r.endpoint FROM receipts AS r
+             WHERE r.state = 'pending' AND NOT {}",
+            super::delivery::STILL_MANAGED
+        );
         let ids: Vec<String> = on_pool!(self, reads, pool => {
-            sqlx::query_scalar(ORPHANED).fetch_all(pool).await?
+            sqlx::query_scalar(&orphaned).fetch_all(pool).await?
         });
         let mut discarded = 0;
         for id in ids {
@@ -478,22 +483,18 @@ impl Store {
     /// free, so an endpoint created under it meanwhile keeps its own receipts. Until
     /// then, no worker leases them ([`super::delivery::STILL_MANAGED`]).
     pub async fn discard_pending_of_deleted(&self, id: &str) -> Result<u64, StoreError> {
-        const HELD: &str = "SELECT COUNT(*) FROM managed_endpoints WHERE id = $1";
         let (first, next) = (discard_batch(false), discard_batch(true));
         on_pool!(self, writes, pool => {
             let mut discarded = 0;
             let mut after: Option<String> = None;
             loop {
-                // Held (again), the id's receipts are its endpoint's: nothing more to do.
-                let held: i64 = sqlx::query_scalar(HELD).bind(id).fetch_one(pool).await?;
-                if held > 0 {
-                    return Ok(discarded);
-                }
                 let (upto, discard) = if after.is_some() { &next } else { &first };
                 let mut ends = sqlx::query_scalar(upto).bind(id).bind(DISCARD_BATCH);
                 if let Some(after) = &after {
                     ends = ends.bind(after);
                 }
+                // None: nothing is left, or the id is held again and its receipts are
+                // its endpoint's.
                 let Some(upto): Option<String> = ends.fetch_one(pool).await? else {
                     return Ok(discarded);
                 };
