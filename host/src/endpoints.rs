@@ -171,7 +171,8 @@ pub fn named_plugin(config: &EndpointConfig, catalog: &Catalog) -> Result<Arc<Pl
 pub struct Registry {
     current: RwLock<Arc<HashMap<String, Arc<Endpoint>>>>,
     fixed: Vec<Arc<Endpoint>>,
-    /// Whether the tenants' endpoints have been swapped in once.
+    /// Whether the tenants' endpoints have been swapped in once, or there are none to
+    /// wait for (no `[tenancy]`).
     managed_loaded: std::sync::atomic::AtomicBool,
     /// The tenants' endpoints the store holds that could not be built.
     unserved: RwLock<Arc<std::collections::HashSet<String>>>,
@@ -182,11 +183,13 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn new(endpoints: Vec<Endpoint>) -> Registry {
+    /// The file's `endpoints`, and, when `tenants` may manage more, none of theirs
+    /// until they are first read ([`Registry::replace_managed`]).
+    pub fn new(endpoints: Vec<Endpoint>, tenants: bool) -> Registry {
         let registry = Registry {
             current: RwLock::default(),
             fixed: endpoints.into_iter().map(Arc::new).collect(),
-            managed_loaded: std::sync::atomic::AtomicBool::new(false),
+            managed_loaded: std::sync::atomic::AtomicBool::new(!tenants),
             unserved: RwLock::default(),
             reloading: tokio::sync::Mutex::const_new(()),
         };
@@ -194,8 +197,9 @@ impl Registry {
         registry
     }
 
-    /// Whether the tenants' endpoints have been read and swapped in at least once:
-    /// before, an id not in the file may still be one of theirs.
+    /// Whether the tenants' endpoints have been read and swapped in at least once
+    /// (always, with no tenants): before, an id not in the file may still be one of
+    /// theirs.
     pub fn managed_loaded(&self) -> bool {
         self.managed_loaded
             .load(std::sync::atomic::Ordering::Acquire)

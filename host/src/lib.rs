@@ -84,7 +84,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
     metrics.watch_uploaded(&uploaded.residency);
     let metrics = Arc::new(metrics);
     Ok(Arc::new(http::App {
-        endpoints: Registry::new(endpoints),
+        endpoints: Registry::new(endpoints, config.tenancy.is_some()),
         forensics: forensics::Recorder::start(store.clone(), config.forensics, metrics.clone()),
         store,
         public_url: config.public_url.clone(),

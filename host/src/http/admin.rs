@@ -98,7 +98,7 @@ async fn metrics(State(admin): State<Admin>) -> Response {
 /// `store_unavailable` when it does not, or before the tenants' endpoints are first
 /// read from it (their requests are answered 503 until then).
 async fn ready(State(admin): State<Admin>) -> Response {
-    if admin.app.tenancy.is_some() && !admin.app.endpoints.managed_loaded() {
+    if !admin.app.endpoints.managed_loaded() {
         return error(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable");
     }
     match admin.app.store.ready().await {

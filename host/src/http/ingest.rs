@@ -77,7 +77,7 @@ pub async fn ingest(
 /// it may be a tenant's not yet read from the store, or not built (503, which they
 /// retry).
 fn not_served(app: &App, id: &str) -> IngestError {
-    if app.tenancy.is_some() && app.endpoints.pending(id) {
+    if app.endpoints.pending(id) {
         IngestError::StoreUnavailable
     } else {
         IngestError::UnknownEndpoint
