@@ -7,7 +7,9 @@
 //! API base): a plan aimed anywhere else fails the run. A listed event with no receipt
 //! is recorded like a push (same dedupe, same version gate, same delivery), marked
 //! `source = reconcile`. The run's cursor and counts are written after every page with
-//! that page's repairs, so a run that stops mid-way resumes from its cursor. Requests
+//! that page's repairs, so a run that stops mid-way resumes from its cursor; one
+//! process at a time runs an endpoint's reconciliation, so two never page one run or
+//! overwrite each other's progress (`Store::lock_reconcile`). Requests
 //! are paced (`requests_per_second`), a 429 waits its `Retry-After`, and a 5xx or a
 //! failed connection is tried again a few times before the run fails.
 
@@ -15,7 +17,9 @@ use crate::config::{ApiAuth, ReconcileConfig};
 use crate::endpoints::Endpoint;
 use crate::http::App;
 use crate::store::Leased;
-use crate::store::{NewReceipt, Outcome, RECONCILED, RepairRow, Resource, RunRow, StoreError};
+use crate::store::{
+    NewReceipt, Outcome, RECONCILED, RepairRow, Resource, RunLock, RunRow, StoreError,
+};
 use base64::Engine as _;
 use hookhost_plugin_sdk::{Answer, Fetched, ReconcileInfo, Repair, RequestPlan, StoredEvent};
 use http_body_util::{BodyExt, Full, Limited};
@@ -88,7 +92,8 @@ pub enum ReconcileError {
     AlreadyRunning(String),
 }
 
-/// Endpoints with a run in progress in this server: one run per endpoint at a time.
+/// Endpoints with a run in progress in this process: one run per endpoint at a time
+/// (across processes, the store's [`RunLock`](crate::store::RunLock)).
 #[derive(Debug, Default)]
 pub struct InProgress(std::sync::Mutex<Vec<String>>);
 
@@ -190,11 +195,15 @@ pub async fn keep_reconciling(app: Arc<App>, stop: tokio::sync::watch::Receiver<
                 // A shutdown does not wait for a run: it stops between two writes of
                 // its progress, and the next run resumes it.
                 tokio::select! {
-                    ran = run(&app, &endpoint, options) => {
-                        if let Err(error) = ran {
+                    ran = run(&app, &endpoint, options) => match ran {
+                        Err(ReconcileError::AlreadyRunning(_)) => {
+                            tracing::debug!(%endpoint, "another process is reconciling it");
+                        }
+                        Err(error) => {
                             tracing::warn!(%endpoint, %error, "scheduled reconciliation did not run");
                         }
-                    }
+                        Ok(_) => {}
+                    },
                     _ = stop.changed() => return,
                 }
             }
@@ -227,6 +236,27 @@ pub async fn run(
         .ok_or_else(|| ReconcileError::NotSupported(served.plugin.name().to_string()))?;
     let mut api =
         Api::new(settings, &info, Arc::clone(&served.api_pace)).map_err(ReconcileError::Plugin)?;
+    // Another process's run is neither resumed nor superseded while it goes on: a run
+    // left `running` without the lock is one whose process stopped.
+    let mut held = app
+        .store
+        .lock_reconcile(endpoint)
+        .await?
+        .ok_or_else(|| ReconcileError::AlreadyRunning(endpoint.to_string()))?;
+    let ran = runs(app, &served, &mut api, options, &mut held).await;
+    held.release().await;
+    ran
+}
+
+/// [`run`]'s runs, under the endpoint's lock.
+async fn runs(
+    app: &Arc<App>,
+    served: &Arc<Endpoint>,
+    api: &mut Api,
+    options: Options,
+    held: &mut RunLock,
+) -> Result<RunRow, ReconcileError> {
+    let endpoint = served.id.as_str();
     let mut since = options.since;
     loop {
         // An unfinished run of the same kind that looks back at least as far is resumed
@@ -242,7 +272,7 @@ pub async fn run(
             }
             other => begin(app, endpoint, since, options.dry_run, other).await?,
         };
-        pages(app, &served, &mut api, &mut run).await?;
+        pages(app, served, api, &mut run, held).await?;
         if resumable && run.state == "done" {
             // Listing newest first, the resumed run saw only what existed when it
             // began: what was created since is looked at by a run of its own.
@@ -282,12 +312,14 @@ async fn begin(
 }
 
 /// Run `run`'s pages from its cursor to its last, or to its first failure, saving it
-/// after each.
+/// after each while the endpoint's lock is still `held` (a run whose lock was lost
+/// stops unsaved; the next resumes it from its last save).
 async fn pages(
     app: &Arc<App>,
     served: &Arc<Endpoint>,
     api: &mut Api,
     run: &mut RunRow,
+    held: &mut RunLock,
 ) -> Result<(), ReconcileError> {
     let endpoint = served.id.as_str();
     loop {
@@ -299,6 +331,7 @@ async fn pages(
                     run.state = "done".into();
                     run.ended_at_ms = Some(crate::clock::now_ms());
                 }
+                held.still_held().await?;
                 app.store.save_run(run, &repairs).await?;
                 if last {
                     break;
@@ -311,6 +344,7 @@ async fn pages(
                 run.state = "failed".into();
                 run.ended_at_ms = Some(crate::clock::now_ms());
                 // What the page repaired before it failed is kept with the counts.
+                held.still_held().await?;
                 app.store.save_run(run, &repairs).await?;
                 break;
             }

@@ -1257,3 +1257,76 @@ async fn retention_purges_delivered_receipts_on_postgres() {
 async fn retention_purges_delivered_receipts_on_sqlite() {
     on_sqlite(retention_on).await;
 }
+
+/// `a` takes `endpoint`'s reconciliation lock, and `b` is refused it meanwhile.
+async fn held_by(a: &Store, b: &Store, endpoint: &str) -> hookhost::store::RunLock {
+    let held = a
+        .lock_reconcile(endpoint)
+        .await
+        .expect("lock")
+        .expect("free");
+    let refused = b.lock_reconcile(endpoint).await.expect("lock");
+    assert!(refused.is_none(), "{endpoint}: held by the other");
+    held
+}
+
+/// An endpoint's reconciliation lock is one process's at a time, per endpoint; on
+/// PostgreSQL it goes with its connection, and a holder whose connection was lost
+/// finds out (before it saves a page).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reconciliation_lock_is_one_stores_and_goes_with_its_connection() {
+    let db = PgDatabase::create();
+    let a = Store::open(&pg(&db.url())).await.expect("open a");
+    let b = Store::open(&pg(&db.url())).await.expect("open b");
+    let mut held = held_by(&a, &b, "stripe").await;
+    let other = b.lock_reconcile("other").await.expect("lock");
+    other.expect("another endpoint's").release().await;
+    held.still_held().await.expect("still a's");
+
+    // The lock's connection is ended (a failover, an idle timeout).
+    psql_in(
+        &db.name,
+        "SELECT pg_terminate_backend(pid) FROM pg_locks
+         WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()",
+    );
+    let lost = held
+        .still_held()
+        .await
+        .expect_err("the lock went with its connection");
+    assert!(lost.to_string().contains("lock was lost"), "{lost}");
+    held.release().await;
+    // Free once the server has seen the connection go.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let taken = loop {
+        if let Some(taken) = b.lock_reconcile("stripe").await.expect("lock") {
+            break taken;
+        }
+        assert!(Instant::now() < deadline, "never released");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let refused = a.lock_reconcile("stripe").await.expect("lock");
+    assert!(refused.is_none(), "b holds it");
+    // Released, it is free at once.
+    taken.release().await;
+    held_by(&a, &b, "stripe").await.release().await;
+    a.close().await;
+    b.close().await;
+}
+
+/// On SQLite, the lock is a file beside the database: one store's at a time, free
+/// once released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reconciliation_lock_on_sqlite_is_a_file_beside_the_database() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("hookhost.db");
+    let a = Store::open_sqlite(&path).await.expect("open a");
+    let b = Store::open_sqlite(&path).await.expect("open b");
+    let mut held = held_by(&a, &b, "stripe").await;
+    held.still_held().await.expect("a file lock stays");
+    let locks = std::fs::read_dir(dir.path().join("hookhost.db-reconcile")).expect("lock dir");
+    assert_eq!(locks.count(), 1);
+    held.release().await;
+    held_by(&b, &a, "stripe").await.release().await;
+    a.close().await;
+    b.close().await;
+}

@@ -276,10 +276,12 @@ async fn a_run_repairs_exactly_the_events_that_never_arrived_and_a_second_run_re
 }
 }
 
-/// `hookhost reconcile`, killed while it waits for the third page, leaves its run
-/// with the cursor after the second; the next run resumes there and repairs the rest,
-/// and a run after it repairs what was created after the first began.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// `hookhost reconcile`, waiting for the third page, holds the endpoint: the server's
+// runs are refused, and neither resume its run nor supersede it. Killed, it leaves
+// its run with the cursor after the second page; the next run resumes there at once
+// and repairs the rest, and a run after it repairs what was created after the first
+// began.
+crate::both_stores! {
 async fn a_run_killed_mid_way_resumes_from_its_cursor() {
     let (fake, _downstream, server) = pushed_all_but_missing("").await;
     // Newest first, 10 per page: the third page starts after evt_30, and holds evt_23.
@@ -302,6 +304,31 @@ async fn a_run_killed_mid_way_resumes_from_its_cursor() {
     tokio::time::timeout(Duration::from_secs(60), fake.reached_hang.notified())
         .await
         .expect("the run reached the third page");
+    // One run would resume the cut run (and wait on its page), one supersede it.
+    for since in [now() - 600, now() - 86_400] {
+        let options = Options { since, dry_run: false };
+        let refused = tokio::time::timeout(Duration::from_secs(10), run(&server.app, "stripe", options))
+            .await
+            .expect("refused at once");
+        assert!(
+            matches!(refused, Err(hookhost::reconcile::ReconcileError::AlreadyRunning(_))),
+            "{refused:?}"
+        );
+    }
+    let admin = crate::operations::admin(&server).await;
+    let token = [("authorization", format!("Bearer {}", crate::operations::ADMIN_TOKEN))];
+    let (status, answer) = request(admin, "POST", "/admin/reconcile/stripe", &token, "{}".into()).await;
+    assert_eq!((status, &answer["error"]), (409, &serde_json::json!("already_running")), "{answer}");
+    let second = std::process::Command::new(env!("CARGO_BIN_EXE_hookhost"))
+        .args(["reconcile", "--config", &server.config_path(), "--endpoint", "stripe"])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run hookhost");
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        !second.status.success() && said.contains("\"stripe\" is being reconciled already"),
+        "{said}"
+    );
     first_run.kill();
 
     let cut = server
@@ -330,7 +357,18 @@ async fn a_run_killed_mid_way_resumes_from_its_cursor() {
         .expect("lock")
         .push(("evt_late".into(), late));
 
-    let after = reconciled(&server, "stripe", now() - 600).await;
+    // The lock went with the process (on PostgreSQL, once the server has seen its
+    // connection closed).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let options = Options { since: now() - 600, dry_run: false };
+    let after = loop {
+        match run(&server.app, "stripe", options).await {
+            Err(hookhost::reconcile::ReconcileError::AlreadyRunning(_)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            ran => break ran.expect("run"),
+        }
+    };
     assert_ne!(after.id, cut.id, "a run of its own after the resumed one");
     assert_eq!(
         (
@@ -371,6 +409,7 @@ async fn a_run_killed_mid_way_resumes_from_its_cursor() {
     for id in MISSING {
         assert_eq!(server.receipt("stripe", id).await.source, "reconcile");
     }
+}
 }
 
 /// What the provider's API answers: `listed`, and the authorization it received echoed

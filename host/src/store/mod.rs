@@ -52,7 +52,7 @@ mod writer;
 pub use delivery::{AttemptRecord, Leased, Next};
 pub use forensics::{ForensicFilter, ForensicRow, ForensicSummary, NewForensic};
 pub use operator::{Filter, Position, Summary};
-pub use reconcile::{RepairRow, RunRow};
+pub use reconcile::{RepairRow, RunLock, RunRow};
 pub use tenancy::{
     Added, Edited, ManagedEndpoint, Paused, RegistryRows, Retired, SealedSecret, TenantPlugin,
     TenantRow,

@@ -1,7 +1,9 @@
 //! Reconciliation runs and what each repaired. A run's cursor and counts are written
 //! after every page, so a run cut short (a crash, a kill) resumes where it stopped.
+//! One process at a time reconciles an endpoint: it holds the endpoint's [`RunLock`].
 
 use super::{Backend, Store, StoreError};
+use sha2::{Digest, Sha256};
 
 /// One run over one endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
@@ -63,10 +65,132 @@ pub struct RepairRow {
     pub at_ms: i64,
 }
 
+/// Held while this process reconciles an endpoint: no other process sharing the store
+/// starts, resumes or supersedes one of its runs meanwhile. Released when dropped, and
+/// when the process ends however it ends: by the kernel (SQLite), or by PostgreSQL once
+/// it finds the connection closed (at once) or dead (a crashed host: within a minute,
+/// by the session's TCP keepalives). So a run cut short is resumed without a lease to
+/// wait out.
+#[derive(Debug)]
+pub struct RunLock {
+    held: Held,
+}
+
+impl RunLock {
+    /// Whether the lock is still this process's: on PostgreSQL, whether its connection
+    /// still answers (a connection lost to a failover or an idle timeout took the lock
+    /// with it). A run checks before it saves its progress.
+    pub async fn still_held(&mut self) -> Result<(), StoreError> {
+        match &mut self.held {
+            Held::File(_) => Ok(()),
+            Held::Postgres(conn, _) => match sqlx::query("SELECT 1").execute(&mut *conn).await {
+                Ok(_) => Ok(()),
+                Err(e) => Err(StoreError::Unavailable(format!(
+                    "the endpoint's reconciliation lock was lost with its connection: {e}"
+                ))),
+            },
+        }
+    }
+
+    /// Release the lock now: another process may take it as soon as this returns. On
+    /// PostgreSQL it is unlocked, then its connection closed (dropped instead, the
+    /// connection is closed, and the lock goes with it).
+    pub async fn release(self) {
+        match self.held {
+            Held::File(file) => drop(file),
+            Held::Postgres(mut conn, key) => {
+                let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
+                    .bind(key)
+                    .execute(&mut conn)
+                    .await;
+                let _ = sqlx::Connection::close(conn).await;
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Held {
+    /// An exclusive `flock` on a file of the endpoint's, beside the SQLite database.
+    File(std::fs::File),
+    /// A session advisory lock (its key beside it), on a connection of its own, out of
+    /// the pool: a run holds it for minutes, which would starve a small pool's other
+    /// users, and keep the pool from closing at shutdown until the run's next query.
+    Postgres(sqlx::PgConnection, i64),
+}
+
+/// The endpoint's lock: the first 8 bytes of a digest of its id.
+fn lock_key(endpoint: &str) -> i64 {
+    let digest = Sha256::new()
+        .chain_update(b"hookhost reconcile\0")
+        .chain_update(endpoint.as_bytes())
+        .finalize();
+    let mut key = [0u8; 8];
+    key.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(key)
+}
+
+/// Lock `path` (created if needed), without waiting: none when another holds it.
+fn lock_file(path: &std::path::Path) -> Result<Option<RunLock>, StoreError> {
+    let failed = |e: std::io::Error| StoreError::Unavailable(format!("{}: {e}", path.display()));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(failed)?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(failed)?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(RunLock {
+            held: Held::File(file),
+        })),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(failed(e)),
+    }
+}
+
 const COLUMNS: &str = "id, endpoint, since, dry_run, state, cursor, pages, seen, present, \
                        repaired, errors, last_error, started_at_ms, ended_at_ms";
 
 impl Store {
+    /// Take `endpoint`'s reconciliation for this process: none while another process
+    /// holds it. On SQLite the lock is a file in `DB-reconcile/` beside the database
+    /// `DB`; on PostgreSQL, an advisory lock.
+    pub async fn lock_reconcile(&self, endpoint: &str) -> Result<Option<RunLock>, StoreError> {
+        let key = lock_key(endpoint);
+        match &self.backend {
+            Backend::Sqlite(s) => {
+                let mut dir = s.path.as_os_str().to_owned();
+                dir.push("-reconcile");
+                lock_file(&std::path::Path::new(&dir).join(format!("{key:016x}.lock")))
+            }
+            Backend::Postgres(p) => {
+                let mut conn = p.pool.acquire().await?.detach();
+                // Keepalives of the session's own: a host that dies without closing
+                // the connection (a power loss) holds the lock until the server finds
+                // it dead, within a minute rather than the kernel's two hours.
+                let (.., held): (String, String, String, bool) = sqlx::query_as(
+                    "SELECT set_config('tcp_keepalives_idle', '30', false),
+                            set_config('tcp_keepalives_interval', '10', false),
+                            set_config('tcp_keepalives_count', '3', false),
+                            pg_try_advisory_lock($1)",
+                )
+                .bind(key)
+                .fetch_one(&mut conn)
+                .await?;
+                if !held {
+                    let _ = sqlx::Connection::close(conn).await;
+                    return Ok(None);
+                }
+                Ok(Some(RunLock {
+                    held: Held::Postgres(conn, key),
+                }))
+            }
+        }
+    }
+
     /// Start a run.
     pub async fn create_run(&self, run: &RunRow) -> Result<(), StoreError> {
         const SQL: &str =

@@ -46,6 +46,8 @@ pub struct SqliteStore {
     pub(super) worker: SqlitePool,
     /// Wakes the worker pool when events become due (new receipts, replays).
     pub(super) accepted: Arc<Notify>,
+    /// The database file, beside which a process's locks are kept.
+    pub(super) path: Arc<Path>,
 }
 
 impl SqliteStore {
@@ -94,6 +96,7 @@ impl SqliteStore {
             readers,
             worker,
             accepted,
+            path: path.into(),
         })
     }
 
