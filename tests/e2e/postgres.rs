@@ -83,6 +83,70 @@ async fn accepted_duplicate_and_conflict() {
     assert_eq!(store.count_conflicts("stripe").await.expect("count"), 1);
 }
 
+/// A conflicting resend stored by two processes at once is kept once: the second
+/// insert waits for the first's commit, then skips the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_stored_by_two_processes_at_once_is_kept_once() {
+    use sqlx::Connection;
+    let db = PgDatabase::create();
+    let store = Store::open(&pg(&db.url())).await.expect("open");
+    let first = new_receipt("evt_c", "cus_c", Some(1), 0);
+    assert_eq!(
+        store.record(first).await.expect("record"),
+        Outcome::Accepted
+    );
+    let mut resent = new_receipt("evt_c", "cus_c", Some(1), 0);
+    resent.body = br#"{"id":"evt_c","changed":true}"#.to_vec();
+    resent.body_sha256 = <sha2::Sha256 as sha2::Digest>::digest(&resent.body).into();
+
+    // Another process's batch has stored the same conflict and not yet committed.
+    let mut other = sqlx::PgConnection::connect(&db.url())
+        .await
+        .expect("connect");
+    let mut batch = other.begin().await.expect("begin");
+    sqlx::query(
+        "INSERT INTO conflicts (endpoint, event_id, body_sha256, body, headers, secret_index,
+                                received_at_ms)
+         VALUES ('stripe', 'evt_c', $1, $2, '[]', 0, 0)",
+    )
+    .bind(resent.body_sha256.as_slice())
+    .bind(resent.body.clone())
+    .execute(&mut *batch)
+    .await
+    .expect("insert");
+    let recording = tokio::spawn({
+        let store = store.clone();
+        async move { store.record(resent).await }
+    });
+    // Commit once this store's batch is done, or waits on the other's row.
+    let mut watch = sqlx::PgConnection::connect(&db.url())
+        .await
+        .expect("connect");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut watch)
+        .await
+        .expect("activity");
+        if recording.is_finished() || waiting > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the batch neither ended nor waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    batch.commit().await.expect("commit");
+    let outcome = recording.await.expect("task").expect("record");
+    assert_eq!(outcome, Outcome::Conflict);
+    assert_eq!(store.count_conflicts("stripe").await.expect("count"), 1);
+    store.close().await;
+}
+
 /// Await every future, concurrently.
 async fn futures_join<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
     let mut pinned: Vec<_> = futures.into_iter().map(Box::pin).collect();

@@ -397,8 +397,8 @@ fn record_all(tx: &Transaction<'_>, receipts: &[&NewReceipt]) -> Result<Vec<Outc
     // is sent again.
     let mut quarantine = tx.prepare_cached(
         "INSERT INTO conflicts (endpoint, event_id, body_sha256, body, headers, secret_index, received_at_ms)
-         SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7 WHERE NOT EXISTS (
-            SELECT 1 FROM conflicts WHERE endpoint = ?1 AND event_id = ?2 AND body_sha256 = ?3)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+         ON CONFLICT (endpoint, event_id, body_sha256) DO NOTHING",
     )?;
     for r in &conflicts {
         quarantine.execute(params![

@@ -410,16 +410,17 @@ async fn record_all(
     if !conflicts.is_empty() {
         sqlx::query(
             // A body already quarantined under the event id is kept once, however
-            // often it is sent again (twice in this batch too).
+            // often it is sent again (twice in this batch too). The unique index
+            // holds across processes: a batch storing the same body at once in
+            // another waits for its commit, and skips it. Inserted in the index's
+            // order (DISTINCT ON sorts), so two such batches never wait on each other.
             "INSERT INTO conflicts (endpoint, event_id, body_sha256, body, headers, secret_index, received_at_ms)
              SELECT DISTINCT ON (c.endpoint, c.event_id, c.body_sha256) c.*
              FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[],
                          $6::int8[], $7::int8[])
                   AS c(endpoint, event_id, body_sha256, body, headers, secret_index, received_at_ms)
-             WHERE NOT EXISTS (
-                SELECT 1 FROM conflicts AS k
-                WHERE k.endpoint = c.endpoint AND k.event_id = c.event_id
-                  AND k.body_sha256 = c.body_sha256)",
+             ORDER BY c.endpoint, c.event_id, c.body_sha256
+             ON CONFLICT (endpoint, event_id, body_sha256) DO NOTHING",
         )
         .bind(column(&conflicts, |r| r.endpoint.as_str()))
         .bind(column(&conflicts, |r| r.event_id.as_str()))
