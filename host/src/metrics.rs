@@ -172,6 +172,7 @@ impl PluginCalls {
             PluginFailure::OutputTooLarge(_) => "output_too_large",
             PluginFailure::Trap(_) => "trap",
             PluginFailure::Instantiate(_) => "instantiate",
+            PluginFailure::Busy => "busy",
         };
         self.failures
             .get_or_create(&FailureLabels {

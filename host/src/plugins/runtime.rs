@@ -74,6 +74,10 @@ pub enum PluginFailure {
     Trap(String),
     #[error("plugin could not be instantiated: {0}")]
     Instantiate(String),
+    /// Every instance slot of the pool is taken: the server is overloaded, and the
+    /// plugin did nothing wrong.
+    #[error("every plugin instance slot is in use")]
+    Busy,
 }
 
 /// Why a `.wasm` file was refused.
@@ -1107,7 +1111,13 @@ impl Plugin {
         request: &MessageSource<'a>,
     ) -> Result<Session<'a>, PluginFailure> {
         let (store, instance) = self.instantiate(self.limits).inspect_err(|failure| {
-            tracing::error!(plugin = self.name(), %failure, "plugin instance could not start");
+            // Overload (answered 429 `overloaded`): a line for each request would grow
+            // the log with any sender's rate.
+            if *failure == PluginFailure::Busy {
+                tracing::debug!(plugin = self.name(), %failure, "plugin instance could not start");
+            } else {
+                tracing::error!(plugin = self.name(), %failure, "plugin instance could not start");
+            }
             if let Some(calls) = self.calls.get() {
                 calls.failed(self.label(), failure);
             }
@@ -1285,6 +1295,9 @@ fn classify(error: wasmtime::Error, during: &str) -> PluginFailure {
     let cause = error.root_cause();
     if cause.to_string().contains("growing memory") {
         return PluginFailure::Memory;
+    }
+    if cause.is::<wasmtime::PoolConcurrencyLimitError>() {
+        return PluginFailure::Busy;
     }
     if matches!(cause.downcast_ref(), Some(ResourceTableError::Full))
         || cause.to_string().contains("store handle limit exceeded")
@@ -1687,6 +1700,37 @@ mod tests {
         assert_eq!(classify(grown, "call"), PluginFailure::Memory);
         let full = named(wasmtime::Error::new(ResourceTableError::Full));
         assert_eq!(classify(full, "call"), PluginFailure::Handles);
+    }
+
+    /// An instance the pool has no slot for is `Busy` (answered 429 `overloaded`), not
+    /// the plugin's failure.
+    #[test]
+    fn a_full_pool_is_busy_not_the_plugins_failure() {
+        let mut pool = wasmtime::PoolingAllocationConfig::new();
+        pool.total_component_instances(1)
+            .total_core_instances(1)
+            .total_memories(1)
+            .total_tables(1);
+        let mut config = wasmtime::Config::new();
+        config
+            .wasm_component_model(true)
+            .allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config).expect("engine");
+        // `(component)`: the component binary's preamble alone.
+        let empty = Component::new(&engine, b"\0asm\x0d\0\x01\0").expect("component");
+        let linker = wasmtime::component::Linker::<()>::new(&engine);
+        let mut store = Store::new(&engine, ());
+        let _held = linker
+            .instantiate(&mut store, &empty)
+            .expect("the pool's one slot");
+        let full = linker
+            .instantiate(&mut store, &empty)
+            .expect_err("no slot left");
+        assert_eq!(classify(full, "instantiate"), PluginFailure::Busy);
+        assert_eq!(
+            crate::http::IngestError::from(PluginFailure::Busy),
+            crate::http::IngestError::Overloaded
+        );
     }
 
     /// A configuration check's words are quoted in errors and in the log: each is one

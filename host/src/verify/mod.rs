@@ -361,8 +361,13 @@ fn rejection_to_error(rejection: Rejection) -> IngestError {
 }
 
 impl From<PluginFailure> for IngestError {
-    fn from(_: PluginFailure) -> Self {
-        IngestError::PluginFailed
+    /// The plugin's failure is the server's 500; no instance slot free is overload,
+    /// 429 `overloaded` as a full plugin queue is.
+    fn from(failure: PluginFailure) -> Self {
+        match failure {
+            PluginFailure::Busy => IngestError::Overloaded,
+            _ => IngestError::PluginFailed,
+        }
     }
 }
 
