@@ -21,6 +21,8 @@ pub const DEFAULT_MAX_BODIES_IN_FLIGHT_BYTES: usize = 24 * 1024 * 1024;
 /// in the budget: 1 MiB in 30 s is 35 KB/s, far below any provider's sending rate, and
 /// a stalled sender holds its connection and its share of the body budget no longer.
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections served at once, on each listener.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Default SQLite file name, created beside the configuration file.
 pub const DEFAULT_STORE_FILE: &str = "hookhost.db";
 /// PostgreSQL connections per process: the receipts' batches hold one, delivery and
@@ -254,6 +256,9 @@ pub struct Limits {
     /// Each request head, and each body from when it has room in the budget, must
     /// arrive within this; 408 past it.
     pub read_timeout: Duration,
+    /// Connections open at once, on each listener; past it, new ones wait to be
+    /// accepted.
+    pub max_connections: usize,
     pub plugin: PluginLimits,
 }
 
@@ -680,6 +685,7 @@ struct RawLimits {
     max_body_bytes: Option<usize>,
     max_bodies_in_flight_bytes: Option<usize>,
     read_timeout_seconds: Option<u64>,
+    max_connections: Option<usize>,
     plugin_memory_bytes: Option<usize>,
     plugin_time_ms: Option<u64>,
     plugin_output_bytes: Option<usize>,
@@ -967,6 +973,16 @@ impl Config {
                 "must be between 1 and 3600".into(),
             ));
         }
+        let max_connections = raw
+            .limits
+            .max_connections
+            .unwrap_or(DEFAULT_MAX_CONNECTIONS);
+        if !(1..=1_000_000).contains(&max_connections) {
+            return Err(invalid(
+                "limits.max_connections",
+                "must be between 1 and 1000000".into(),
+            ));
+        }
 
         let mut endpoints = Vec::new();
         let mut literal_secrets = Vec::new();
@@ -1229,6 +1245,7 @@ impl Config {
                 max_body_bytes,
                 max_bodies_in_flight_bytes,
                 read_timeout,
+                max_connections,
                 plugin,
             },
             endpoints,
@@ -1340,6 +1357,7 @@ mod tests {
         assert_eq!(config.limits.max_body_bytes, 1024 * 1024);
         assert_eq!(config.limits.max_bodies_in_flight_bytes, 24 * 1024 * 1024);
         assert_eq!(config.limits.read_timeout, Duration::from_secs(30));
+        assert_eq!(config.limits.max_connections, 1024);
         let endpoint = &config.endpoints[0];
         assert_eq!(
             endpoint.secrets,
@@ -1402,6 +1420,12 @@ mod tests {
             assert!(
                 error(&format!("[limits]\nread_timeout_seconds = {bad}"))
                     .contains("limits.read_timeout_seconds: must be between 1 and 3600")
+            );
+        }
+        for bad in [0, 1_000_001] {
+            assert!(
+                error(&format!("[limits]\nmax_connections = {bad}"))
+                    .ends_with("limits.max_connections: must be between 1 and 1000000 (line 2)")
             );
         }
         // Each of [delivery]'s keys is named, with its line, not the table.

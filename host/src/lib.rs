@@ -90,6 +90,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
         public_url: config.public_url.clone(),
         max_body_bytes: config.limits.max_body_bytes,
         read_timeout: config.limits.read_timeout,
+        max_connections: config.limits.max_connections,
         delivery: config.delivery,
         retention: config.retention,
         bodies: http::bodies::BodyBudget::new(config.limits.max_bodies_in_flight_bytes),
@@ -162,6 +163,7 @@ pub async fn run_on(
                 admin_listener,
                 router,
                 config.limits.read_timeout,
+                config.limits.max_connections,
                 async move {
                     let _ = admin_stopped.await;
                 },
@@ -202,6 +204,7 @@ pub async fn serve(
         listener,
         http::router(app.clone()),
         app.read_timeout,
+        app.max_connections,
         async move {
             shutdown.await;
             let _ = stop.send(true);

@@ -377,6 +377,96 @@ async fn bodies_past_the_in_flight_budget_wait_and_are_all_accepted() {
 }
 }
 
+/// At `max_connections` open, a new connection is not served until one closes: its
+/// request waits, then is answered. Connections yet to carry a request are not closed
+/// to make room (their senders' first requests may be on their way).
+#[tokio::test]
+async fn past_max_connections_a_sender_waits_for_one_to_close() {
+    let server = Server::start(&stripe_config("[limits]\nmax_connections = 2")).await;
+    let first = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
+    let _second = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
+    let t = now();
+    let body = stripe_event("evt_third", "customer.updated", "cus_c", t);
+    let third = tokio::spawn({
+        let (addr, body) = (server.addr, body.clone());
+        async move {
+            let headers = stripe_headers(&[STRIPE_SECRET], t, &body);
+            request(addr, "POST", "/webhooks/stripe", &headers, body.into()).await
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!third.is_finished(), "served past the cap");
+    assert_eq!(server.count_receipts("stripe").await, 0);
+    drop(first);
+    let (status, answer) = tokio::time::timeout(std::time::Duration::from_secs(10), third)
+        .await
+        .expect("served once a connection closed")
+        .expect("task");
+    assert_eq!(
+        (status, answer["status"].as_str()),
+        (200, Some("accepted")),
+        "{answer}"
+    );
+}
+
+/// At the cap, connections kept alive between requests are closed to make room: a
+/// sender holding idle connections open keeps no one waiting.
+#[tokio::test]
+async fn at_max_connections_idle_kept_alive_connections_make_room() {
+    use http_body_util::Full;
+    let server = Server::start(&stripe_config("[limits]\nmax_connections = 2")).await;
+    let t = now();
+    let signed = |id: &str| {
+        let body = stripe_event(id, "customer.updated", "cus_k", t);
+        let mut request = hyper::Request::post("/webhooks/stripe").header("host", "hookhost");
+        for (name, value) in stripe_headers(&[STRIPE_SECRET], t, &body) {
+            request = request.header(name, value);
+        }
+        request
+            .body(Full::new(hyper::body::Bytes::from(body)))
+            .expect("request")
+    };
+    // Two connections, each kept alive after its request.
+    let mut kept = Vec::new();
+    for id in ["evt_k1", "evt_k2"] {
+        let stream = tokio::net::TcpStream::connect(server.addr)
+            .await
+            .expect("connect");
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .expect("handshake");
+        let connection = tokio::spawn(connection);
+        let answered = sender.send_request(signed(id)).await.expect("answered");
+        assert_eq!(answered.status(), 200);
+        kept.push((sender, connection));
+    }
+    let body = stripe_event("evt_third", "customer.updated", "cus_k", t);
+    let third = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        server.post_stripe(&[STRIPE_SECRET], t, &body),
+    )
+    .await
+    .expect("served without either connection being closed by its sender");
+    assert_eq!(
+        (third.0, third.1["status"].as_str()),
+        (200, Some("accepted")),
+        "{third:?}"
+    );
+    // Both were closed by the server.
+    for (_, connection) in kept {
+        tokio::time::timeout(std::time::Duration::from_secs(10), connection)
+            .await
+            .expect("closed by the server")
+            .expect("task")
+            .expect("closed cleanly");
+    }
+}
+
 /// A body that stops arriving is answered 408 once the read timeout passes, and its
 /// room in the body budget is given back; nothing is stored.
 #[tokio::test]

@@ -30,6 +30,8 @@ pub struct App {
     /// Each request head, and then each body once it has room in the budget, must
     /// arrive within this (408 past it).
     pub read_timeout: std::time::Duration,
+    /// Connections served at once (`[limits] max_connections`).
+    pub max_connections: usize,
     /// Request bodies held in memory at once, across all requests.
     pub bodies: bodies::BodyBudget,
     /// Where plugin calls run: one thread per core. The time limit is measured on the

@@ -12,17 +12,29 @@
 //! (without an answer), so a sender trickling a head, or holding a connection open and
 //! silent, cannot keep a task and its buffer forever. The body's own deadline, and its
 //! 408, are the ingest handler's.
+//!
+//! At most `max_connections` (`[limits] max_connections`) are served at once. At the
+//! cap one more connection is accepted and waits for a place, and the rest wait in the
+//! kernel's backlog (past it, they are refused), holding neither a task nor a buffer,
+//! so that many open connections cannot take the memory the cap above bounds for each.
+//! A connection waiting for a place closes every connection kept alive after a request
+//! (an idle one at once, a busy one once it has answered), so that senders keeping
+//! connections open between requests cannot keep the others waiting: they connect
+//! again, in turn. A connection yet to carry a request is left alone (its sender's
+//! first request may be on its way), to its head's `read_timeout`.
 
 use axum::Router;
 use axum::serve::Listener;
 use hyper::rt::{Read, Write};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio::sync::{Notify, Semaphore, TryAcquireError, watch};
 
 /// The most a connection reads ahead of its handler. It also bounds the request head:
 /// hyper answers 431 once it holds this much without the head's end, so a head is
@@ -31,15 +43,20 @@ pub const READ_BUFFER: usize = 64 * 1024;
 
 /// Serve `router` on `listener` until `shutdown` resolves; then stop accepting, let
 /// the requests in flight finish, and return once every connection has closed. Each
-/// request head must arrive within `read_timeout` of the connection waiting for it.
+/// request head must arrive within `read_timeout` of the connection waiting for it; at
+/// most `max_connections` are open at once.
 pub async fn serve(
     mut listener: TcpListener,
     router: Router,
     read_timeout: Duration,
+    max_connections: usize,
     shutdown: impl Future<Output = ()>,
 ) {
-    let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
+    let max = u32::try_from(max_connections.clamp(1, Semaphore::MAX_PERMITS)).unwrap_or(u32::MAX);
+    let room = Arc::new(Semaphore::new(max as usize));
+    let crowded = Arc::new(Notify::new());
+    let (stop, stopping) = watch::channel(false);
     loop {
         // axum's `accept` (not the inherent one) waits out errors such as running out
         // of file descriptors.
@@ -47,36 +64,101 @@ pub async fn serve(
             accepted = Listener::accept(&mut listener) => accepted,
             () = &mut shutdown => break,
         };
-        let connection = graceful.watch(connection(
+        let place = match Arc::clone(&room).try_acquire_owned() {
+            Ok(place) => place,
+            Err(TryAcquireError::Closed) => break,
+            Err(TryAcquireError::NoPermits) => {
+                crowded.notify_waiters();
+                tokio::select! {
+                    place = Arc::clone(&room).acquire_owned() => match place {
+                        Ok(place) => place,
+                        Err(_) => break,
+                    },
+                    () = &mut shutdown => break,
+                }
+            }
+        };
+        let served = Arc::new(AtomicBool::new(false));
+        let connection = connection(
             TokioIo::new(stream),
             router.clone(),
             read_timeout,
-        ));
+            Arc::clone(&served),
+        );
+        let (crowded, mut stopping) = (Arc::clone(&crowded), stopping.clone());
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
+            let mut connection = std::pin::pin!(connection);
+            let mut closing = false;
+            let ended = loop {
+                tokio::select! {
+                    ended = connection.as_mut() => break ended,
+                    () = crowded.notified(), if !closing => {
+                        if !served.load(Ordering::Relaxed) {
+                            continue;
+                        }
+                    }
+                    _ = stopping.changed(), if !closing => {}
+                }
+                // No further request on it: closed now if idle, else once answered.
+                closing = true;
+                connection.as_mut().graceful_shutdown();
+            };
+            if let Err(error) = ended {
                 tracing::debug!(%error, "connection ended with an error");
             }
+            drop(place);
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    // Every connection finishes its request in flight and closes; each gives its
+    // place back as it ends.
+    let _ = stop.send(true);
+    let _ = room.acquire_many(max).await;
 }
 
 /// One connection: HTTP/1.1 with keep-alive, reading at most [`READ_BUFFER`] ahead,
-/// each head within `read_timeout`.
+/// each head within `read_timeout`; `served` is set once it is given a request.
 fn connection<I>(
     io: I,
     router: Router,
     read_timeout: Duration,
-) -> http1::Connection<I, TowerToHyperService<Router>>
+    served: Arc<AtomicBool>,
+) -> http1::Connection<I, Marking>
 where
     I: Read + Write + Unpin + Send + 'static,
 {
+    let service = Marking {
+        inner: TowerToHyperService::new(router),
+        served,
+    };
     http1::Builder::new()
         .max_buf_size(READ_BUFFER)
         .timer(TokioTimer::new())
         .header_read_timeout(read_timeout)
-        .serve_connection(io, TowerToHyperService::new(router))
+        .serve_connection(io, service)
+}
+
+/// The router's service, marking its connection as one that has carried a request.
+struct Marking {
+    inner: TowerToHyperService<Router>,
+    served: Arc<AtomicBool>,
+}
+
+impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for Marking {
+    type Response = <TowerToHyperService<Router> as hyper::service::Service<
+        hyper::Request<hyper::body::Incoming>,
+    >>::Response;
+    type Error = <TowerToHyperService<Router> as hyper::service::Service<
+        hyper::Request<hyper::body::Incoming>,
+    >>::Error;
+    type Future = <TowerToHyperService<Router> as hyper::service::Service<
+        hyper::Request<hyper::body::Incoming>,
+    >>::Future;
+
+    fn call(&self, request: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        self.served.store(true, Ordering::Relaxed);
+        self.inner.call(request)
+    }
 }
 
 #[cfg(test)]
@@ -184,7 +266,7 @@ mod tests {
             inner: server,
             read: read.clone(),
         };
-        let served = tokio::spawn(connection(TokioIo::new(io), router, LONG));
+        let served = tokio::spawn(connection(TokioIo::new(io), router, LONG, Arc::default()));
 
         // Three large bodies read through: the read buffer grows to its largest.
         let body = vec![b'x'; BODY];
@@ -225,7 +307,12 @@ mod tests {
     async fn a_head_past_twice_the_read_buffer_is_431() {
         let router = Router::new().route("/read", post(|| async { "ok" }));
         let (mut client, server) = tokio::io::duplex(4 * READ_BUFFER);
-        let served = tokio::spawn(connection(TokioIo::new(server), router, LONG));
+        let served = tokio::spawn(connection(
+            TokioIo::new(server),
+            router,
+            LONG,
+            Arc::default(),
+        ));
         let long = "a".repeat(2 * READ_BUFFER);
         let head = format!(
             "POST /read HTTP/1.1\r\nhost: hookhost\r\nx-long: {long}\r\ncontent-length: 0\r\n\r\n"
@@ -248,7 +335,12 @@ mod tests {
 
         // Half a head, then silence.
         let (mut client, server) = tokio::io::duplex(READ_BUFFER);
-        let served = tokio::spawn(connection(TokioIo::new(server), router.clone(), TIMEOUT));
+        let served = tokio::spawn(connection(
+            TokioIo::new(server),
+            router.clone(),
+            TIMEOUT,
+            Arc::default(),
+        ));
         client
             .write_all(b"POST /read HTTP/1.1\r\nhost: hook")
             .await
@@ -258,7 +350,12 @@ mod tests {
 
         // One request answered, then an idle keep-alive connection.
         let (mut client, server) = tokio::io::duplex(READ_BUFFER);
-        let served = tokio::spawn(connection(TokioIo::new(server), router, TIMEOUT));
+        let served = tokio::spawn(connection(
+            TokioIo::new(server),
+            router,
+            TIMEOUT,
+            Arc::default(),
+        ));
         client
             .write_all(&request("/read", b""))
             .await
