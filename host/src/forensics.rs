@@ -99,7 +99,8 @@ pub struct Detail {
     /// The plugin's own words when it refused the request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plugin_said: Option<String>,
-    /// Candidate signatures the plugin found, each checked against `secrets_tried`.
+    /// Candidate signatures the plugin found, each checked against `secrets_tried`;
+    /// 101 for any number past the cap of 100 (the plugin SDK passes no more).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub candidates: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -244,9 +244,14 @@ fn plan(plan: Plan) -> wit::Plan {
                 Part::Method => wit::Part::Method,
             })
             .collect(),
+        // One past the host's cap is as refused as any number past it, and keeps the
+        // answer small: a header listing thousands of signatures would otherwise pass
+        // the plugin's output limit, a plugin failure (500) instead of the sender's
+        // 400 `invalid_signature`.
         candidates: plan
             .candidates
             .into_iter()
+            .take(crate::MAX_CANDIDATES + 1)
             .map(|c| wit::Candidate {
                 algorithm: algorithm(c.algorithm),
                 signature: c.signature,

@@ -92,6 +92,11 @@ impl Candidate {
     }
 }
 
+/// Most candidates the host checks in one plan: a plan with more is refused as
+/// `invalid_signature` before any is checked. Senders send one per active signing key
+/// and algorithm (up to 100 for DocuSign's Connect keys).
+pub const MAX_CANDIDATES: usize = 100;
+
 /// What is signed, and the signatures to check it against.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Plan {

@@ -101,8 +101,9 @@ const MESSAGE_SLACK: usize = 64 * 1024;
 /// signing key and algorithm: two or three during a rotation, one per active key for
 /// DocuSign (up to 100 Connect keys). An HMAC or token candidate costs one comparison
 /// (each key's MAC is computed once); a public-key one costs a pass over the message,
-/// so those are capped lower, at [`MAX_PUBLIC_KEY_CANDIDATES`].
-pub const MAX_CANDIDATES: usize = 100;
+/// so those are capped lower, at [`MAX_PUBLIC_KEY_CANDIDATES`]. The plugin SDK passes
+/// the host one candidate past it at most.
+pub const MAX_CANDIDATES: usize = hookhost_plugin_sdk::MAX_CANDIDATES;
 /// At most this many Ed25519 or ECDSA candidates per request.
 pub const MAX_PUBLIC_KEY_CANDIDATES: usize = 16;
 /// At most this many public-key checks per request: each candidate of a kind against
