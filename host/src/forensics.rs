@@ -29,10 +29,16 @@ use hookhost_plugin_sdk::{Algorithm, Candidate};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::mpsc;
 
 /// Rejected requests waiting to be written; beyond this they are dropped.
 const QUEUE: usize = 1_024;
+/// Bytes those requests hold at most (bodies, headers, URLs): past this, one is kept
+/// without its body (its length and digest are kept), or dropped if that is still too
+/// much. Each body was counted in the body budget while it was read; once the request
+/// is answered it is not, and a full queue of the largest bodies would hold a gigabyte.
+const QUEUE_BYTES: usize = 16 * 1024 * 1024;
 /// Most rejected requests written in one transaction.
 const BATCH: usize = 64;
 
@@ -135,6 +141,8 @@ pub struct Recorder {
     config: ForensicsConfig,
     /// Each rejected request with its plugin's label, for the metrics.
     queue: mpsc::Sender<(NewForensic, String)>,
+    /// Bytes held in `queue`, at most [`QUEUE_BYTES`] but for a lone request.
+    queued_bytes: Arc<AtomicUsize>,
 }
 
 impl Recorder {
@@ -142,12 +150,16 @@ impl Recorder {
     /// each in `metrics` as kept or dropped once its batch's write is known.
     pub fn start(store: Store, config: ForensicsConfig, metrics: Arc<Metrics>) -> Recorder {
         let (queue, mut queued) = mpsc::channel(QUEUE);
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
+        let held = Arc::clone(&queued_bytes);
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(BATCH);
             while queued.recv_many(&mut batch, BATCH).await > 0 {
                 let (kept, plugins): (Vec<NewForensic>, Vec<String>) = batch.drain(..).unzip();
                 let bound = config.rejected_per_endpoint;
                 let written = store.keep_forensics(&kept, bound).await;
+                let bytes = kept.iter().map(NewForensic::held_bytes).sum();
+                held.fetch_sub(bytes, Ordering::AcqRel);
                 if let Err(error) = &written {
                     tracing::warn!(%error, lost = kept.len(), "forensics: rejected requests not kept");
                 }
@@ -156,7 +168,41 @@ impl Recorder {
                 }
             }
         });
-        Recorder { config, queue }
+        Recorder {
+            config,
+            queue,
+            queued_bytes,
+        }
+    }
+
+    /// Count `bytes` as queued, if they fit under [`QUEUE_BYTES`] (or the queue holds
+    /// none).
+    fn hold(&self, bytes: usize) -> bool {
+        self.queued_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+                let fits = queued == 0 || queued.saturating_add(bytes) <= QUEUE_BYTES;
+                fits.then_some(queued + bytes)
+            })
+            .is_ok()
+    }
+
+    /// Queue a rejected request to be written, within [`QUEUE`] and [`QUEUE_BYTES`]
+    /// (without its body if only so). False when it is dropped.
+    fn queue(&self, mut kept: NewForensic, plugin: &str) -> bool {
+        if !self.hold(kept.held_bytes()) {
+            kept.body = None;
+            if !self.hold(kept.held_bytes()) {
+                return false;
+            }
+        }
+        let bytes = kept.held_bytes();
+        match self.queue.try_send((kept, plugin.to_string())) {
+            Ok(()) => true,
+            Err(_) => {
+                self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+                false
+            }
+        }
     }
 
     pub fn config(&self) -> &ForensicsConfig {
@@ -222,12 +268,7 @@ pub async fn keep(
     if !failed {
         // Counted by the writer task once its batch is written; here, one it has no
         // room for.
-        if app
-            .forensics
-            .queue
-            .try_send((kept, plugin.to_string()))
-            .is_err()
-        {
+        if !app.forensics.queue(kept, plugin) {
             app.metrics.forensics(&endpoint.id, plugin, kind, false);
         }
         return refused.error;

@@ -371,3 +371,74 @@ async fn a_rejected_request_whose_write_fails_is_counted_dropped() {
     }
     server.mend_table("forensics").await;
 }
+
+/// Rejected requests waiting to be written hold at most 16 MiB: while the store is
+/// stalled (here, the table locked), the first sixteen 1 MB bodies are queued whole
+/// and the next requests without their bodies; once written, the room comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_requests_waiting_to_be_written_hold_a_bounded_amount_of_memory() {
+    use sqlx::Connection;
+    /// The rows kept (with their body, without it).
+    async fn counted(reader: &mut sqlx::PgConnection) -> (i64, i64) {
+        sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE body IS NOT NULL), count(*) FILTER (WHERE body IS NULL)
+             FROM forensics",
+        )
+        .fetch_one(reader)
+        .await
+        .expect("count")
+    }
+    let db = PgDatabase::create();
+    let server = Server::start(&stripe_config(&format!("store = \"{}\"", db.url()))).await;
+    let mut other = sqlx::PgConnection::connect(&db.url())
+        .await
+        .expect("connect");
+    let mut stall = other.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE forensics IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *stall)
+        .await
+        .expect("lock");
+    let t = now();
+    let bad = |n: usize| {
+        let server = &server;
+        async move {
+            let body = format!("{n:02}{}", "x".repeat(999_998));
+            let answer = server
+                .post_stripe(&["whsec_not_the_secret"], t, &body)
+                .await;
+            assert_eq!(answer, (400, json!({"error": "invalid_signature"})), "{n}");
+        }
+    };
+    for n in 0..20 {
+        bad(n).await;
+    }
+    stall.commit().await.expect("unlock");
+    let mut reader = sqlx::PgConnection::connect(&db.url())
+        .await
+        .expect("connect");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (whole, bare) = counted(&mut reader).await;
+        if whole + bare == 20 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "written: {whole} + {bare}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(counted(&mut reader).await, (16, 4));
+    let lengths: Vec<i64> = sqlx::query_scalar("SELECT body_len FROM forensics ORDER BY id")
+        .fetch_all(&mut reader)
+        .await
+        .expect("lengths");
+    assert_eq!(lengths, vec![1_000_000; 20], "each length kept");
+    // Written, the queue holds nothing: the next body is kept.
+    bad(20).await;
+    while counted(&mut reader).await != (17, 4) {
+        assert!(
+            Instant::now() < deadline,
+            "not written: {:?}",
+            counted(&mut reader).await
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

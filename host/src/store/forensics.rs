@@ -32,6 +32,17 @@ pub struct NewForensic {
     pub event_id: Option<String>,
 }
 
+impl NewForensic {
+    /// What it holds in memory, near enough: its body and texts.
+    pub fn held_bytes(&self) -> usize {
+        let texts = [&self.detail, &self.method, &self.url, &self.headers];
+        texts.iter().map(|t| t.len()).sum::<usize>()
+            + self.signature_headers.as_ref().map_or(0, String::len)
+            + self.body.as_ref().map_or(0, Vec::len)
+            + self.event_id.as_ref().map_or(0, String::len)
+    }
+}
+
 /// A kept request, as listed (no headers, no body).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
 pub struct ForensicSummary {
