@@ -127,6 +127,13 @@ impl Endpoint {
                 ));
             }
             (Some(t), Some(_)) => Some(t),
+            (None, Some(0)) => {
+                return Err(format!(
+                    "{at}: plugin {}'s timestamp window is 0 seconds, which would refuse every \
+                     request not signed within the same second: set the endpoint's tolerance",
+                    plugin.name()
+                ));
+            }
             (None, default) => default,
         };
         let destination = match &config.destination {
@@ -292,5 +299,58 @@ impl Registry {
             .current
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(map);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::{Catalog, PluginLimits};
+
+    /// A window of no time refuses every request not signed within its second: refused
+    /// from the endpoint's configuration, and from its plugin's facts alike.
+    #[test]
+    fn a_window_of_no_time_is_refused_wherever_it_comes_from() {
+        let catalog = Catalog::load(None, PluginLimits::default()).expect("built-ins load");
+        let stripe = catalog.get("stripe").expect("stripe");
+        let config = EndpointConfig {
+            id: "s".into(),
+            plugin: "stripe".into(),
+            secrets: vec![crate::verify::Secret::new("whsec_x")],
+            ..EndpointConfig::default()
+        };
+        let facts = |window: Option<u32>| EndpointFacts {
+            key_formats: Vec::new(),
+            default_tolerance_seconds: window,
+        };
+        let built = |config: &EndpointConfig, window| {
+            Endpoint::assemble(config, Arc::clone(&stripe), &facts(window))
+                .map(|e| e.tolerance_seconds)
+        };
+        assert_eq!(built(&config, None), Ok(Some(300)), "stripe's own window");
+        assert_eq!(built(&config, Some(600)), Ok(Some(600)));
+        let refused = built(&config, Some(0)).expect_err("a plugin's window of 0");
+        assert!(
+            refused.contains("plugin stripe's timestamp window is 0 seconds"),
+            "{refused}"
+        );
+        let given = EndpointConfig {
+            tolerance: Some(0),
+            ..config.clone()
+        };
+        let refused = built(&given, None).expect_err("an endpoint's window of 0");
+        assert!(
+            refused.contains("tolerance: must be at least 1 second"),
+            "{refused}"
+        );
+        let given = EndpointConfig {
+            tolerance: Some(5),
+            ..config
+        };
+        assert_eq!(
+            built(&given, Some(0)),
+            Ok(Some(5)),
+            "the endpoint's own window"
+        );
     }
 }

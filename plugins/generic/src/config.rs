@@ -568,9 +568,16 @@ fn timestamp(
             format!("unknown unit {unit:?}: expected seconds, milliseconds or rfc3339"),
         )
     })?;
-    let tolerance_seconds = table
-        .u32("tolerance_seconds")?
-        .unwrap_or(DEFAULT_TOLERANCE_SECONDS);
+    let tolerance_seconds = match table.u32("tolerance_seconds")? {
+        Some(0) => {
+            return Err(table.error(
+                "tolerance_seconds",
+                "must be at least 1 (0 would refuse every request not signed within the same \
+                 second; leave the key out for the default, 300)",
+            ));
+        }
+        given => given.unwrap_or(DEFAULT_TOLERANCE_SECONDS),
+    };
     Ok(Some(TimestampSpec {
         source,
         unit,
@@ -1069,7 +1076,7 @@ impl<'a> Table<'a> {
                 .and_then(|n| u32::try_from(n).ok())
                 .map(Some)
                 .ok_or_else(|| {
-                    self.error(key, "must be a whole number of seconds (0 … 4294967295)")
+                    self.error(key, "must be a whole number of seconds (1 … 4294967295)")
                 }),
         }
     }

@@ -386,6 +386,11 @@ fn a_window_needs_a_timestamp_source() {
         "whole number",
     );
     refused(
+        base(json!({"timestamp": {"header": "x-ts", "unit": "seconds", "tolerance_seconds": 0}})),
+        "timestamp.tolerance_seconds",
+        "at least 1",
+    );
+    refused(
         base(json!({"timestamp": {"key": "t", "unit": "seconds"}})),
         "timestamp.key",
         "key-values",
