@@ -151,10 +151,12 @@ pub fn check_schedule(endpoint: &Endpoint) -> Result<(), String> {
 }
 
 /// Reconcile every endpoint with `every_seconds` on its schedule (the first run one
-/// period after start), looking back its `lookback_seconds`, until `stop`. Processes
-/// sharing a store share the schedule: a process skips its turn when a run of the
-/// endpoint started within the last half period (each process's turns are offset by
-/// up to a tenth of the period, so they rarely look at once).
+/// period after start), looking back its `lookback_seconds` (and to where its last run
+/// began: [`scheduled_since`]), until `stop`. Processes sharing a store share the
+/// schedule: a process skips its turn when a run of the endpoint that looks back as
+/// far started within the last half period (each process's turns are offset by up to
+/// a tenth of the period, so they rarely look at once), and while another process's
+/// run of it goes on.
 pub async fn keep_reconciling(app: Arc<App>, stop: tokio::sync::watch::Receiver<bool>) {
     let scheduled: Vec<(String, Duration, Duration)> = app
         .endpoints
@@ -172,7 +174,10 @@ pub async fn keep_reconciling(app: Arc<App>, stop: tokio::sync::watch::Receiver<
             &mut chacha20poly1305::aead::OsRng,
         )) / f64::from(u32::MAX);
         let offset = every.mul_f64(unit / 10.0);
+        let (every_s, lookback_s) = (seconds(every), seconds(lookback));
         tasks.spawn(async move {
+            // When this task's last run to end done began (unix seconds).
+            let mut previous: Option<i64> = None;
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(every + offset) => {}
@@ -181,35 +186,86 @@ pub async fn keep_reconciling(app: Arc<App>, stop: tokio::sync::watch::Receiver<
                 if *stop.borrow() {
                     return;
                 }
-                let half = i64::try_from(every.as_millis() / 2).unwrap_or(i64::MAX);
-                let latest = app.store.runs(Some(&endpoint), 1).await;
-                if let Ok(Some(run)) = latest.as_ref().map(|runs| runs.first())
-                    && crate::clock::now_ms() - run.started_at_ms < half
+                let now_ms = crate::clock::now_ms();
+                let since = scheduled_since(now_ms / 1000, every_s, lookback_s, previous);
+                let recent = app.store.runs(Some(&endpoint), RECENT_RUNS).await;
+                if let Some(run) = recent
+                    .iter()
+                    .flatten()
+                    .find(|run| covers(run, since, now_ms, every))
                 {
                     tracing::debug!(%endpoint, run = %run.id, "another process reconciled it just now");
                     continue;
                 }
-                let since = crate::clock::now_ms() / 1000
-                    - i64::try_from(lookback.as_secs()).unwrap_or(i64::MAX);
                 let options = Options { since, dry_run: false };
                 // A shutdown does not wait for a run: it stops between two writes of
                 // its progress, and the next run resumes it.
                 tokio::select! {
-                    ran = run(&app, &endpoint, options) => match ran {
-                        Err(ReconcileError::AlreadyRunning(_)) => {
-                            tracing::debug!(%endpoint, "another process is reconciling it");
+                    ran = run(&app, &endpoint, options) => {
+                        match &ran {
+                            Err(ReconcileError::AlreadyRunning(_)) => {
+                                tracing::debug!(%endpoint, "another process is reconciling it");
+                            }
+                            Err(error) => {
+                                tracing::warn!(%endpoint, %error, "scheduled reconciliation did not run");
+                            }
+                            Ok(_) => {}
                         }
-                        Err(error) => {
-                            tracing::warn!(%endpoint, %error, "scheduled reconciliation did not run");
-                        }
-                        Ok(_) => {}
-                    },
+                        previous = listed_from(previous, now_ms / 1000, &ran);
+                    }
                     _ = stop.changed() => return,
                 }
             }
         });
     }
     while tasks.join_next().await.is_some() {}
+}
+
+/// The latest runs a scheduled turn looks at for one that makes it needless.
+const RECENT_RUNS: i64 = 10;
+
+fn seconds(time: Duration) -> i64 {
+    i64::try_from(time.as_secs()).unwrap_or(i64::MAX)
+}
+
+/// Where a scheduled run that starts at `now` (unix seconds) looks back to: its
+/// `lookback` and, after a run of this process that ended done began at `previous`,
+/// to that start.
+/// Turns come a period and more apart (the offset, the last run's own time), so a
+/// run looking back only `lookback` (which may equal the period) would leave what was
+/// created between the two unlisted. It looks back at most one period further.
+fn scheduled_since(now: i64, every: i64, lookback: i64, previous: Option<i64>) -> i64 {
+    let since = now.saturating_sub(lookback);
+    match previous {
+        Some(started) => since
+            .min(started.saturating_sub(RESUMED_OVERLAP_SECONDS))
+            .max(since.saturating_sub(every)),
+        None => since,
+    }
+}
+
+/// Where the next scheduled run looks back to, after a turn begun at `started` ended
+/// as `ran`: only a run that listed everything (done) moves it; a refused, failed or
+/// erring one leaves it where the last done run began.
+fn listed_from(
+    previous: Option<i64>,
+    started: i64,
+    ran: &Result<RunRow, ReconcileError>,
+) -> Option<i64> {
+    match ran {
+        Ok(run) if run.state == "done" => Some(started),
+        _ => previous,
+    }
+}
+
+/// Whether `run` makes a scheduled turn looking back to `since` needless: not dry, not
+/// failed, asked to look back as far, and begun within the last half period (by the
+/// wall clock; a run that seems to begin later than now, after the clock was set
+/// back, does not count).
+fn covers(run: &RunRow, since: i64, now_ms: i64, every: Duration) -> bool {
+    let half = i64::try_from(every.as_millis() / 2).unwrap_or(i64::MAX);
+    let age = now_ms.saturating_sub(run.started_at_ms);
+    !run.dry_run && run.state != "failed" && run.since <= since && (0..half).contains(&age)
 }
 
 /// Run reconciliation for `endpoint` now: resume its unfinished run when it has one
@@ -878,6 +934,88 @@ pub fn parse_since(text: &str, now: i64) -> Result<i64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Scheduled runs leave no time unlisted between them, however late a turn comes,
+    /// and look back at most one period further than `lookback_seconds`.
+    #[test]
+    fn a_scheduled_run_looks_back_to_where_the_last_began() {
+        let (every, lookback) = (3600, 3600);
+        let first = scheduled_since(100_000, every, lookback, None);
+        assert_eq!(first, 100_000 - 3600);
+        // The next turn, 200 s late (the offset, the run's own time).
+        let next = scheduled_since(103_800, every, lookback, Some(100_000));
+        assert_eq!(next, 100_000 - RESUMED_OVERLAP_SECONDS);
+        // A turn a day later looks back one period further, not a day.
+        let late = scheduled_since(186_400, every, lookback, Some(100_000));
+        assert_eq!(late, 186_400 - 7200);
+        // A lookback far longer than the period already covers the gap.
+        let long = scheduled_since(103_800, every, 86_400, Some(100_000));
+        assert_eq!(long, 103_800 - 86_400);
+    }
+
+    /// A turn moves where the next looks back to only when its run listed everything.
+    #[test]
+    fn only_a_done_run_moves_where_the_next_looks_back_to() {
+        let ended = |state: &str| {
+            let mut run = RunRow::begun("rec_x".into(), "e", 0, false, 0);
+            run.state = state.into();
+            Ok(run)
+        };
+        assert_eq!(listed_from(Some(100), 200, &ended("done")), Some(200));
+        assert_eq!(listed_from(None, 200, &ended("done")), Some(200));
+        assert_eq!(listed_from(Some(100), 200, &ended("failed")), Some(100));
+        let refused = Err(ReconcileError::AlreadyRunning("e".into()));
+        assert_eq!(listed_from(Some(100), 200, &refused), Some(100));
+        let erred = Err(ReconcileError::Store(StoreError::Overloaded));
+        assert_eq!(listed_from(None, 200, &erred), None);
+    }
+
+    /// Only a run that does a scheduled turn's work, just now, makes the turn needless.
+    #[test]
+    fn a_turn_is_skipped_only_for_a_run_that_covers_it() {
+        let every = Duration::from_secs(3600);
+        let now_ms = 200_000_000;
+        let run = |dry_run: bool, since: i64, started_at_ms: i64| {
+            RunRow::begun("rec_x".into(), "e", since, dry_run, started_at_ms)
+        };
+        let since = 190_000;
+        assert!(covers(
+            &run(false, since, now_ms - 60_000),
+            since,
+            now_ms,
+            every
+        ));
+        assert!(covers(
+            &run(false, since - 10, now_ms - 60_000),
+            since,
+            now_ms,
+            every
+        ));
+        assert!(
+            !covers(&run(true, since, now_ms - 60_000), since, now_ms, every),
+            "dry"
+        );
+        let mut failed = run(false, since, now_ms - 60_000);
+        failed.state = "failed".into();
+        assert!(!covers(&failed, since, now_ms, every), "failed");
+        assert!(
+            !covers(
+                &run(false, since + 1, now_ms - 60_000),
+                since,
+                now_ms,
+                every
+            ),
+            "shorter"
+        );
+        assert!(
+            !covers(&run(false, since, now_ms - 1_800_000), since, now_ms, every),
+            "old"
+        );
+        assert!(
+            !covers(&run(false, since, now_ms + 60_000), since, now_ms, every),
+            "clock set back"
+        );
+    }
 
     #[test]
     fn since_reads_ages_and_timestamps() {

@@ -812,6 +812,52 @@ async fn a_scheduled_endpoint_reconciles_on_its_own() {
     }
 }
 
+/// A scheduled turn comes a period and more after the last (the offset, the run's own
+/// time): a run looks back to where the last began, one period further than
+/// `lookback_seconds` at most, not `lookback_seconds` alone, which left the time
+/// between the two unlisted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_run_looks_back_past_where_the_last_began() {
+    let (_fake, _downstream, server) =
+        pushed_all_but_missing("every_seconds = 2\nlookback_seconds = 2\n").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let runs = loop {
+        let runs = server
+            .app
+            .store
+            .runs(Some("stripe"), 10)
+            .await
+            .expect("runs");
+        if runs.iter().filter(|r| r.state == "done").count() >= 2 {
+            break runs;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "two scheduled runs did not finish: {runs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Oldest first. Each run's `since` was set a moment before the run began: within
+    // a second of its start.
+    let mut done: Vec<&RunRow> = runs.iter().filter(|r| r.state == "done").collect();
+    done.reverse();
+    let looked_back = |run: &RunRow| run.started_at_ms / 1000 - run.since;
+    assert!(
+        (2..=3).contains(&looked_back(done[0])),
+        "the first: {:?}",
+        done[0]
+    );
+    assert!(
+        (4..=5).contains(&looked_back(done[1])),
+        "the next: {:?}",
+        done[1]
+    );
+    assert!(
+        done[1].started_at_ms - done[0].started_at_ms > 2_000,
+        "{done:?}"
+    );
+}
+
 /// What a downstream received: (body, `hookhost-resource-version`) per delivery.
 type Received = Arc<Mutex<Vec<(String, Option<String>)>>>;
 
