@@ -884,17 +884,10 @@ async fn object(
     axum::Json(serde_json::json!({"id": id, "state": "current", "version": 7}))
 }
 
-/// A thin event is delivered as its object's current state, fetched with the
-/// endpoint's credential and versioned by the object; the receipt keeps what arrived.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thin_event_is_delivered_as_its_fetched_current_object() {
-    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let api = serve_on_loopback(
-        axum::Router::new()
-            .route("/objects/{id}", axum::routing::get(object))
-            .with_state(seen.clone()),
-    )
-    .await;
+/// A server whose endpoint `thin` (the test guest, every event thin) fetches objects
+/// from `api`, with `extra` keys in the endpoint's table, and delivers to a downstream
+/// of its own: what the downstream received, and the server.
+async fn thin_endpoint(api: std::net::SocketAddr, extra: &str) -> (Received, Server) {
     let received: Received = Arc::default();
     let downstream = serve_on_loopback(
         axum::Router::new()
@@ -906,24 +899,45 @@ async fn a_thin_event_is_delivered_as_its_fetched_current_object() {
     let config = format!(
         "plugins_dir = \"plugins\"\n[delivery]\npoll_ms = 20\n\
          [[endpoint]]\nid = \"thin\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\nconfig = {{ thin = true }}\n\
+         {extra}\
          [endpoint.destination]\nurl = \"http://{downstream}/hook\"\nsecret = \"whsec_{key}\"\n\
          [endpoint.reconcile]\napi_base = \"http://{api}\"\ncredential = \"{CREDENTIAL}\"\n"
     );
     let server = Server::start_in(with_test_guest(), &config)
         .await
         .expect("server starts");
+    (received, server)
+}
+
+/// What `received` holds once it holds a delivery.
+async fn first_delivered(received: &Received) -> Vec<(String, Option<String>)> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while received.lock().expect("lock").is_empty() {
+        assert!(Instant::now() < deadline, "not delivered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    received.lock().expect("lock").clone()
+}
+
+/// A thin event is delivered as its object's current state, fetched with the
+/// endpoint's credential and versioned by the object; the receipt keeps what arrived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thin_event_is_delivered_as_its_fetched_current_object() {
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let api = serve_on_loopback(
+        axum::Router::new()
+            .route("/objects/{id}", axum::routing::get(object))
+            .with_state(seen.clone()),
+    )
+    .await;
+    let (received, server) = thin_endpoint(api, "").await;
     let body = br#"{"changed":"obj_1"}"#.to_vec();
     let answer = server
         .post("thin", &guest_headers("s", "obj_1", &body), body.clone())
         .await;
     assert_eq!(answer.0, 200, "{answer:?}");
 
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while received.lock().expect("lock").is_empty() {
-        assert!(Instant::now() < deadline, "not delivered");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let (delivered, version) = received.lock().expect("lock")[0].clone();
+    let (delivered, version) = first_delivered(&received).await[0].clone();
     let object: Value = serde_json::from_str(&delivered).expect("the object");
     assert_eq!(
         object,
@@ -939,6 +953,51 @@ async fn a_thin_event_is_delivered_as_its_fetched_current_object() {
         body,
         "the receipt keeps what arrived"
     );
+}
+
+/// A thin event of version 9 whose object is first fetched at version 7 (a lagging
+/// read): that attempt fails and is tried again, and the object is delivered once it
+/// is read at the event's version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thin_events_object_older_than_the_event_is_not_delivered() {
+    async fn lagging(State(fetches): State<Arc<Mutex<u32>>>) -> impl IntoResponse {
+        let mut fetches = fetches.lock().expect("lock");
+        *fetches += 1;
+        let version = if *fetches == 1 { 7 } else { 9 };
+        axum::Json(serde_json::json!({"id": "obj_1", "version": version}))
+    }
+    let fetches: Arc<Mutex<u32>> = Arc::default();
+    let api = serve_on_loopback(
+        axum::Router::new()
+            .route("/objects/{id}", axum::routing::get(lagging))
+            .with_state(fetches.clone()),
+    )
+    .await;
+    let (received, server) = thin_endpoint(api, "retry_schedule_seconds = [0, 1, 1]\n").await;
+    let body = br#"{"changed":"obj_1"}"#.to_vec();
+    let mut headers = guest_headers("s", "obj_1", &body);
+    headers.push(("x-test-version", "9".into()));
+    let answer = server.post("thin", &headers, body).await;
+    assert_eq!(answer.0, 200, "{answer:?}");
+
+    let delivered = first_delivered(&received).await;
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    assert_eq!(delivered[0].1.as_deref(), Some("9"));
+    assert_eq!(*fetches.lock().expect("lock"), 2);
+    // Recorded once the downstream's answer is back.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let receipt = server.receipt("thin", "obj_1").await;
+        if receipt.state == "delivered" {
+            assert_eq!(receipt.attempts, 2, "{receipt:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not recorded delivered: {receipt:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 crate::both_stores! {

@@ -292,7 +292,8 @@ async fn deliver(
 }
 
 /// One attempt at the destination. A thin event is delivered as its object's current
-/// state, fetched now.
+/// state, fetched now; an object older than the event is not delivered (the attempt
+/// fails, and is tried again).
 async fn attempt(
     app: &Arc<App>,
     endpoint: &Arc<Endpoint>,
@@ -304,6 +305,25 @@ async fn attempt(
             destination
                 .deliver(&endpoint.id, endpoint.plugin.name(), event)
                 .await
+        }
+        Ok(Some(fetched))
+            if fetched
+                .resource_version
+                .zip(event.resource_version)
+                .is_some_and(|(object, event)| i64::try_from(object).is_ok_and(|o| o < event)) =>
+        {
+            // A read behind the provider's write (a lagging replica): delivered, it
+            // would set the destination back. Tried again on the schedule.
+            Answer::Retry {
+                status: None,
+                error: format!(
+                    "the thin event's object was fetched at version {}, older than the \
+                     event's {}",
+                    fetched.resource_version.unwrap_or_default(),
+                    event.resource_version.unwrap_or_default()
+                ),
+                retry_after: None,
+            }
         }
         Ok(Some(fetched)) => {
             let mut current = event.clone();

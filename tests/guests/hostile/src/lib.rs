@@ -23,7 +23,8 @@
 //! is a string: an empty one is the only way to list an event without one);
 //! `{"reconcile_id": ID}` lists it under that id.
 //! `{"thin": true}`: every event is thin; its current object is `GET /objects/{id}`,
-//! versioned by the object's `version`.
+//! versioned by the object's `version`. A request's `x-test-version` header makes its
+//! event one of resource `object` `{id}` at that version.
 //!
 //! `{"check": "loop"}`: its configuration check spins forever.
 //!
@@ -233,7 +234,14 @@ impl Provider for Hostile {
                 .clone();
             event_type = format!("calls={calls};previous={previous}");
         }
-        let event = Event::new(event_type).maybe_id(req.header_str("x-test-id"));
+        let mut event = Event::new(event_type).maybe_id(req.header_str("x-test-id"));
+        if let (Some(id), Some(version)) = (
+            req.header_str("x-test-id"),
+            req.header_str("x-test-version")
+                .and_then(|v| v.parse().ok()),
+        ) {
+            event = event.resource("object", id).version(Some(version));
+        }
         Ok(match req.config().get("mode").and_then(|m| m.as_str()) {
             Some("reject") => {
                 let body_id = req
