@@ -243,10 +243,10 @@ async fn purge_lets_rejected_requests_age_out_but_keeps_failed_ones_until_reinge
     // Two days old: past the purge below, not past the server's own (7 days).
     let old = now() * 1000 - 2 * 86_400_000;
     let kept = |kind: &'static str| hookhost::store::NewForensic {
-        endpoint: "stripe".into(),
-        kind,
+        endpoint: if kind == "gone" { "acme.gone" } else { "stripe" }.into(),
+        kind: if kind == "gone" { "failed" } else { kind },
         received_at_ms: old,
-        status: if kind == "failed" { 500 } else { 400 },
+        status: if kind == "rejected" { 400 } else { 500 },
         code: "invalid_signature",
         detail: "{}".into(),
         method: "POST".into(),
@@ -259,15 +259,16 @@ async fn purge_lets_rejected_requests_age_out_but_keeps_failed_ones_until_reinge
         event_id: None,
     };
     let ids = store
-        .keep_forensics(&[kept("rejected"), kept("failed"), kept("failed")], 10)
+        .keep_forensics(&[kept("rejected"), kept("failed"), kept("failed"), kept("gone")], 10)
         .await
         .expect("kept");
     store
         .forensic_reingested(ids[2], "evt_p", "accepted", old)
         .await
         .expect("marked");
+    // The last failed on a tenant's endpoint since deleted: no one can re-ingest it.
     let purged = store.purge_forensics(now() * 1000 - 86_400_000).await.expect("purged");
-    assert_eq!(purged, 2);
+    assert_eq!(purged, 3);
     let left = store.forensics(&Default::default()).await.expect("listed");
     assert_eq!(left.iter().map(|k| k.id).collect::<Vec<_>>(), [ids[1]]);
 }

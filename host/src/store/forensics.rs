@@ -230,14 +230,19 @@ impl Store {
     }
 
     /// Delete rejected requests received before `before_ms`, and failed ones that
-    /// were re-ingested before it. A failed request not yet re-ingested is never
-    /// deleted: it is the only copy of an authentic event.
+    /// were re-ingested before it. A failed request not yet re-ingested is kept: it is
+    /// the only copy of an authentic event. Unless it was a tenant's endpoint's, since
+    /// deleted (none can re-ingest it): then it goes as a rejected one does.
     pub async fn purge_forensics(&self, before_ms: i64) -> Result<u64, StoreError> {
-        const SQL: &str = "DELETE FROM forensics
-                           WHERE (kind = 'rejected' AND received_at_ms < $1)
-                              OR (kind = 'failed' AND reingested_at_ms < $1)";
+        let sql = format!(
+            "DELETE FROM forensics AS r
+             WHERE (kind = 'rejected' AND received_at_ms < $1)
+                OR (kind = 'failed' AND reingested_at_ms < $1)
+                OR (kind = 'failed' AND received_at_ms < $1 AND NOT {STILL_MANAGED})",
+            STILL_MANAGED = super::delivery::STILL_MANAGED
+        );
         Ok(on_pool!(self, writes, pool => {
-            sqlx::query(SQL).bind(before_ms).execute(pool).await?.rows_affected()
+            sqlx::query(&sql).bind(before_ms).execute(pool).await?.rows_affected()
         }))
     }
 }
