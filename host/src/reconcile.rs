@@ -466,6 +466,10 @@ async fn page(
         // 1 KiB), it can be neither looked up nor stored so that it is found: left for
         // the operator (a lookup of a NUL would fail the page on PostgreSQL).
         let keepable = !id.is_empty() && crate::verify::storable(&remote.event, None).is_ok();
+        // A body past what a push may carry (a push of it is refused 413) is left for
+        // the operator too: the API's answer may hold up to MAX_ANSWER_BYTES.
+        let too_large =
+            matches!(&remote.repair, Repair::Store(body) if body.len() > app.max_body_bytes);
         if keepable
             && app
                 .store
@@ -481,6 +485,7 @@ async fn page(
         // What became of the missing event, and whether that counts as repaired.
         let (result, repaired) = match (run.dry_run, remote.repair) {
             _ if !keepable => ("malformed_event".to_string(), false),
+            _ if too_large => ("body_too_large".to_string(), false),
             (true, Repair::Store(_)) => ("would_repair".to_string(), true),
             (true, Repair::Redeliver(_)) => ("would_redeliver".to_string(), true),
             (false, Repair::Store(body)) => {
@@ -575,6 +580,15 @@ pub async fn fetch_current(
     .await
     .map_err(|e| e.to_string())?
     .map_err(|reason| format!("the plugin could not read the fetched object: {reason}"))?;
+    if fetched.body.len() > app.max_body_bytes {
+        // Delivered in the event's place, it is held to what a push may carry.
+        return Err(format!(
+            "the fetched object is {} bytes, past limits.max_body_bytes ({})",
+            fetched.body.len(),
+            app.max_body_bytes
+        )
+        .into());
+    }
     Ok(Some(fetched))
 }
 
@@ -597,6 +611,7 @@ fn receipt(endpoint: &Endpoint, event: hookhost_plugin_sdk::Event, body: Vec<u8>
         plugin_version: endpoint.plugin.info.version.clone(),
         plugin_digest: endpoint.plugin.digest.clone(),
         message_id: None,
+        query: None,
         resource: Resource::of(&event),
         event_type: event.event_type,
         occurred_at: event.occurred_at,

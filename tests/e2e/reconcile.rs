@@ -571,6 +571,51 @@ async fn the_credential_reaches_only_the_api_never_the_plugin_or_the_log() {
     assert_eq!(server.count_receipts("nameless").await, 0);
 }
 
+/// A listed event whose body is larger than a push may carry is left for the
+/// operator, as a push of it would have been refused: not stored, in a dry run not
+/// counted as one to repair. One within the limit is repaired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listed_body_past_max_body_bytes_is_left_for_the_operator() {
+    let api = serve_on_loopback(
+        axum::Router::new()
+            .route("/events", axum::routing::get(echo))
+            .route("/big", axum::routing::get(|| async { "x".repeat(8192) })),
+    )
+    .await;
+    let reconcile = format!(
+        "[endpoint.reconcile]\napi_base = \"http://{api}\"\ncredential = \"{CREDENTIAL}\"\n"
+    );
+    let config = format!(
+        "plugins_dir = \"plugins\"\n[limits]\nmax_body_bytes = 4096\n\
+         [[endpoint]]\nid = \"big\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n\
+         config = {{ reconcile_target = \"/big\" }}\n{reconcile}\
+         [[endpoint]]\nid = \"small\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\n{reconcile}"
+    );
+    let server = Server::start_in(with_test_guest(), &config)
+        .await
+        .expect("server starts");
+    for dry_run in [true, false] {
+        let options = Options {
+            since: now() - 3600,
+            dry_run,
+        };
+        let ran = run(&server.app, "big", options).await.expect("run");
+        assert_eq!(
+            (ran.state.as_str(), ran.seen, ran.present, ran.repaired),
+            ("done", 1, 0, 0),
+            "{ran:?}"
+        );
+        let repairs = repairs_of(&server, &ran).await;
+        let results: Vec<&str> = repairs.iter().map(|r| r.result.as_str()).collect();
+        assert_eq!(results, ["body_too_large"], "dry run: {dry_run}");
+    }
+    assert_eq!(server.count_receipts("big").await, 0);
+
+    let ran = reconciled(&server, "small", now() - 3600).await;
+    assert_eq!((ran.state.as_str(), ran.repaired), ("done", 1), "{ran:?}");
+    assert_eq!(server.count_receipts("small").await, 1);
+}
+
 /// Reconcile `endpoint` now, looking back to `since` (not a dry run).
 async fn reconciled(server: &Server, endpoint: &str, since: i64) -> RunRow {
     let options = Options {
@@ -1000,6 +1045,48 @@ async fn a_thin_events_object_older_than_the_event_is_not_delivered() {
     }
 }
 
+/// The receipt of endpoint `thin`'s `event_id` once an attempt of it is recorded.
+async fn first_attempted(server: &Server, event_id: &str) -> hookhost::store::ReceiptRow {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let receipt = server.receipt("thin", event_id).await;
+        if receipt.attempts > 0 {
+            return receipt;
+        }
+        assert!(Instant::now() < deadline, "the attempt was not recorded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A fetched object larger than a push may carry is not delivered in its event's
+/// place: the attempt fails, saying why, and is tried again on the endpoint's schedule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetched_object_past_max_body_bytes_is_not_delivered() {
+    let api = serve_on_loopback(axum::Router::new().route(
+        "/objects/{id}",
+        axum::routing::get(|| async {
+            // Past the default 1 MiB, well within the API answer's own cap.
+            axum::Json(serde_json::json!({"version": 7, "pad": "x".repeat(1 << 20)}))
+        }),
+    ))
+    .await;
+    let (received, server) = thin_endpoint(api, "retry_schedule_seconds = [0, 3600]\n").await;
+    let body = br#"{"changed":"obj_1"}"#.to_vec();
+    let answer = server
+        .post("thin", &guest_headers("s", "obj_1", &body), body)
+        .await;
+    assert_eq!(answer.0, 200, "{answer:?}");
+
+    let receipt = first_attempted(&server, "obj_1").await;
+    let error = receipt.last_error.clone().unwrap_or_default();
+    assert!(
+        error.contains("past limits.max_body_bytes (1048576)"),
+        "{receipt:?}"
+    );
+    assert_eq!(receipt.state, "pending", "retried an hour later");
+    assert!(received.lock().expect("lock").is_empty(), "delivered");
+}
+
 crate::both_stores! {
 async fn an_attempt_whose_error_quotes_a_nul_is_recorded() {
     // The provider's API refuses the thin event's fetch with a body holding NUL bytes
@@ -1024,15 +1111,7 @@ async fn an_attempt_whose_error_quotes_a_nul_is_recorded() {
     let answer = server.post("thin", &guest_headers("s", "obj_1", &body), body).await;
     assert_eq!(answer.0, 200, "{answer:?}");
 
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let receipt = loop {
-        let receipt = server.receipt("thin", "obj_1").await;
-        if receipt.attempts > 0 {
-            break receipt;
-        }
-        assert!(Instant::now() < deadline, "the attempt was not recorded");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let receipt = first_attempted(&server, "obj_1").await;
     let error = receipt.last_error.expect("the attempt's error");
     assert!(error.contains("answered 404: n\u{FFFD}o"), "{error}");
     assert_eq!(receipt.state, "pending", "retried an hour later");
