@@ -30,8 +30,10 @@ const REFUSED: &str = "a tenant's destination must be public (the operator allow
 /// (198.18/15), the IETF's protocol assignments (192.0.0/24: a cloud's legacy
 /// metadata service has one) or reserved (IPv4 `0/8` and `240/4`); for IPv6 not
 /// unique-local, site-local (`fec0::/10`), link-local, discard-only (`100::/64`) or
-/// NAT64's local-use prefix (`64:ff9b:1::/48`, the network's own IPv4 space) either,
-/// and an IPv4 address inside an IPv6 one (mapped, NAT64's `64:ff9b::/96` or 6to4's
+/// NAT64's local-use prefix (`64:ff9b:1::/48`, the network's own IPv4 space) or Teredo
+/// (`2001::/32`, whose tunnel ends wherever its relay puts it) either, and an IPv4
+/// address inside an IPv6 one (mapped, the deprecated compatible `::a.b.c.d`, which a
+/// host with a `sit` tunnel sends as IPv4, NAT64's `64:ff9b::/96` or 6to4's
 /// `2002::/16`) is judged as IPv4.
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
@@ -52,7 +54,9 @@ pub fn is_public(ip: IpAddr) -> bool {
                     // NAT64 for local use, 64:ff9b:1::/48.
                     || s[..3] == [0x64, 0xff9b, 1]
                     // Documentation, 2001:db8::/32.
-                    || s[..2] == [0x2001, 0x0db8])
+                    || s[..2] == [0x2001, 0x0db8]
+                    // Teredo, 2001::/32.
+                    || s[..2] == [0x2001, 0])
             }
         },
     }
@@ -74,10 +78,11 @@ fn is_public_v4(v4: Ipv4Addr) -> bool {
         || (a == 198 && (18..20).contains(&b)))
 }
 
-/// The IPv4 address an IPv6 one carries: `::ffff:a.b.c.d`, `64:ff9b::a.b.c.d` or
+/// The IPv4 address an IPv6 one carries: `::ffff:a.b.c.d`, `::a.b.c.d` (so `::1` and
+/// `::` are judged as `0.0.0.1` and `0.0.0.0`, neither public), `64:ff9b::a.b.c.d` or
 /// 6to4's `2002:aabb:ccdd::` (a.b.c.d at bits 16 to 48).
 fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
-    if let Some(v4) = v6.to_ipv4_mapped() {
+    if let Some(v4) = v6.to_ipv4() {
         return Some(v4);
     }
     let s = v6.segments();
@@ -137,6 +142,7 @@ mod tests {
             "::ffff:8.8.8.8",
             "64:ff9b::808:808",
             "2002:808:808::1",
+            "::8.8.8.8",
             "192.0.1.1",
             "198.17.255.255",
             "198.20.0.0",
@@ -177,6 +183,10 @@ mod tests {
             "64:ff9b:1::a00:1",
             "2002:a00:1::1",
             "2002:7f00:1::1",
+            "::127.0.0.1",
+            "::a9fe:a9fe",
+            "::10.0.0.1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
         ] {
             let ip: IpAddr = special.parse().expect("address");
             assert!(!is_public(ip), "{special}");
