@@ -702,6 +702,67 @@ async fn a_remapped_version_gates_later_pushes_as_one_received() {
 }
 
 crate::both_stores! {
+async fn a_version_once_delivered_holds_older_ones_back_whatever_became_of_it() {
+    // Version 2 is delivered, then replayed and this time refused: the destination has
+    // it all the same, so version 1, delivered before it, is not replayed over it, nor
+    // after a purge that keeps dead letters a day and delivered receipts 30.
+    let server = Server::start(&stripe_config("")).await;
+    let store = &server.app.store;
+    let now_ms = now() * 1000;
+    for (id, version) in [("evt_v1", 1), ("evt_v2", 2)] {
+        store
+            .record(new_receipt(id, "cus_once", Some(version), now_ms))
+            .await
+            .expect("record");
+    }
+    let endpoints = vec!["stripe".to_string()];
+    let lease = || store.lease_due("w", &endpoints, now_ms + 1, Duration::from_secs(60), 10);
+    let attempt = answered_ok(now_ms);
+    for (id, next) in [("evt_v1", Next::Delivered), ("evt_v2", Next::Delivered)] {
+        let leased = lease().await.expect("lease");
+        assert_eq!(leased[0].event_id, id);
+        store.finish_attempt(&leased[0], "w", &attempt, &next).await.expect("finish");
+    }
+    let v2 = hookhost::store::Filter::one("stripe", "evt_v2");
+    assert_eq!(store.replay(&v2).await.expect("replay"), 1);
+    let leased = lease().await.expect("lease");
+    assert_eq!(leased[0].event_id, "evt_v2");
+    store.finish_attempt(&leased[0], "w", &attempt, &Next::Dead).await.expect("finish");
+    assert_eq!(server.receipt("stripe", "evt_v2").await.state, "dead");
+    let v1 = hookhost::store::Filter::one("stripe", "evt_v1");
+    assert_eq!(store.replay(&v1).await.expect("replay"), 0);
+    let retention = hookhost::config::RetentionConfig {
+        dead: Some(Duration::from_secs(86_400)),
+        ..Default::default()
+    };
+    let purged = store.purge(now_ms + 2 * 86_400_000, &retention).await.expect("purge");
+    assert_eq!(purged.receipts, 0, "version 2 is kept while version 1 may be replayed");
+    assert_eq!(store.replay(&v1).await.expect("replay"), 0);
+    assert_eq!(server.receipt("stripe", "evt_v1").await.state, "delivered");
+
+    // Version 2 discarded while its attempt is on the wire may yet be delivered:
+    // version 1, a dead letter, waits for the attempt's end, and goes once it failed.
+    for (id, version) in [("evt_w1", 1), ("evt_w2", 2)] {
+        store
+            .record(new_receipt(id, "cus_wire", Some(version), now_ms))
+            .await
+            .expect("record");
+    }
+    let first = lease().await.expect("lease");
+    assert_eq!(first[0].event_id, "evt_w1");
+    store.finish_attempt(&first[0], "w", &attempt, &Next::Dead).await.expect("finish");
+    let second = lease().await.expect("lease");
+    assert_eq!(second[0].event_id, "evt_w2");
+    assert!(store.discard("stripe", "evt_w2", "sent by hand").await.expect("discard"));
+    let w1 = hookhost::store::Filter::one("stripe", "evt_w1");
+    assert_eq!(store.replay(&w1).await.expect("replay"), 0, "version 2 is on the wire");
+    store.finish_attempt(&second[0], "w", &attempt, &Next::Dead).await.expect("finish");
+    assert_eq!(store.replay(&w1).await.expect("replay"), 1);
+    assert_eq!(server.receipt("stripe", "evt_w1").await.state, "pending");
+}
+}
+
+crate::both_stores! {
 async fn an_event_discarded_on_the_wire_holds_its_resource_until_the_attempt_ends() {
     // No destination: the server's own workers leave the events alone.
     let server = Server::start(&stripe_config("")).await;

@@ -303,15 +303,14 @@ pub(super) fn finish_all(
 
 /// The `SET` of a finished attempt's state and delivery time: an event the operator
 /// discarded while its attempt was on the wire stays discarded, whatever the answer.
-/// Delivered all the same, it keeps the time: the destination has that version, and
-/// [`NOT_SUPERSEDED`](super::operator::NOT_SUPERSEDED) must not replay an older one
+/// A delivery time, once set, is never cleared: a version delivered and later
+/// discarded, or replayed and then failed, is at the destination all the same, and
+/// [`not_superseded`](super::operator::not_superseded) must not replay an older one
 /// over it.
 pub(super) fn moved_on(state: &str, delivered_at: &str) -> String {
     format!(
         "state = CASE receipts.state WHEN 'discarded' THEN receipts.state ELSE {state} END,
-            delivered_at_ms = CASE receipts.state
-                WHEN 'discarded' THEN COALESCE({delivered_at}, receipts.delivered_at_ms)
-                ELSE {delivered_at} END"
+            delivered_at_ms = COALESCE({delivered_at}, receipts.delivered_at_ms)"
     )
 }
 

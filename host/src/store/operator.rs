@@ -109,14 +109,17 @@ pub struct Summary {
 
 /// States a replay takes an event out of.
 pub(super) const REPLAYABLE: &str = "('dead', 'quarantined', 'delivered', 'discarded')";
-/// A replay's rule, the same in both dialects, on a receipt aliased `r`: an old version
-/// is not sent over a newer one its resource already has delivered (a discarded one
-/// too, when its attempt on the wire was delivered), or has on its way.
+/// A replay's rule, the same in both dialects, on a receipt aliased `r`, with the time
+/// as `now`: an old version is not sent over a newer one its resource has delivered
+/// (whatever became of it since: discarded, or replayed and failed), has on its way,
+/// or has on the wire (discarded while its attempt is out, which may yet deliver it).
 /// As at receipt, versions decide: events without one are never stale; at one
 /// version, the later arrival is the newer (delivered after the other). And as at
 /// receipt, a deleted resource stays deleted: no event but a deletion is sent at or
 /// under its tombstone's version (without a version, not at all).
-pub(super) const NOT_SUPERSEDED: &str = "(NOT EXISTS (
+pub(super) fn not_superseded(now: &str) -> String {
+    format!(
+        "(NOT EXISTS (
     SELECT 1 FROM receipts AS newer
     WHERE newer.endpoint = r.endpoint
       AND newer.resource_kind = r.resource_kind
@@ -124,14 +127,17 @@ pub(super) const NOT_SUPERSEDED: &str = "(NOT EXISTS (
       AND (newer.resource_version > r.resource_version
            OR (newer.resource_version = r.resource_version
                AND (newer.received_at_ms, newer.event_id) > (r.received_at_ms, r.event_id)))
-      AND (newer.state IN ('pending', 'delivered') OR newer.delivered_at_ms IS NOT NULL))
+      AND (newer.state IN ('pending', 'delivered') OR newer.delivered_at_ms IS NOT NULL
+           OR newer.lease_expires_at_ms > {now}))
   AND NOT (NOT r.deleted AND EXISTS (
     SELECT 1 FROM resource_versions AS tomb
     WHERE tomb.endpoint = r.endpoint
       AND tomb.resource_kind = r.resource_kind
       AND tomb.resource_id = r.resource_id
       AND tomb.deleted
-      AND (r.resource_version IS NULL OR tomb.version >= r.resource_version))))";
+      AND (r.resource_version IS NULL OR tomb.version >= r.resource_version))))"
+    )
+}
 /// A replay's other rule, on a receipt aliased `r`, with the time as `now`: none whose
 /// lease is live. Only a discarded receipt keeps one (its attempt still on the wire);
 /// replayed, it would lose that lease and go out again beside that attempt.
@@ -145,15 +151,26 @@ pub(super) const REQUEUE: &str = "state = 'pending', state_reason = 'replayed', 
     discarded_at_ms = NULL";
 /// Purge's rule for a delivered receipt past its retention, on a receipt named
 /// `receipts` (not aliased): it is kept while an older version of its resource may
-/// still be replayed, because it is what tells [`NOT_SUPERSEDED`] that the destination
-/// has a newer version. Older is as [`NOT_SUPERSEDED`] orders: a lower version, or at
-/// the same version an earlier arrival. It goes at the first purge after the older one
-/// is gone. An older version that is itself delivered and past its retention goes in
-/// the same purge, so it keeps nothing: else a resource's delivered versions went one
-/// a purge.
+/// still be replayed (see [`none_older_replayable`]). An older version that is itself
+/// delivered and past its retention goes in the same purge, so it keeps nothing: else
+/// a resource's delivered versions went one a purge.
 fn purgeable_delivered(before: &str) -> String {
     format!(
-        "state = 'delivered' AND delivered_at_ms < {before} AND NOT EXISTS (
+        "state = 'delivered' AND delivered_at_ms < {before} AND {}",
+        none_older_replayable(&format!(
+            "AND NOT (older.state = 'delivered' AND older.delivered_at_ms < {before})"
+        ))
+    )
+}
+/// On a receipt named `receipts`: no older version of its resource may still be
+/// replayed, leaving out what `gone_too` says goes in the same purge. A version the
+/// destination has (delivered at some time) is what tells [`not_superseded`] not to
+/// replay an older one over it, so it is kept until the older ones are gone, and goes
+/// at the first purge after. Older is as [`not_superseded`] orders: a lower version,
+/// or at the same version an earlier arrival.
+fn none_older_replayable(gone_too: &str) -> String {
+    format!(
+        "NOT EXISTS (
             SELECT 1 FROM receipts AS older
             WHERE older.endpoint = receipts.endpoint
               AND older.resource_kind = receipts.resource_kind
@@ -162,8 +179,7 @@ fn purgeable_delivered(before: &str) -> String {
                    OR (older.resource_version = receipts.resource_version
                        AND (older.received_at_ms, older.event_id)
                            < (receipts.received_at_ms, receipts.event_id)))
-              AND older.state IN {REPLAYABLE}
-              AND NOT (older.state = 'delivered' AND older.delivered_at_ms < {before}))"
+              AND older.state IN {REPLAYABLE} {gone_too})"
     )
 }
 /// Purge's rule for a receipt settled as it arrived, on a receipt named `receipts`:
@@ -177,20 +193,32 @@ fn purgeable_settled(before: &str) -> String {
 /// Purge's rule for a dead letter or a quarantined receipt past its retention, on a
 /// receipt named `receipts`: counted from when it was settled, its last attempt (an
 /// event retried for weeks goes dead long after it arrived; replayed, it is settled
-/// again), or from its arrival when it was never attempted.
+/// again), or from its arrival when it was never attempted. One delivered before
+/// (then replayed) is kept as a delivered one is, after the delivered class's purge.
 fn purgeable_dead(before: &str) -> String {
     format!(
         "state IN ('dead', 'quarantined') AND received_at_ms < {before} AND NOT EXISTS (
             SELECT 1 FROM attempts AS a
             WHERE a.endpoint = receipts.endpoint AND a.event_id = receipts.event_id
-              AND a.ended_at_ms >= {before})"
+              AND a.ended_at_ms >= {before}) AND {}",
+        once_delivered_kept()
     )
 }
 /// Purge's rule for a discarded receipt past its retention (`dead_days`), on a
 /// receipt named `receipts`: counted from when it was discarded (from its arrival
-/// when that was not recorded, before migration 0013/0009).
+/// when that was not recorded, before migration 0013/0009). One delivered (before, or
+/// on the wire as it was discarded) is kept as a delivered one is.
 fn purgeable_discarded(before: &str) -> String {
-    format!("state = 'discarded' AND COALESCE(discarded_at_ms, received_at_ms) < {before}")
+    format!(
+        "state = 'discarded' AND COALESCE(discarded_at_ms, received_at_ms) < {before} AND {}",
+        once_delivered_kept()
+    )
+}
+/// A dead, quarantined or discarded receipt the destination has all the same: kept
+/// while an older version may be replayed. Its classes purge after the delivered
+/// ones, which take the older versions past their own retention first.
+fn once_delivered_kept() -> String {
+    format!("(delivered_at_ms IS NULL OR {})", none_older_replayable(""))
 }
 /// What a purge deletes, class by class, on both stores: each class's rule (above),
 /// written with `placeholder` for the time, and the time (unix ms) before which it
@@ -433,7 +461,8 @@ impl super::Store {
         let requeue = format!(
             "UPDATE receipts AS r SET {REQUEUE}
              WHERE r.endpoint = $1 AND r.event_id = $2 AND r.state IN {REPLAYABLE}
-               AND {NOT_SUPERSEDED} AND {lease_over}",
+               AND {not_superseded} AND {lease_over}",
+            not_superseded = not_superseded("$3"),
             lease_over = lease_over("$3"),
         );
         let replayed = on_pool!(self, writes, pool => {
@@ -528,10 +557,11 @@ fn replay_sql() -> String {
          WHERE rowid IN (
             -- The limit counts what is replayed, not what the filter matches.
             SELECT rowid FROM receipts AS r WHERE {WHERE} AND r.state IN {REPLAYABLE}
-              AND {NOT_SUPERSEDED} AND {lease_over}
+              AND {not_superseded} AND {lease_over}
               AND (?12 IS NULL OR (r.received_at_ms, r.rowid) > (?12, ?13))
             ORDER BY r.received_at_ms, r.rowid LIMIT ?10)
          RETURNING received_at_ms, rowid",
+        not_superseded = not_superseded("?11"),
         lease_over = lease_over("?11"),
     )
 }

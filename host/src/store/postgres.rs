@@ -10,7 +10,7 @@
 mod batch;
 
 use super::delivery::{STILL_MANAGED, cap, moved_on, no_other_of_its_resource_first};
-use super::operator::{LIST_CAP, NOT_SUPERSEDED, REPLAYABLE, REQUEUE, lease_over};
+use super::operator::{LIST_CAP, REPLAYABLE, REQUEUE, lease_over, not_superseded};
 use super::{
     AttemptRecord, Filter, Leased, Next, Position, Purged, ReceiptRow, StoreError, Summary,
 };
@@ -578,7 +578,7 @@ fn replay_sql() -> String {
             -- The limit counts what is replayed, not what the filter matches.
             SELECT r.endpoint, r.event_id FROM receipts AS r
             WHERE {WHERE} AND r.state IN {REPLAYABLE}
-              AND {NOT_SUPERSEDED} AND {lease_over}
+              AND {not_superseded} AND {lease_over}
               AND ($12::bigint IS NULL
                    OR r.received_at_ms > $12
                    OR (r.received_at_ms = $12
@@ -587,6 +587,7 @@ fn replay_sql() -> String {
             ORDER BY r.received_at_ms, r.endpoint COLLATE \"C\", r.event_id COLLATE \"C\"
             LIMIT $10)
          RETURNING r.received_at_ms, r.endpoint, r.event_id",
+        not_superseded = not_superseded("$11"),
         lease_over = lease_over("$11"),
     )
 }
