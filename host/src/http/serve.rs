@@ -326,6 +326,41 @@ mod tests {
         let _ = served.await;
     }
 
+    /// A head of at most 100 fields is read; one more is 431, and a head that is not
+    /// HTTP (a control byte in a value, a folded line, two different lengths) is 400,
+    /// both answered by hyper without a body, as the README's table says.
+    #[tokio::test]
+    async fn a_head_of_101_fields_is_431_and_a_malformed_one_400() {
+        let router = Router::new().route("/read", post(|| async { "ok" }));
+        let fields =
+            |n: usize| -> String { (0..n).map(|i| format!("x-field-{i}: {i}\r\n")).collect() };
+        for (head, expected) in [
+            // With `host` and `content-length`: 100, then 101 fields.
+            (fields(98), "HTTP/1.1 200"),
+            (fields(99), "HTTP/1.1 431"),
+            ("x-control: a\x01b\r\n".to_string(), "HTTP/1.1 400"),
+            ("x-folded: a\r\n b\r\n".to_string(), "HTTP/1.1 400"),
+            ("content-length: 5\r\n".to_string(), "HTTP/1.1 400"),
+        ] {
+            let (mut client, server) = tokio::io::duplex(4 * READ_BUFFER);
+            let served = tokio::spawn(connection(
+                TokioIo::new(server),
+                router.clone(),
+                LONG,
+                Arc::default(),
+            ));
+            let request =
+                format!("POST /read HTTP/1.1\r\nhost: hookhost\r\n{head}content-length: 0\r\n\r\n");
+            client.write_all(request.as_bytes()).await.expect("send");
+            let mut answer = vec![0u8; 1024];
+            let n = client.read(&mut answer).await.expect("answer");
+            let answer = String::from_utf8_lossy(&answer[..n]);
+            assert!(answer.starts_with(expected), "{expected}: {answer}");
+            drop(client);
+            let _ = served.await;
+        }
+    }
+
     /// A connection whose head stops arriving is closed once the read timeout passes;
     /// so is a kept-alive connection that sends nothing after its last answer.
     #[tokio::test]
