@@ -140,6 +140,7 @@ fn receipt(
     Ok(ingest::receipt(
         endpoint,
         verified,
+        &url,
         headers,
         body,
         created * 1000,

@@ -438,15 +438,12 @@ fn spec(config_path: PathBuf, id: &str) -> anyhow::Result<()> {
         if let Some(receipt) = app.store.latest_receipt(id).await? {
             let headers: Vec<(String, String)> =
                 serde_json::from_str(&receipt.headers).unwrap_or_default();
-            let (planned, public_url, body) = (
-                endpoint.clone(),
-                app.public_url.clone(),
-                receipt.body.clone(),
-            );
+            let url = crate::verify::stored_url(&app.public_url, id, receipt.query.as_deref());
+            let (planned, body) = (endpoint.clone(), receipt.body.clone());
             // A plugin call: on a plugin thread, as at ingest.
             let plan = app
                 .plugin_threads
-                .run(move || crate::verify::replan(&planned, &public_url, &headers, &body))
+                .run(move || crate::verify::replan(&planned, &url, &headers, &body))
                 .await?;
             observed.latest = plan.ok().map(|plan| (receipt, plan));
         }

@@ -61,10 +61,50 @@ pub const CREDENTIAL_HEADERS: &[&str] = &[
 /// name, since a token scheme's candidate is the secret itself. Never stored with a
 /// receipt; redacted in what forensics keeps.
 pub fn is_credential(name: &str, value: &[u8], candidates: &[Candidate]) -> bool {
-    CREDENTIAL_HEADERS.contains(&name)
-        || candidates
-            .iter()
-            .any(|c| c.algorithm == Algorithm::Token && crate::spec::holds(value, &c.signature))
+    CREDENTIAL_HEADERS.contains(&name) || holds_token(value, candidates)
+}
+
+/// Query parameters whose names say they carry a credential (`api_key`,
+/// `access_token`, `auth`, …), matched in the decoded name, in any case: never stored
+/// with a receipt, as the credential headers are not.
+const CREDENTIAL_PARAMS: &[&str] = &["token", "key", "secret", "password", "auth", "credential"];
+
+/// The query of `url` as a receipt keeps it (for mapping the event again as it was
+/// mapped): without the parameters [`CREDENTIAL_PARAMS`] names, and none at all when a
+/// value holds a token scheme's candidate, as sent or decoded. `None` when nothing is
+/// left.
+pub fn kept_query(url: &str, candidates: &[Candidate]) -> Option<String> {
+    let (_, query) = url.split_once('?')?;
+    if holds_token(query.as_bytes(), candidates) {
+        return None;
+    }
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let Some((name, value)) = form_urlencoded::parse(pair.as_bytes()).next() else {
+            continue;
+        };
+        // Decoded as a form (`+` a space) and as a URL's escapes only (`+` itself).
+        let plus = pair.replace('+', "%2B");
+        let escaped = form_urlencoded::parse(plus.as_bytes()).next();
+        if holds_token(value.as_bytes(), candidates)
+            || escaped.is_some_and(|(_, v)| holds_token(v.as_bytes(), candidates))
+        {
+            return None;
+        }
+        let name = name.to_ascii_lowercase();
+        if !CREDENTIAL_PARAMS.iter().any(|word| name.contains(word)) {
+            kept.push(pair);
+        }
+    }
+    (!kept.is_empty()).then(|| kept.join("&"))
+}
+
+/// Whether `value` holds a token scheme's candidate (as sent, or hex or base64 of
+/// it): the secret itself, never stored with a receipt.
+pub fn holds_token(value: &[u8], candidates: &[Candidate]) -> bool {
+    candidates
+        .iter()
+        .any(|c| c.algorithm == Algorithm::Token && crate::spec::holds(value, &c.signature))
 }
 
 /// Headers whose values carry nothing secret; shown when it is not known which
@@ -698,5 +738,39 @@ mod tests {
             redact_query("https://h/webhooks/a?token=s3cret&flag"),
             "https://h/webhooks/a?token=[redacted]&flag=[redacted]"
         );
+    }
+
+    /// A receipt keeps a query without its credentials: parameters named as one, by
+    /// their decoded names, and the whole query when a value holds a token scheme's
+    /// token, sent escaped or as a form's `+` for a space.
+    #[test]
+    fn a_kept_query_holds_no_credential() {
+        let hmac = [Candidate::new(Algorithm::HmacSha256, b"mac".to_vec())];
+        let kept = |query: &str, candidates: &[Candidate]| {
+            kept_query(&format!("https://h/webhooks/a?{query}"), candidates)
+        };
+        assert_eq!(kept_query("https://h/webhooks/a", &hmac), None);
+        assert_eq!(
+            kept("bodySHA256=00ff&foo=1&&bar=2", &hmac).as_deref(),
+            Some("bodySHA256=00ff&foo=1&bar=2")
+        );
+        assert_eq!(
+            kept(
+                "api_key=s3cret&src=a%3Ab&Access%5FToken=t&AUTH=x&clientSecret=y",
+                &hmac
+            )
+            .as_deref(),
+            Some("src=a%3Ab")
+        );
+        assert_eq!(kept("api_key=s3cret", &hmac), None);
+        let token = [Candidate::new(Algorithm::Token, b"Ab+c/d= e".to_vec())];
+        for query in [
+            "t=Ab%2Bc%2Fd%3D+e",
+            "t=Ab%2Bc%2Fd%3D%20e",
+            "x=1&t=Ab+c/d=%20e",
+        ] {
+            assert_eq!(kept(query, &token), None, "{query}");
+        }
+        assert_eq!(kept("t=other", &token).as_deref(), Some("t=other"));
     }
 }

@@ -298,11 +298,12 @@ async fn remap_replay(app: &http::App, endpoint_id: &str, event_id: &str) -> any
     let body = tenancy::plain_body(app, endpoint_id, &receipt.body)
         .map_err(anyhow::Error::msg)?
         .into_owned();
-    // A plugin call: on a plugin thread, as at ingest.
-    let (on_thread, public_url) = (endpoint.clone(), app.public_url.clone());
+    // A plugin call: on a plugin thread, as at ingest, at the URL it came to.
+    let on_thread = endpoint.clone();
+    let url = verify::stored_url(&app.public_url, endpoint_id, receipt.query.as_deref());
     let described = app
         .plugin_threads
-        .run(move || verify::redescribe(&on_thread, &public_url, &headers, &body))
+        .run(move || verify::redescribe(&on_thread, &url, &headers, &body))
         .await
         .map_err(http::IngestError::from)
         .and_then(|described| described)

@@ -4,12 +4,12 @@
 //!
 //! Each stored request is judged as it arrived: its raw body (opened when sealed),
 //! its headers, and its arrival time as the clock (so the timestamp window judges it
-//! as it did then). The method and URL are not stored: both plugins see `POST` and
-//! the endpoint's path.
+//! as it did then). The method is not stored: both plugins see `POST`, at the
+//! endpoint's path with the query the request came with.
 
 use crate::endpoints::Endpoint;
 use crate::http::App;
-use crate::store::StoreError;
+use crate::store::{StoreError, StoredRequest};
 use crate::verify::{self, MessageSource, Trail};
 use hookhost_plugin_sdk::Disposition;
 use serde::Serialize;
@@ -49,7 +49,8 @@ pub struct Compared {
     pub received_at_ms: i64,
     /// Whether the current plugin accepts the stored request again. It was accepted
     /// on arrival; when it is not now, what verified it was not stored (a token
-    /// header, a credential, the URL's query) or the plugin changed since, and the
+    /// header, a credential, a query holding a token, an escaped path, a request
+    /// stored before queries were kept) or the plugin changed since, and the
     /// candidate's verdict tells nothing: such a request counts as neither changed
     /// nor the same.
     pub judged: bool,
@@ -91,7 +92,14 @@ pub async fn replay(
         .await?;
     let asked = stored.len();
     let mut results = Vec::with_capacity(asked);
-    for (event_id, headers, body, received_at_ms) in stored {
+    for StoredRequest {
+        event_id,
+        headers,
+        body,
+        received_at_ms,
+        query,
+    } in stored
+    {
         if budget.is_some_and(|budget| started.elapsed() >= budget) {
             break;
         }
@@ -99,11 +107,8 @@ pub async fn replay(
             .map_err(StoreError::Unavailable)?
             .into_owned();
         let headers: Vec<(String, String)> = serde_json::from_str(&headers).unwrap_or_default();
-        let (old, new, url) = (
-            current.clone(),
-            candidate.clone(),
-            format!("{}/webhooks/{}", app.public_url, current.id),
-        );
+        let (old, new) = (current.clone(), candidate.clone());
+        let url = verify::stored_url(&app.public_url, &current.id, query.as_deref());
         let judged = app
             .plugin_threads
             .run(move || {

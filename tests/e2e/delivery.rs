@@ -944,6 +944,52 @@ async fn a_replay_never_sends_an_old_version_over_a_newer_one() {
 }
 }
 
+/// A remap maps an event again at the URL it came to: Twilio reads a JSON event's type
+/// only when the URL's query carries the body's digest (`bodySHA256`). Mapped without
+/// the query, the body would be read as a form, and the event stored as `unknown`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remap_maps_an_event_at_the_url_it_came_to() {
+    use hmac::Mac as _;
+    const TOKEN: &str = "twilio-auth-token";
+    let server = Server::start(&format!(
+        "public_url = \"https://hooks.example.com\"\n\
+         [[endpoint]]\nid = \"tw\"\nplugin = \"twilio\"\nsecrets = [\"{TOKEN}\"]\n"
+    ))
+    .await;
+    let body = r#"{"type":"com.twilio.messaging.inbound-message.received","id":"EZ1"}"#;
+    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(body));
+    let path = format!("/webhooks/tw?bodySHA256={digest}");
+    let mut mac = hmac::Hmac::<sha1::Sha1>::new_from_slice(TOKEN.as_bytes()).expect("key");
+    mac.update(format!("https://hooks.example.com{path}").as_bytes());
+    let headers = [
+        ("x-twilio-signature", b64(&mac.finalize().into_bytes())),
+        ("content-type", "application/json".to_string()),
+    ];
+    let (status, answer) = request(server.addr, "POST", &path, &headers, body.into()).await;
+    assert_eq!(status, 200, "{answer}");
+    let id = answer["event_id"].as_str().expect("event id").to_string();
+    let mapped = "com.twilio.messaging.inbound-message.received";
+    assert_eq!(server.receipt("tw", &id).await.event_type, mapped);
+
+    // Replayable once discarded (no destination: it would stay pending).
+    assert!(
+        server
+            .app
+            .store
+            .discard("tw", &id, "test")
+            .await
+            .expect("discard")
+    );
+    let one = hookhost::store::Filter::one("tw", &id);
+    let replayed = hookhost::replay(&server.app, &one, true).await;
+    assert_eq!(replayed.expect("remap"), 1);
+    let receipt = server.receipt("tw", &id).await;
+    assert_eq!(
+        (receipt.event_type.as_str(), receipt.state.as_str()),
+        (mapped, "pending")
+    );
+}
+
 crate::both_stores! {
 async fn dead_letters_are_listed_replayed_and_discarded_from_the_cli() {
     let (downstream, port) = Downstream::start().await;

@@ -602,6 +602,7 @@ pub fn new_receipt(
         plugin_version: "test".into(),
         plugin_digest: "test".into(),
         message_id: None,
+        query: None,
         event_type: "customer.updated".into(),
         resource: Some(Resource {
             kind: "customer".into(),

@@ -300,11 +300,13 @@ pub async fn redact_signatures(app: &App, endpoint_id: &str, event: &mut serde_j
         .to_vec();
     let carrying = match app.endpoints.get(endpoint_id) {
         Some(endpoint) => {
-            let (public_url, stored) = (app.public_url.clone(), headers.clone());
+            // Without the query the request came with (not shown): a plugin that needs
+            // it plans nothing, and every header is hidden.
+            let url = crate::verify::stored_url(&app.public_url, endpoint_id, None);
+            let stored = headers.clone();
             app.plugin_threads
                 .run(move || {
-                    let plan =
-                        crate::verify::replan(&endpoint, &public_url, &stored, &body).ok()?;
+                    let plan = crate::verify::replan(&endpoint, &url, &stored, &body).ok()?;
                     Some(crate::spec::carrying_headers(&stored, &plan.candidates))
                 })
                 .await

@@ -301,7 +301,7 @@ pub(crate) fn judge(
         event_type = verified.event.event_type,
         "verified"
     );
-    let receipt = receipt(endpoint, verified, headers, body, received_at_ms);
+    let receipt = receipt(endpoint, verified, &url, headers, body, received_at_ms);
     Ok(Judged::Store(Box::new(receipt)))
 }
 
@@ -353,11 +353,12 @@ async fn read_capped(
     Ok((bytes, room))
 }
 
-/// The receipt a verified request leaves behind, as `Store::record` is given it. Public
-/// so that the benchmark can store exactly what this route stores.
+/// The receipt a verified request to `url` leaves behind, as `Store::record` is given
+/// it. Public so that the benchmark can store exactly what this route stores.
 pub fn receipt(
     endpoint: &Endpoint,
     verified: Verified,
+    url: &str,
     headers: Vec<(String, Vec<u8>)>,
     body: Vec<u8>,
     received_at_ms: i64,
@@ -399,6 +400,9 @@ pub fn receipt(
             Disposition::Process | Disposition::Reject(_) | Disposition::Answer(_) => None,
         },
         source: crate::store::PUSHED,
+        // Kept for mapping the event again as it was mapped: a plugin may read the
+        // URL. Without its credentials, as the headers are kept.
+        query: forensics::kept_query(url, &plan.candidates),
     }
 }
 

@@ -182,6 +182,7 @@ pub(super) mod fixture {
             plugin_version: "test".into(),
             plugin_digest: "test".into(),
             message_id: None,
+            query: None,
             event_type: "customer.updated".into(),
             resource: Some(Resource {
                 kind: "customer".into(),

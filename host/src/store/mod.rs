@@ -254,14 +254,13 @@ impl Store {
         }))
     }
 
-    /// An endpoint's last `n` stored requests, newest first: (event id, headers JSON,
-    /// body as stored, received at ms).
+    /// An endpoint's last `n` stored requests, newest first.
     pub async fn recent_requests(
         &self,
         endpoint: &str,
         n: u32,
-    ) -> Result<Vec<(String, String, Vec<u8>, i64)>, StoreError> {
-        const SQL: &str = "SELECT event_id, headers, body, received_at_ms FROM receipts
+    ) -> Result<Vec<StoredRequest>, StoreError> {
+        const SQL: &str = "SELECT event_id, headers, body, received_at_ms, query FROM receipts
                            WHERE endpoint = $1 ORDER BY received_at_ms DESC, event_id LIMIT $2";
         Ok(on_pool!(self, reads, pool => {
             sqlx::query_as(SQL).bind(endpoint).bind(i64::from(n)).fetch_all(pool).await?
@@ -271,7 +270,7 @@ impl Store {
     /// An endpoint's most recently received receipt.
     pub async fn latest_receipt(&self, endpoint: &str) -> Result<Option<ReceiptRow>, StoreError> {
         const SQL: &str = "SELECT event_id, state, state_reason, event_type, secret_index,
-                                  body, headers, resource_version, attempts, last_error, source
+                                  body, headers, resource_version, attempts, last_error, source, query
                            FROM receipts WHERE endpoint = $1
                            ORDER BY received_at_ms DESC LIMIT 1";
         Ok(match &self.backend {
@@ -378,6 +377,19 @@ fn refuse_newer_schema(
     }
 }
 
+/// A stored request, as it came (`Store::recent_requests`).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct StoredRequest {
+    pub event_id: String,
+    /// JSON `[name, value]` pairs, credentials removed.
+    pub headers: String,
+    /// As stored: sealed, for a sealing tenant.
+    pub body: Vec<u8>,
+    pub received_at_ms: i64,
+    /// The query of the URL it came to (see [`NewReceipt::query`]).
+    pub query: Option<String>,
+}
+
 /// Everything a verified request leaves behind.
 #[derive(Debug, Clone)]
 pub struct NewReceipt {
@@ -401,6 +413,8 @@ pub struct NewReceipt {
     pub ignore: Option<String>,
     /// How it came: [`PUSHED`] or [`RECONCILED`].
     pub source: &'static str,
+    /// The query of the URL it came to, without the `?` (see `verify::stored_url`).
+    pub query: Option<String>,
 }
 
 /// A receipt the provider pushed.

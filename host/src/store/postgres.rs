@@ -142,7 +142,7 @@ impl PgStore {
     ) -> Result<Option<ReceiptRow>, StoreError> {
         Ok(sqlx::query_as::<_, ReceiptRow>(
             "SELECT event_id, state, state_reason, event_type, secret_index, body, headers,
-                    resource_version, attempts, last_error, source
+                    resource_version, attempts, last_error, source, query
              FROM receipts WHERE endpoint = $1 AND event_id = $2",
         )
         .bind(endpoint)

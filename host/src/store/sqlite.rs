@@ -35,6 +35,8 @@ pub struct ReceiptRow {
     pub last_error: Option<String>,
     /// `push` or `reconcile` (see `store::RECONCILED`).
     pub source: String,
+    /// The query of the URL it came to (see `NewReceipt::query`).
+    pub query: Option<String>,
 }
 
 /// The SQLite store; cheap to clone.
@@ -114,7 +116,7 @@ impl SqliteStore {
     ) -> Result<Option<ReceiptRow>, StoreError> {
         Ok(sqlx::query_as::<_, ReceiptRow>(
             "SELECT event_id, state, state_reason, event_type, secret_index, body, headers, resource_version,
-                    attempts, last_error, source
+                    attempts, last_error, source, query
              FROM receipts WHERE endpoint = ? AND event_id = ?",
         )
         .bind(endpoint)

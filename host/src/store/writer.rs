@@ -301,9 +301,9 @@ fn commit(conn: &mut Connection, batch: &[Work]) -> Result<Vec<Done>, StoreError
 const INSERT_RECEIPT: &str = "INSERT INTO receipts (endpoint, event_id, body_sha256, body,
         headers, secret_index, plugin, plugin_version, plugin_digest, message_id, event_type,
         resource_kind, resource_id, resource_version, deleted,
-        occurred_at, signed_at, received_at_ms, state, state_reason, source)
+        occurred_at, signed_at, received_at_ms, state, state_reason, source, query)
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-             ?18, ?19, ?20, ?21)";
+             ?18, ?19, ?20, ?21, ?22)";
 
 /// For one receipt of a batch: the body digest stored under its event id, and its
 /// resource's accepted version and tombstone.
@@ -381,6 +381,7 @@ fn record_all(tx: &Transaction<'_>, receipts: &[&NewReceipt]) -> Result<Vec<Outc
             state,
             reason,
             r.source,
+            r.query,
         ])?;
     }
     let mut upsert = tx.prepare_cached(

@@ -286,11 +286,11 @@ pub(crate) fn fits(text: &str) -> bool {
 /// replay that remaps). Verification is not repeated: the receipt proves it passed.
 pub fn redescribe(
     endpoint: &Endpoint,
-    public_url: &str,
+    url: &str,
     headers: &[(String, String)],
     body: &[u8],
 ) -> Result<Event, IngestError> {
-    on_stored(endpoint, public_url, headers, body, |call| {
+    on_stored(endpoint, url, headers, body, |call| {
         let event = call.describe_event()?.map_err(rejection_to_error)?;
         storable(&event, None)?;
         Ok(event)
@@ -302,29 +302,37 @@ pub fn redescribe(
 /// admin API's redaction of signature headers).
 pub fn replan(
     endpoint: &Endpoint,
-    public_url: &str,
+    url: &str,
     headers: &[(String, String)],
     body: &[u8],
 ) -> Result<Plan, IngestError> {
-    on_stored(endpoint, public_url, headers, body, |call| {
+    on_stored(endpoint, url, headers, body, |call| {
         call.plan_verification()?.map_err(rejection_to_error)
     })
 }
 
-/// A plugin session on a stored request. The method and URL are not stored; the plugin
-/// sees `POST` and the endpoint's path.
+/// The URL a stored request of `endpoint` is shown its plugin at: the endpoint's
+/// path, and the query it came with (a receipt keeps it, see `NewReceipt::query`).
+pub fn stored_url(public_url: &str, endpoint: &str, query: Option<&str>) -> String {
+    match query {
+        Some(query) => format!("{public_url}/webhooks/{endpoint}?{query}"),
+        None => format!("{public_url}/webhooks/{endpoint}"),
+    }
+}
+
+/// A plugin session on a stored request at `url` (see [`stored_url`]). The method is
+/// not stored; the plugin sees `POST`.
 fn on_stored<T>(
     endpoint: &Endpoint,
-    public_url: &str,
+    url: &str,
     headers: &[(String, String)],
     body: &[u8],
     call: impl FnOnce(&mut crate::plugins::Session<'_>) -> Result<T, IngestError>,
 ) -> Result<T, IngestError> {
     let headers = owned_headers(headers.iter().map(|(name, value)| (name, value)));
-    let url = format!("{public_url}/webhooks/{}", endpoint.id);
     let source = MessageSource {
         method: "POST",
-        url: &url,
+        url,
         headers: &headers,
         body,
     };

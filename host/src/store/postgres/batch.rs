@@ -326,11 +326,12 @@ async fn record_all(
             "INSERT INTO receipts (endpoint, event_id, body_sha256, body, headers, secret_index,
                 plugin, plugin_version, plugin_digest, message_id, event_type,
                 resource_kind, resource_id, resource_version, deleted,
-                occurred_at, signed_at, received_at_ms, state, state_reason, source)
+                occurred_at, signed_at, received_at_ms, state, state_reason, source, query)
              SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[],
                 $6::int8[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
                 $12::text[], $13::text[], $14::int8[], $15::bool[],
-                $16::int8[], $17::int8[], $18::int8[], $19::text[], $20::text[], $21::text[])
+                $16::int8[], $17::int8[], $18::int8[], $19::text[], $20::text[], $21::text[],
+                $22::text[])
              ON CONFLICT (endpoint, event_id) DO NOTHING",
         )
         .bind(column(rows, |(r, _)| r.endpoint.as_str()))
@@ -362,6 +363,7 @@ async fn record_all(
         .bind(column(&states, |s| s.0))
         .bind(column(&states, |s| s.1))
         .bind(column(rows, |(r, _)| r.source))
+        .bind(column(rows, |(r, _)| r.query.as_deref()))
         .execute(&mut **tx)
         .await?;
         if inserted.rows_affected() != rows.len() as u64 {
