@@ -27,7 +27,7 @@ use crate::verify::Secret;
 use crate::worker::{Reach, refused_host};
 use axum::Json;
 use axum::extract::{Path, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -811,13 +811,7 @@ pub fn router(app: Arc<App>, tenancy: TenancyConfig) -> axum::Router {
 }
 
 async fn authenticate(State(api): State<Api>, mut request: Request, next: Next) -> Answer {
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("")
-        .to_string();
+    let presented = crate::http::bearer_token(request.headers()).to_string();
     let operator = api.tenancy.operator_token.expose().as_bytes();
     let caller = if bool::from(presented.as_bytes().ct_eq(operator)) && !operator.is_empty() {
         Some(Caller::Operator)

@@ -1145,6 +1145,9 @@ async fn the_admin_api_refuses_every_call_without_the_token_and_replays_with_it(
             Some("Bearer wrong"),
             Some("adm1n-t0ken"),
             Some("Bearer "),
+            Some("Basic adm1n-t0ken"),
+            Some("Bearerx adm1n-t0ken"),
+            Some("Bearer adm1n-t0ken2"),
         ] {
             let headers: Vec<(&str, String)> = auth
                 .map(|a| ("authorization", a.to_string()))
@@ -1174,6 +1177,12 @@ async fn the_admin_api_refuses_every_call_without_the_token_and_replays_with_it(
     .await;
     assert_eq!(status, 200);
     assert_eq!(dlq[0]["event_id"], "evt_admin");
+    // The scheme's name is case-insensitive, and more than one space may follow it.
+    for auth in ["bearer adm1n-t0ken", "BEARER  adm1n-t0ken"] {
+        let headers = [("authorization", auth.to_string())];
+        let (status, _) = request(admin, "GET", "/admin/dlq", &headers, "".into()).await;
+        assert_eq!(status, 200, "{auth}");
+    }
     let replayed = request(
         admin,
         "POST",

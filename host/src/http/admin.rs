@@ -108,12 +108,7 @@ async fn ready(State(admin): State<Admin>) -> Response {
 }
 
 async fn authorize(State(admin): State<Admin>, request: Request, next: Next) -> Response {
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
+    let presented = super::bearer_token(request.headers());
     let expected = admin.token.expose().as_bytes();
     if bool::from(presented.as_bytes().ct_eq(expected)) && !expected.is_empty() {
         next.run(request).await

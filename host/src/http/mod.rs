@@ -104,6 +104,18 @@ pub(crate) async fn json_refusal(response: Response) -> Response {
     Response::from_parts(parts, axum::body::Body::from(answer.to_string()))
 }
 
+/// The token of an `Authorization: Bearer <token>` header, or `""`. The scheme's name
+/// is case-insensitive and spaces may follow it (RFC 9110, section 11.4), so a client
+/// that writes `bearer` is not refused for it.
+pub(crate) fn bearer_token(headers: &axum::http::HeaderMap) -> &str {
+    headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map_or("", |(_, token)| token.trim_matches(' '))
+}
+
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/webhooks/{endpoint}", any(ingest::ingest))
