@@ -1215,6 +1215,8 @@ async fn the_admin_api_refuses_every_call_without_the_token_and_replays_with_it(
     for (path, named) in [
         ("/admin/events?state=delivred", "\"delivred\""),
         ("/admin/dlq?state=pending", "dead-letter queue"),
+        ("/admin/events?endpoint=strip", "\"strip\""),
+        ("/admin/dlq?endpoint=strip", "\"strip\""),
     ] {
         let (status, refused) = request(admin, "GET", path, &token, "".into()).await;
         assert_eq!(
@@ -1225,9 +1227,17 @@ async fn the_admin_api_refuses_every_call_without_the_token_and_replays_with_it(
         let reason = refused["reason"].as_str().unwrap_or("");
         assert!(reason.contains(named), "{path}: {reason}");
     }
-    let body = r#"{"state": "dead,bogus"}"#;
-    let (status, _) = request(admin, "POST", "/admin/replay", &token, body.into()).await;
-    assert_eq!(status, 400);
+    // An endpoint no longer served still lists the events the store holds of it.
+    let mut kept = new_receipt("evt_kept", "cus_kept", None, now() * 1000);
+    kept.endpoint = "removed".into();
+    server.app.store.record(kept).await.expect("record");
+    let (status, listed) =
+        request(admin, "GET", "/admin/events?endpoint=removed", &token, "".into()).await;
+    assert_eq!((status, listed[0]["event_id"].as_str()), (200, Some("evt_kept")));
+    for body in [r#"{"state": "dead,bogus"}"#, r#"{"endpoint": "strip"}"#] {
+        let (status, _) = request(admin, "POST", "/admin/replay", &token, body.into()).await;
+        assert_eq!(status, 400, "{body}");
+    }
     // A misspelled key is refused by name, never dropped (which would widen the
     // replay to every event); so is a `remap` that is not a boolean.
     for (body, named) in [

@@ -135,6 +135,25 @@ fn invalid_filter(reason: &str) -> Response {
     refused(StatusCode::BAD_REQUEST, "invalid_filter", reason)
 }
 
+/// A filter's endpoint, if it names one, is served or has events stored (one since
+/// removed): a mistyped one is 400 `invalid_filter`, as in the CLI, rather than a
+/// listing or a replay of nothing that reads as "nothing there".
+async fn endpoint_known(app: &App, filter: &Filter) -> Result<(), Response> {
+    let Some(endpoint) = filter.endpoint.as_deref() else {
+        return Ok(());
+    };
+    if app.endpoints.get(endpoint).is_some() {
+        return Ok(());
+    }
+    match app.store.has_receipts(endpoint).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(invalid_filter(&format!(
+            "endpoint: no endpoint {endpoint:?} is served or has events stored"
+        ))),
+        Err(e) => Err(store_error(e)),
+    }
+}
+
 /// 400 `invalid_request`: a body that does not parse.
 fn invalid_request(reason: String) -> Response {
     refused(StatusCode::BAD_REQUEST, "invalid_request", &reason)
@@ -244,6 +263,9 @@ async fn list(State(admin): State<Admin>, Query(query): Query<Filter>) -> Respon
     if let Err(reason) = query.check() {
         return invalid_filter(&reason);
     }
+    if let Err(refused) = endpoint_known(&admin.app, &query).await {
+        return refused;
+    }
     match admin.app.store.list(&query).await {
         Ok(events) => Json(events).into_response(),
         Err(e) => store_error(e),
@@ -256,6 +278,9 @@ async fn dead_letters(State(admin): State<Admin>, Query(query): Query<Filter>) -
             "state: the dead-letter queue is the dead and quarantined events; \
              /admin/events takes a state",
         );
+    }
+    if let Err(refused) = endpoint_known(&admin.app, &query).await {
+        return refused;
     }
     let mut filter = query;
     filter.states = vec!["dead".into(), "quarantined".into()];
@@ -357,6 +382,9 @@ async fn replay_filtered(
     };
     if let Err(reason) = filter.check() {
         return invalid_filter(&reason);
+    }
+    if let Err(refused) = endpoint_known(&admin.app, &filter).await {
+        return refused;
     }
     replay(&admin, &filter, remap).await
 }
