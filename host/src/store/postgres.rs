@@ -75,6 +75,7 @@ impl PgStore {
         // The migrator takes an advisory lock: processes starting together apply each
         // migration once.
         MIGRATOR.run(&mut conn).await?;
+        warn_of_clock_skew(&mut conn).await;
         let _ = sqlx::Connection::close(conn).await;
 
         let statement_timeout = config.statement_timeout.as_millis().to_string();
@@ -650,12 +651,66 @@ pub(super) mod testing {
     }
 }
 
+/// How far this host's clock may be off the database's before it is said at start.
+const CLOCK_SKEW_WARNING_MS: i64 = 5_000;
+
+/// Leases are stamped and judged by each process's own clock: processes sharing the
+/// database must keep their clocks in step (one far ahead leases again what another
+/// still has out). The database's clock, which they all reach, is the reference; a
+/// host off it by more than [`CLOCK_SKEW_WARNING_MS`] says so at start.
+async fn warn_of_clock_skew(conn: &mut sqlx::PgConnection) {
+    let before = crate::clock::now_ms();
+    let Ok(database_ms) = sqlx::query_scalar::<_, i64>(
+        "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+    )
+    .fetch_one(conn)
+    .await
+    else {
+        return;
+    };
+    let after = crate::clock::now_ms();
+    if let Some(skew_ms) = clock_skew(before, database_ms, after) {
+        tracing::warn!(
+            skew_ms,
+            "this host's clock is {:.1} s {} the database's: keep the clocks of processes \
+             sharing it in step (NTP), or one may lease again an event another still has out",
+            skew_ms.unsigned_abs() as f64 / 1000.0,
+            if skew_ms < 0 { "ahead of" } else { "behind" }
+        );
+    }
+}
+
+/// The database's time read between this host's `before` and `after` (unix ms): how
+/// far it is off past what the round trip explains (positive: the database is ahead),
+/// when that is more than [`CLOCK_SKEW_WARNING_MS`].
+fn clock_skew(before: i64, database: i64, after: i64) -> Option<i64> {
+    let off = if database < before {
+        database.saturating_sub(before)
+    } else {
+        database.saturating_sub(after).max(0)
+    };
+    (off.unsigned_abs() > CLOCK_SKEW_WARNING_MS.unsigned_abs()).then_some(off)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::NewReceipt;
     use super::super::judge::fixture;
     use super::testing::database;
     use super::*;
+
+    #[test]
+    fn a_clock_off_the_databases_past_the_round_trip_is_told() {
+        // Read at 10,000 ms by the database, between 20,000 and 20,050 by this host:
+        // this host is 10 s ahead.
+        assert_eq!(clock_skew(20_000, 10_000, 20_050), Some(-10_000));
+        assert_eq!(clock_skew(20_000, 30_100, 20_050), Some(10_050));
+        // Within the round trip, or within the allowance: nothing to say.
+        assert_eq!(clock_skew(20_000, 20_030, 20_050), None);
+        assert_eq!(clock_skew(20_000, 15_000, 20_050), None);
+        assert_eq!(clock_skew(20_000, 25_050, 20_050), None);
+        assert_eq!(clock_skew(0, i64::MIN, 0), Some(i64::MIN));
+    }
 
     #[tokio::test]
     async fn a_replays_batches_are_ordered_as_their_positions_are() {
