@@ -9,7 +9,11 @@
 //! `contact.deleted`, `ping`), occurred_at = `created_at` (unix seconds). The resource is
 //! `data.item`: kind = its `type`, id = its `id`, version = its `updated_at` (unix seconds)
 //! in millis, else the notification's `created_at` in millis; topics ending in `.deleted`
-//! mark it deleted. `ping` (sent when a webhook is set up or tested) is stored but ignored.
+//! mark it deleted. A conversation's message (a topic ending in `.created`, `.replied` or
+//! `.noted`) names it without a version: each notification carries its own message, so
+//! one retried after a later message is not superseded by it, and a version would make
+//! it stale and never delivered. `ping` (sent when a webhook is set up or tested) is
+//! stored but ignored.
 
 #![cfg_attr(not(test), no_std)]
 
@@ -69,7 +73,8 @@ impl Provider for Intercom {
             let version = body
                 .u64("/data/item/updated_at")
                 .or_else(|| created.and_then(|c| u64::try_from(c).ok()))
-                .and_then(|seconds| seconds.checked_mul(1000));
+                .and_then(|seconds| seconds.checked_mul(1000))
+                .filter(|_| !(kind == "conversation" && is_message(&topic)));
             event = event
                 .resource(kind.as_ref(), id)
                 .version(version)
@@ -80,6 +85,15 @@ impl Provider for Intercom {
         }
         Ok(event)
     }
+}
+
+/// Whether a conversation's topic is one of its messages: the customer's first message
+/// or reply, an admin's reply, note or outbound message (`conversation.user.created`,
+/// `conversation.admin.replied`, `conversation.admin.noted`, …).
+fn is_message(topic: &str) -> bool {
+    [".created", ".replied", ".noted"]
+        .iter()
+        .any(|suffix| topic.ends_with(suffix))
 }
 
 hookhost_plugin_sdk::export_provider!(Intercom);
@@ -154,6 +168,38 @@ mod tests {
         .expect("event");
         assert_eq!(no_updated_at.resource_id.as_deref(), Some("123"));
         assert_eq!(no_updated_at.resource_version, Some(5000));
+    }
+
+    #[test]
+    fn a_conversations_messages_name_it_without_a_version() {
+        for topic in [
+            "conversation.user.created",
+            "conversation.user.replied",
+            "conversation.admin.replied",
+            "conversation.admin.noted",
+            "conversation.admin.single.created",
+        ] {
+            let event = describe(&format!(
+                r#"{{"id":"notif_4","topic":"{topic}","created_at":5,
+                    "data":{{"item":{{"type":"conversation","id":"147","updated_at":4}}}}}}"#
+            ))
+            .expect("event");
+            assert_eq!(event.resource_id.as_deref(), Some("147"), "{topic}");
+            assert_eq!(event.resource_version, None, "{topic}");
+        }
+        // A change of the conversation's state keeps its order; so does a contact's.
+        for (topic, kind) in [
+            ("conversation.admin.closed", "conversation"),
+            ("conversation.admin.assigned", "conversation"),
+            ("contact.user.created", "contact"),
+        ] {
+            let event = describe(&format!(
+                r#"{{"id":"notif_5","topic":"{topic}","created_at":5,
+                    "data":{{"item":{{"type":"{kind}","id":"147","updated_at":4}}}}}}"#
+            ))
+            .expect("event");
+            assert_eq!(event.resource_version, Some(4000), "{topic}");
+        }
     }
 
     #[test]
