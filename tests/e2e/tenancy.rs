@@ -385,6 +385,23 @@ async fn a_tenant_reaches_only_its_own_and_secrets_are_write_only_and_sealed() {
         post_signed(server.addr, "acme.shop", SECRET, "evt_t5").await,
         400
     );
+    // Retired, its sealed value is gone from the store; its record stays.
+    let stored = server
+        .app
+        .store
+        .secrets(Some("acme"), Some("acme.shop"))
+        .await
+        .expect("secrets");
+    let sealed: Vec<(bool, bool)> = stored
+        .iter()
+        .map(|s| (s.retired_at_ms.is_some(), s.sealed.is_empty()))
+        .collect();
+    assert_eq!(sealed, [(false, false), (true, true)], "newest first");
+    assert!(
+        stored[1].fingerprint.starts_with("fp_"),
+        "{}",
+        stored[1].fingerprint
+    );
     let last = format!(
         "/v1/endpoints/acme.shop/secrets/{}/retire",
         added["id"].as_str().expect("id")

@@ -698,8 +698,10 @@ impl Store {
         Ok(())
     }
 
-    /// Retire one of a tenant's endpoint's active secrets, unless it is the last. The
-    /// endpoint keeps its [`KEPT_RETIRED`] secrets retired last; older ones are deleted.
+    /// Retire one of a tenant's endpoint's active secrets, unless it is the last. Its
+    /// sealed value goes with it (a secret rotated because it leaked is gone, not kept
+    /// sealed): the endpoint keeps its [`KEPT_RETIRED`] secrets retired last for the
+    /// record (id, fingerprint, times); older ones are deleted.
     pub async fn retire_secret(
         &self,
         tenant: &str,
@@ -713,7 +715,7 @@ impl Store {
         const ACTIVE: &str = "SELECT s.id FROM endpoint_secrets s
                               JOIN managed_endpoints e ON e.id = s.endpoint
                               WHERE s.endpoint = $1 AND e.tenant = $2 AND s.retired_at_ms IS NULL";
-        const RETIRE: &str = "UPDATE endpoint_secrets SET retired_at_ms = $3
+        const RETIRE: &str = "UPDATE endpoint_secrets SET retired_at_ms = $3, sealed = $4
                               WHERE id = $1 AND endpoint = $2";
         const FORGET: &str = "DELETE FROM endpoint_secrets
                               WHERE endpoint = $1 AND retired_at_ms IS NOT NULL AND id NOT IN (
@@ -734,7 +736,8 @@ impl Store {
             if active.len() == 1 {
                 return Ok(Retired::LastActive);
             }
-            sqlx::query(RETIRE).bind(secret).bind(endpoint).bind(now_ms).execute(&mut *tx).await?;
+            let gone: &[u8] = &[];
+            sqlx::query(RETIRE).bind(secret).bind(endpoint).bind(now_ms).bind(gone).execute(&mut *tx).await?;
             sqlx::query(FORGET).bind(endpoint).bind(KEPT_RETIRED).execute(&mut *tx).await?;
             sqlx::query(BUMP).execute(&mut *tx).await?;
             tx.commit().await?;
