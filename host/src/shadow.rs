@@ -86,56 +86,30 @@ pub async fn replay(
     budget: Option<Duration>,
 ) -> Result<Report, StoreError> {
     let started = Instant::now();
-    let stored = app
-        .store
-        .recent_requests(&current.id, last.min(MAX_LAST))
-        .await?;
-    let asked = stored.len();
-    let mut results = Vec::with_capacity(asked);
-    for StoredRequest {
-        event_id,
-        headers,
-        body,
-        received_at_ms,
-        query,
-    } in stored
-    {
-        if budget.is_some_and(|budget| started.elapsed() >= budget) {
+    let last = last.min(MAX_LAST);
+    let (mut results, mut ran_out) = (Vec::new(), false);
+    // Read a page at a time: `last` bodies of up to `max_body_bytes` each are not
+    // held at once.
+    let mut after: Option<(i64, String)> = None;
+    'pages: while results.len() < last as usize {
+        let wanted = (last - results.len() as u32).min(PAGE);
+        let position = after.as_ref().map(|(at, id)| (*at, id.as_str()));
+        let page = app
+            .store
+            .recent_requests(&current.id, wanted, position)
+            .await?;
+        let full = page.len() == wanted as usize;
+        after = page.last().map(|r| (r.received_at_ms, r.event_id.clone()));
+        for request in page {
+            if budget.is_some_and(|budget| started.elapsed() >= budget) {
+                ran_out = true;
+                break 'pages;
+            }
+            results.push(compare(app, &current, &candidate, request).await?);
+        }
+        if !full {
             break;
         }
-        let body = crate::tenancy::plain_body(app, &current.id, &body)
-            .map_err(StoreError::Unavailable)?
-            .into_owned();
-        let headers: Vec<(String, String)> = serde_json::from_str(&headers).unwrap_or_default();
-        let (old, new) = (current.clone(), candidate.clone());
-        let url = verify::stored_url(&app.public_url, &current.id, query.as_deref());
-        let judged = app
-            .plugin_threads
-            .run(move || {
-                let headers: Vec<(String, Vec<u8>)> = headers
-                    .into_iter()
-                    .map(|(name, value)| (name, value.into_bytes()))
-                    .collect();
-                let source = MessageSource {
-                    method: "POST",
-                    url: &url,
-                    headers: &headers,
-                    body: &body,
-                };
-                let at = received_at_ms / 1000;
-                (verdict(&old, &source, at), verdict(&new, &source, at))
-            })
-            .await
-            .map_err(|e| StoreError::Unavailable(format!("shadow replay: {e}")))?;
-        let (current, candidate) = judged;
-        results.push(Compared {
-            event_id,
-            received_at_ms,
-            judged: current.outcome == ACCEPT,
-            same: current == candidate,
-            current,
-            candidate,
-        });
     }
     Ok(Report {
         endpoint: current.id.clone(),
@@ -152,10 +126,62 @@ pub async fn replay(
             candidate.plugin.digest
         ),
         requests: results.len(),
-        complete: results.len() == asked,
+        complete: !ran_out,
         changed: results.iter().filter(|r| r.judged && !r.same).count(),
         not_judged: results.iter().filter(|r| !r.judged).count(),
         results,
+    })
+}
+
+/// Stored requests one page of a replay reads at once.
+const PAGE: u32 = 16;
+
+/// One stored request judged by both plugins, as it arrived.
+async fn compare(
+    app: &App,
+    current: &Arc<Endpoint>,
+    candidate: &Arc<Endpoint>,
+    request: StoredRequest,
+) -> Result<Compared, StoreError> {
+    let StoredRequest {
+        event_id,
+        headers,
+        body,
+        received_at_ms,
+        query,
+    } = request;
+    let body = crate::tenancy::plain_body(app, &current.id, &body)
+        .map_err(StoreError::Unavailable)?
+        .into_owned();
+    let headers: Vec<(String, String)> = serde_json::from_str(&headers).unwrap_or_default();
+    let (old, new) = (current.clone(), candidate.clone());
+    let url = verify::stored_url(&app.public_url, &current.id, query.as_deref());
+    let judged = app
+        .plugin_threads
+        .run(move || {
+            let headers: Vec<(String, Vec<u8>)> = headers
+                .into_iter()
+                .map(|(name, value)| (name, value.into_bytes()))
+                .collect();
+            let source = MessageSource {
+                method: "POST",
+                url: &url,
+                headers: &headers,
+                body: &body,
+            };
+            let at = received_at_ms / 1000;
+            (verdict(&old, &source, at), verdict(&new, &source, at))
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("shadow replay: {e}")))?;
+    let (current, candidate) = judged;
+    Ok(Compared {
+        event_id,
+        received_at_ms,
+        judged: current.outcome == ACCEPT,
+        same: current == candidate,
+        current,
+        candidate,
     })
 }
 

@@ -317,3 +317,33 @@ async fn admin_refusals_are_json_with_a_stable_code() {
         }
     }
 }
+
+crate::both_stores! {
+async fn a_shadow_replay_reads_every_request_asked_for_newest_first() {
+    // Read a page at a time: forty requests, in arrivals shared by several each, are
+    // each judged once, newest first and by event id within an arrival.
+    let server = Server::start(&stripe_config("")).await;
+    let base = now() * 1000;
+    let mut expected = Vec::new();
+    for n in 0..40 {
+        let (id, at) = (format!("evt_{n:02}"), base + (n / 7));
+        server.app.store.record(new_receipt(&id, "cus_shadow", None, at)).await.expect("record");
+        expected.push((at, id));
+    }
+    expected.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let endpoint = server.app.endpoints.get("stripe").expect("served");
+    for last in [35, 100] {
+        let report = hookhost::shadow::replay(&server.app, endpoint.clone(), endpoint.clone(), last, None)
+            .await
+            .expect("shadow");
+        let read: Vec<(i64, String)> = report
+            .results
+            .iter()
+            .map(|r| (r.received_at_ms, r.event_id.clone()))
+            .collect();
+        let wanted = expected.len().min(last as usize);
+        assert_eq!(read, expected[..wanted], "last {last}");
+        assert!(report.complete);
+    }
+}
+}

@@ -254,16 +254,27 @@ impl Store {
         }))
     }
 
-    /// An endpoint's last `n` stored requests, newest first.
+    /// An endpoint's stored requests, newest first: at most `n`, from the newest or
+    /// after the position `after` (the last one read: its arrival time and event id).
     pub async fn recent_requests(
         &self,
         endpoint: &str,
         n: u32,
+        after: Option<(i64, &str)>,
     ) -> Result<Vec<StoredRequest>, StoreError> {
         const SQL: &str = "SELECT event_id, headers, body, received_at_ms, query FROM receipts
-                           WHERE endpoint = $1 ORDER BY received_at_ms DESC, event_id LIMIT $2";
+                           WHERE endpoint = $1 AND (CAST($3 AS BIGINT) IS NULL
+                               OR received_at_ms < $3 OR (received_at_ms = $3 AND event_id > $4))
+                           ORDER BY received_at_ms DESC, event_id LIMIT $2";
+        let (at, id) = after.unzip();
         Ok(on_pool!(self, reads, pool => {
-            sqlx::query_as(SQL).bind(endpoint).bind(i64::from(n)).fetch_all(pool).await?
+            sqlx::query_as(SQL)
+                .bind(endpoint)
+                .bind(i64::from(n))
+                .bind(at)
+                .bind(id)
+                .fetch_all(pool)
+                .await?
         }))
     }
 
