@@ -816,7 +816,7 @@ impl Api {
         let mut sender = crate::worker::connect(&address, tls.as_ref()).await?;
         let mut request = hyper::Request::builder()
             .method(plan.method.as_str())
-            .uri(uri.path_and_query().map_or("/", |p| p.as_str()))
+            .uri(crate::worker::origin_form(uri))
             .header(
                 "host",
                 uri.authority().map_or(host.as_str(), |a| a.as_str()),

@@ -171,8 +171,7 @@ impl HttpDestination {
             .iter()
             .find(|(name, _)| name.eq_ignore_ascii_case("content-type"))
             .map_or("application/octet-stream", |(_, value)| value.as_str());
-        let path = self.uri.path_and_query().map_or("/", |p| p.as_str());
-        let mut request = hyper::Request::post(path)
+        let mut request = hyper::Request::post(origin_form(&self.uri))
             .header(
                 "host",
                 self.uri
@@ -418,6 +417,17 @@ pub fn idempotency_key(endpoint: &str, event_id: &str) -> String {
     hex::encode(hash.finalize())
 }
 
+/// The target a request to `uri` is sent with on its connection (origin form): the
+/// path, `/` when the URL has none, and the query. A URL's raw `?token=abc` (written
+/// `https://host?token=abc`) is not a request target: sent as it is, no request could
+/// be built.
+pub fn origin_form(uri: &hyper::Uri) -> String {
+    match uri.query() {
+        Some(query) => format!("{}?{query}", uri.path()),
+        None => uri.path().to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -504,6 +514,39 @@ mod tests {
             attempts: 0,
             signed_at: None,
             lease_expires_at_ms: 0,
+        }
+    }
+
+    /// A destination URL with a query and no path is delivered to at `/?query`.
+    #[tokio::test]
+    async fn a_url_with_a_query_and_no_path_is_delivered_to() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}?token=abc", listener.local_addr().expect("addr"));
+        let read = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let mut request = vec![0u8; 4096];
+            let n = socket.read(&mut request).await.expect("read");
+            let head = "HTTP/1.1 204 No Content\r\n\r\n";
+            socket.write_all(head.as_bytes()).await.expect("write");
+            String::from_utf8_lossy(&request[..n]).into_owned()
+        });
+        let answer = to(url).deliver("e", "stripe", &leased()).await;
+        assert_eq!(answer, Answer::Delivered(204));
+        let request = read.await.expect("request");
+        assert!(
+            request.starts_with("POST /?token=abc HTTP/1.1\r\n"),
+            "{request}"
+        );
+        for (url, target) in [
+            ("https://h.example/in?a=1", "/in?a=1"),
+            ("https://h.example/in", "/in"),
+            ("https://h.example", "/"),
+        ] {
+            let uri: hyper::Uri = url.parse().expect("uri");
+            assert_eq!(origin_form(&uri), target, "{url}");
         }
     }
 

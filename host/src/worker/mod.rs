@@ -9,7 +9,9 @@ mod destination;
 mod reach;
 mod tls;
 
-pub use destination::{Answer, Destination, HttpDestination, classify, idempotency_key};
+pub use destination::{
+    Answer, Destination, HttpDestination, classify, idempotency_key, origin_form,
+};
 pub(crate) use destination::{connect, retry_after};
 pub use reach::{Reach, refused_host};
 pub use tls::CaFile;
