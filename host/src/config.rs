@@ -851,7 +851,28 @@ impl Config {
                 match location {
                     None => StoreConfig::Sqlite(dir.join(DEFAULT_STORE_FILE)),
                     Some(s) => {
-                        let file = s.strip_prefix("sqlite://").unwrap_or(s);
+                        // `sqlite://PATH`, or sqlx's `sqlite:PATH`. Another scheme is
+                        // not a file to make: a store opened empty in its place would
+                        // accept again every event it had already stored.
+                        let file = s
+                            .strip_prefix("sqlite://")
+                            .or_else(|| s.strip_prefix("sqlite:"))
+                            .unwrap_or(s);
+                        if let Some((scheme, _)) = file.split_once(':').filter(|(scheme, _)| {
+                            scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                                && scheme.chars().all(|c| {
+                                    c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')
+                                })
+                        }) {
+                            return Err(invalid(
+                                "store",
+                                format!(
+                                    "{scheme}: is not a store hookhost keeps: write a SQLite \
+                                     file's path (./{file} for a name holding a colon), \
+                                     sqlite://PATH or postgres://…"
+                                ),
+                            ));
+                        }
                         if file.is_empty() {
                             return Err(invalid("store", "empty path".into()));
                         }
@@ -1396,6 +1417,30 @@ mod tests {
         assert!(missing_field.contains("plugin"), "{missing_field}");
         assert!(error("listen = \"nowhere\"").contains("listen: "));
         assert!(error("store = \"\"").contains("store: empty path"));
+        for (store, file) in [
+            ("sqlite://data/h.db", "/etc/hookhost/data/h.db"),
+            ("sqlite:h.db", "/etc/hookhost/h.db"),
+            ("./a:b.db", "/etc/hookhost/./a:b.db"),
+            ("/var/lib/h.db", "/var/lib/h.db"),
+        ] {
+            let config = parse(&format!("store = \"{store}\"")).expect(store);
+            assert_eq!(
+                config.store,
+                StoreConfig::Sqlite(PathBuf::from(file)),
+                "{store}"
+            );
+        }
+        for (store, scheme) in [
+            ("mysql://db/h", "mysql"),
+            ("a:b.db", "a"),
+            ("sqlite:x:y", "x"),
+        ] {
+            let refused = error(&format!("store = \"{store}\""));
+            assert!(
+                refused.contains(&format!("store: {scheme}: is not a store hookhost keeps")),
+                "{refused}"
+            );
+        }
         assert!(error("[store]\nmax_connections = 4").contains("store: "));
         for (table, says) in [
             (
