@@ -285,6 +285,11 @@ fn check_shape(vector: &Vector) -> Result<Vec<u8>, String> {
     if vector.request.body.is_some() == vector.request.body_base64.is_some() {
         return Err("request: exactly one of body and body_base64".into());
     }
+    // Without a secret nothing verifies: a rejection would pass whatever the plugin
+    // planned, and an endpoint needs one (as the configuration says).
+    if vector.secrets.is_empty() {
+        return Err("secrets: at least one is required".into());
+    }
     let raw = match (&vector.request.body, &vector.request.body_base64) {
         (Some(text), _) => text.as_bytes().to_vec(),
         (None, Some(b64)) => base64::engine::general_purpose::STANDARD

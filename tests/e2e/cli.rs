@@ -198,6 +198,20 @@ fn a_malformed_vector_file_names_the_file_the_element_and_the_field() {
         stderr.contains(&format!("{path}: element 0 (\"v\"): request.body_base64: ")),
         "{stderr}"
     );
+    // Without a secret a rejection would pass whatever the plugin planned.
+    let text = format!(
+        r#"[{{"name": "v", "plugin": "stripe", "source": "s", {request}, "secrets": [],
+             "now": 1, "expect": {{"outcome": "reject", "error": "invalid_signature"}}}}]"#
+    );
+    std::fs::write(&file, text).expect("write");
+    let (ok, _, stderr) = hookhost(&["plugin", "test", "--vectors", &path]);
+    assert!(!ok);
+    assert!(
+        stderr.contains(&format!(
+            "{path}: element 0 (\"v\"): secrets: at least one is required"
+        )),
+        "{stderr}"
+    );
 }
 
 #[test]
