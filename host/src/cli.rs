@@ -555,7 +555,7 @@ fn inspect(plugin: &str) -> anyhow::Result<()> {
     out!("contract:          hookhost:provider@{}", loaded.contract());
     out!("sha256:            {}", loaded.digest);
     out!("size:              {} bytes", loaded.size);
-    out!("key formats:       {:?}", info.key_formats);
+    out!("key formats:       {}", key_formats(&info.key_formats));
     out!("algorithms:        {}", algorithms(&loaded.algorithms));
     match info.default_tolerance_seconds {
         Some(t) => out!("timestamp window:  ±{t} s"),
@@ -592,6 +592,28 @@ fn list(plugins_dir: Option<PathBuf>) -> anyhow::Result<()> {
 }
 
 /// The algorithms a plugin declares, as the contract names them.
+/// The secrets a plugin takes, in words: `base64 after "whsec_"`, `hex`, ….
+fn key_formats(formats: &[hookhost_plugin_sdk::KeyFormat]) -> String {
+    use hookhost_plugin_sdk::KeyFormat;
+    if formats.is_empty() {
+        return "(not declared)".into();
+    }
+    formats
+        .iter()
+        .map(|f| match f {
+            KeyFormat::Raw => "raw (the secret's UTF-8 bytes)".to_string(),
+            KeyFormat::Base64AfterPrefix(p) => format!("base64 after {p:?}"),
+            KeyFormat::Hex => "hex".to_string(),
+            KeyFormat::Ed25519Hex => "ed25519 public key, hex".to_string(),
+            KeyFormat::Ed25519Base64AfterPrefix(p) => {
+                format!("ed25519 public key, base64 after {p:?}")
+            }
+            KeyFormat::EcdsaP256SpkiBase64 => "ecdsa p-256 public key, base64 of its DER".into(),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 fn algorithms(algorithms: &[hookhost_plugin_sdk::Algorithm]) -> String {
     use hookhost_plugin_sdk::Algorithm;
     if algorithms.is_empty() {

@@ -246,6 +246,10 @@ fn plugin_list_and_inspect_describe_the_builtins() {
     assert!(ok, "{stderr}");
     assert!(stdout.contains("name:              stripe"), "{stdout}");
     assert!(stdout.contains("timestamp window:  ±300 s"), "{stdout}");
+    assert!(
+        stdout.contains("key formats:       raw (the secret's UTF-8 bytes)"),
+        "{stdout}"
+    );
     let hostile = crate::support::guest("hostile").display().to_string();
     let (ok, stdout, stderr) = hookhost(&["plugin", "inspect", &hostile]);
     assert!(ok, "{stderr}");
