@@ -613,6 +613,36 @@ async fn record_versions(
     }
 }
 
+/// Versions 1 and 2 of `resource` under `ids`, leased at `now_ms` in turn: version 1
+/// dead, version 2 discarded while its attempt is on the wire. Version 2's lease, for
+/// finishing that attempt.
+async fn discarded_on_the_wire(
+    store: &hookhost::store::Store,
+    resource: &str,
+    ids: [&str; 2],
+    now_ms: i64,
+) -> hookhost::store::Leased {
+    record_versions(store, resource, &[(ids[0], 1), (ids[1], 2)], now_ms).await;
+    let endpoints = vec!["stripe".to_string()];
+    let lease = || store.lease_due("w", &endpoints, now_ms + 1, Duration::from_secs(60), 10);
+    let first = lease().await.expect("lease");
+    assert_eq!(first[0].event_id, ids[0]);
+    let attempt = answered_ok(now_ms);
+    store
+        .finish_attempt(&first[0], "w", &attempt, &Next::Dead)
+        .await
+        .expect("finish");
+    let mut second = lease().await.expect("lease");
+    assert_eq!(second[0].event_id, ids[1]);
+    assert!(
+        store
+            .discard("stripe", ids[1], "sent by hand")
+            .await
+            .expect("discard")
+    );
+    second.remove(0)
+}
+
 crate::both_stores! {
 async fn a_version_discarded_on_the_wire_but_delivered_is_not_replayed_over() {
     // Discarded while its attempt was on the wire, then answered 2xx, version 2 is at
@@ -621,17 +651,9 @@ async fn a_version_discarded_on_the_wire_but_delivered_is_not_replayed_over() {
     let server = Server::start(&stripe_config("")).await;
     let store = &server.app.store;
     let now_ms = now() * 1000;
-    record_versions(store, "cus_sent", &[("evt_v1", 1), ("evt_v2", 2)], now_ms).await;
-    let endpoints = vec!["stripe".to_string()];
-    let lease = || store.lease_due("w", &endpoints, now_ms + 1, Duration::from_secs(60), 10);
+    let second = discarded_on_the_wire(store, "cus_sent", ["evt_v1", "evt_v2"], now_ms).await;
     let attempt = answered_ok(now_ms);
-    let first = lease().await.expect("lease");
-    assert_eq!(first[0].event_id, "evt_v1");
-    store.finish_attempt(&first[0], "w", &attempt, &Next::Dead).await.expect("finish");
-    let second = lease().await.expect("lease");
-    assert_eq!(second[0].event_id, "evt_v2");
-    assert!(store.discard("stripe", "evt_v2", "sent by hand").await.expect("discard"));
-    store.finish_attempt(&second[0], "w", &attempt, &Next::Delivered).await.expect("finish");
+    store.finish_attempt(&second, "w", &attempt, &Next::Delivered).await.expect("finish");
     assert_eq!(server.receipt("stripe", "evt_v2").await.state, "discarded");
     let dead = hookhost::store::Filter {
         endpoint: Some("stripe".into()),
@@ -643,14 +665,8 @@ async fn a_version_discarded_on_the_wire_but_delivered_is_not_replayed_over() {
 
     // Failed instead, a discarded version never reached the destination: the older
     // one may go.
-    record_versions(store, "cus_unsent", &[("evt_w1", 1), ("evt_w2", 2)], now_ms).await;
-    let first = lease().await.expect("lease");
-    assert_eq!(first[0].event_id, "evt_w1");
-    store.finish_attempt(&first[0], "w", &attempt, &Next::Dead).await.expect("finish");
-    let second = lease().await.expect("lease");
-    assert_eq!(second[0].event_id, "evt_w2");
-    assert!(store.discard("stripe", "evt_w2", "sent by hand").await.expect("discard"));
-    store.finish_attempt(&second[0], "w", &attempt, &Next::Dead).await.expect("finish");
+    let second = discarded_on_the_wire(store, "cus_unsent", ["evt_w1", "evt_w2"], now_ms).await;
+    store.finish_attempt(&second, "w", &attempt, &Next::Dead).await.expect("finish");
     assert_eq!(store.replay(&dead).await.expect("replay"), 1);
     assert_eq!(server.receipt("stripe", "evt_w1").await.state, "pending");
     assert_eq!(server.receipt("stripe", "evt_v1").await.state, "dead");
@@ -709,12 +725,7 @@ async fn a_version_once_delivered_holds_older_ones_back_whatever_became_of_it() 
     let server = Server::start(&stripe_config("")).await;
     let store = &server.app.store;
     let now_ms = now() * 1000;
-    for (id, version) in [("evt_v1", 1), ("evt_v2", 2)] {
-        store
-            .record(new_receipt(id, "cus_once", Some(version), now_ms))
-            .await
-            .expect("record");
-    }
+    record_versions(store, "cus_once", &[("evt_v1", 1), ("evt_v2", 2)], now_ms).await;
     let endpoints = vec!["stripe".to_string()];
     let lease = || store.lease_due("w", &endpoints, now_ms + 1, Duration::from_secs(60), 10);
     let attempt = answered_ok(now_ms);
@@ -742,21 +753,10 @@ async fn a_version_once_delivered_holds_older_ones_back_whatever_became_of_it() 
 
     // Version 2 discarded while its attempt is on the wire may yet be delivered:
     // version 1, a dead letter, waits for the attempt's end, and goes once it failed.
-    for (id, version) in [("evt_w1", 1), ("evt_w2", 2)] {
-        store
-            .record(new_receipt(id, "cus_wire", Some(version), now_ms))
-            .await
-            .expect("record");
-    }
-    let first = lease().await.expect("lease");
-    assert_eq!(first[0].event_id, "evt_w1");
-    store.finish_attempt(&first[0], "w", &attempt, &Next::Dead).await.expect("finish");
-    let second = lease().await.expect("lease");
-    assert_eq!(second[0].event_id, "evt_w2");
-    assert!(store.discard("stripe", "evt_w2", "sent by hand").await.expect("discard"));
+    let second = discarded_on_the_wire(store, "cus_wire", ["evt_w1", "evt_w2"], now_ms).await;
     let w1 = hookhost::store::Filter::one("stripe", "evt_w1");
     assert_eq!(store.replay(&w1).await.expect("replay"), 0, "version 2 is on the wire");
-    store.finish_attempt(&second[0], "w", &attempt, &Next::Dead).await.expect("finish");
+    store.finish_attempt(&second, "w", &attempt, &Next::Dead).await.expect("finish");
     assert_eq!(store.replay(&w1).await.expect("replay"), 1);
     assert_eq!(server.receipt("stripe", "evt_w1").await.state, "pending");
 }
