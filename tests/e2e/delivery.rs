@@ -139,19 +139,10 @@ async fn set_paused(server: &Server, paused: bool) {
 
 /// Poll the store until the receipt reaches `state` (20 s at most).
 async fn settled(server: &Server, id: &str, state: &str) -> ReceiptRow {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let row = server.receipt("stripe", id).await;
-        if row.state == state {
-            return row;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{id} stuck in {} (wanted {state}): {row:?}",
-            row.state
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let within = Duration::from_secs(20);
+    server
+        .receipt_once("stripe", id, within, |row| row.state == state)
+        .await
 }
 
 crate::both_stores! {

@@ -1030,32 +1030,19 @@ async fn a_thin_events_object_older_than_the_event_is_not_delivered() {
     assert_eq!(delivered[0].1.as_deref(), Some("9"));
     assert_eq!(*fetches.lock().expect("lock"), 2);
     // Recorded once the downstream's answer is back.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let receipt = server.receipt("thin", "obj_1").await;
-        if receipt.state == "delivered" {
-            assert_eq!(receipt.attempts, 2, "{receipt:?}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not recorded delivered: {receipt:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let within = Duration::from_secs(10);
+    let receipt = server
+        .receipt_once("thin", "obj_1", within, |row| row.state == "delivered")
+        .await;
+    assert_eq!(receipt.attempts, 2, "{receipt:?}");
 }
 
 /// The receipt of endpoint `thin`'s `event_id` once an attempt of it is recorded.
 async fn first_attempted(server: &Server, event_id: &str) -> hookhost::store::ReceiptRow {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let receipt = server.receipt("thin", event_id).await;
-        if receipt.attempts > 0 {
-            return receipt;
-        }
-        assert!(Instant::now() < deadline, "the attempt was not recorded");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let within = Duration::from_secs(10);
+    server
+        .receipt_once("thin", event_id, within, |row| row.attempts > 0)
+        .await
 }
 
 /// A fetched object larger than a push may carry is not delivered in its event's

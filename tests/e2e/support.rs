@@ -243,6 +243,30 @@ impl Server {
             .unwrap_or_else(|| panic!("no receipt for {endpoint}/{event_id}"))
     }
 
+    /// The stored receipt for an event once `wanted` holds of it, polled every 20 ms
+    /// for `within` at most: a worker records an attempt after its answer, so a test
+    /// that has seen a delivery or an error waits for the record.
+    pub async fn receipt_once(
+        &self,
+        endpoint: &str,
+        event_id: &str,
+        within: std::time::Duration,
+        wanted: impl Fn(&hookhost::store::ReceiptRow) -> bool,
+    ) -> hookhost::store::ReceiptRow {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let row = self.receipt(endpoint, event_id).await;
+            if wanted(&row) {
+                return row;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{endpoint}/{event_id} not as wanted within {within:?}: {row:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// Receipts stored for an endpoint.
     pub async fn count_receipts(&self, endpoint: &str) -> i64 {
         self.app

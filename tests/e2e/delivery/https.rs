@@ -114,15 +114,10 @@ async fn start_https(pki: &Pki, host: &str, port: u16, schedule: &str, extra: &s
 
 /// Poll until the event has had `n` attempts (20 s at most).
 async fn attempted(server: &Server, id: &str, n: i64) -> ReceiptRow {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let row = server.receipt("stripe", id).await;
-        if row.attempts >= n {
-            return row;
-        }
-        assert!(Instant::now() < deadline, "{id} not attempted: {row:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let within = Duration::from_secs(20);
+    server
+        .receipt_once("stripe", id, within, |row| row.attempts >= n)
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
