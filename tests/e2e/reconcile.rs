@@ -964,23 +964,36 @@ async fn first_delivered(received: &Received) -> Vec<(String, Option<String>)> {
     received.lock().expect("lock").clone()
 }
 
+/// A provider API answering `GET /objects/{id}` with `object`, given `state`.
+async fn objects_api<H, T, S>(object: H, state: S) -> std::net::SocketAddr
+where
+    H: axum::handler::Handler<T, S>,
+    T: 'static,
+    S: Clone + Send + Sync + 'static,
+{
+    let router = axum::Router::new().route("/objects/{id}", axum::routing::get(object));
+    serve_on_loopback(router.with_state(state)).await
+}
+
+/// Send endpoint `thin` the event "obj_1 changed", with `extra` headers: accepted.
+/// The body sent.
+async fn post_thin(server: &Server, extra: &[(&'static str, String)]) -> Vec<u8> {
+    let body = br#"{"changed":"obj_1"}"#.to_vec();
+    let mut headers = guest_headers("s", "obj_1", &body);
+    headers.extend_from_slice(extra);
+    let answer = server.post("thin", &headers, body.clone()).await;
+    assert_eq!(answer.0, 200, "{answer:?}");
+    body
+}
+
 /// A thin event is delivered as its object's current state, fetched with the
 /// endpoint's credential and versioned by the object; the receipt keeps what arrived.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thin_event_is_delivered_as_its_fetched_current_object() {
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let api = serve_on_loopback(
-        axum::Router::new()
-            .route("/objects/{id}", axum::routing::get(object))
-            .with_state(seen.clone()),
-    )
-    .await;
+    let api = objects_api(object, seen.clone()).await;
     let (received, server) = thin_endpoint(api, "").await;
-    let body = br#"{"changed":"obj_1"}"#.to_vec();
-    let answer = server
-        .post("thin", &guest_headers("s", "obj_1", &body), body.clone())
-        .await;
-    assert_eq!(answer.0, 200, "{answer:?}");
+    let body = post_thin(&server, &[]).await;
 
     let (delivered, version) = first_delivered(&received).await[0].clone();
     let object: Value = serde_json::from_str(&delivered).expect("the object");
@@ -1012,18 +1025,9 @@ async fn a_thin_events_object_older_than_the_event_is_not_delivered() {
         axum::Json(serde_json::json!({"id": "obj_1", "version": version}))
     }
     let fetches: Arc<Mutex<u32>> = Arc::default();
-    let api = serve_on_loopback(
-        axum::Router::new()
-            .route("/objects/{id}", axum::routing::get(lagging))
-            .with_state(fetches.clone()),
-    )
-    .await;
+    let api = objects_api(lagging, fetches.clone()).await;
     let (received, server) = thin_endpoint(api, "retry_schedule_seconds = [0, 1, 1]\n").await;
-    let body = br#"{"changed":"obj_1"}"#.to_vec();
-    let mut headers = guest_headers("s", "obj_1", &body);
-    headers.push(("x-test-version", "9".into()));
-    let answer = server.post("thin", &headers, body).await;
-    assert_eq!(answer.0, 200, "{answer:?}");
+    post_thin(&server, &[("x-test-version", "9".into())]).await;
 
     let delivered = first_delivered(&received).await;
     assert_eq!(delivered.len(), 1, "{delivered:?}");
@@ -1049,20 +1053,13 @@ async fn first_attempted(server: &Server, event_id: &str) -> hookhost::store::Re
 /// place: the attempt fails, saying why, and is tried again on the endpoint's schedule.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fetched_object_past_max_body_bytes_is_not_delivered() {
-    let api = serve_on_loopback(axum::Router::new().route(
-        "/objects/{id}",
-        axum::routing::get(|| async {
-            // Past the default 1 MiB, well within the API answer's own cap.
-            axum::Json(serde_json::json!({"version": 7, "pad": "x".repeat(1 << 20)}))
-        }),
-    ))
-    .await;
+    let oversized = || async {
+        // Past the default 1 MiB, well within the API answer's own cap.
+        axum::Json(serde_json::json!({"version": 7, "pad": "x".repeat(1 << 20)}))
+    };
+    let api = objects_api(oversized, ()).await;
     let (received, server) = thin_endpoint(api, "retry_schedule_seconds = [0, 3600]\n").await;
-    let body = br#"{"changed":"obj_1"}"#.to_vec();
-    let answer = server
-        .post("thin", &guest_headers("s", "obj_1", &body), body)
-        .await;
-    assert_eq!(answer.0, 200, "{answer:?}");
+    post_thin(&server, &[]).await;
 
     let receipt = first_attempted(&server, "obj_1").await;
     let error = receipt.last_error.clone().unwrap_or_default();
@@ -1080,11 +1077,8 @@ async fn an_attempt_whose_error_quotes_a_nul_is_recorded() {
     // (a UTF-16 error page), which the attempt's error quotes. PostgreSQL's text
     // refuses NUL: unless it is replaced, the attempt is never recorded and the event
     // is leased again and again, its retries never counted.
-    let api = serve_on_loopback(axum::Router::new().route(
-        "/objects/{id}",
-        axum::routing::get(|| async { (StatusCode::NOT_FOUND, "n\0o\0t\0 \0f\0o\0u\0n\0d\0") }),
-    ))
-    .await;
+    let refused = || async { (StatusCode::NOT_FOUND, "n\0o\0t\0 \0f\0o\0u\0n\0d\0") };
+    let api = objects_api(refused, ()).await;
     let config = format!(
         "plugins_dir = \"plugins\"\n[delivery]\npoll_ms = 20\n\
          [[endpoint]]\nid = \"thin\"\nplugin = \"hostile\"\nsecrets = [\"s\"]\nconfig = {{ thin = true }}\n\
@@ -1094,9 +1088,7 @@ async fn an_attempt_whose_error_quotes_a_nul_is_recorded() {
         b64(b"thin event test destination key!"),
     );
     let server = Server::start_in(with_test_guest(), &config).await.expect("server starts");
-    let body = br#"{"changed":"obj_1"}"#.to_vec();
-    let answer = server.post("thin", &guest_headers("s", "obj_1", &body), body).await;
-    assert_eq!(answer.0, 200, "{answer:?}");
+    post_thin(&server, &[]).await;
 
     let receipt = first_attempted(&server, "obj_1").await;
     let error = receipt.last_error.expect("the attempt's error");
