@@ -83,12 +83,15 @@ pub fn kept_query(url: &str, candidates: &[Candidate]) -> Option<String> {
         let Some((name, value)) = form_urlencoded::parse(pair.as_bytes()).next() else {
             continue;
         };
-        // Decoded as a form (`+` a space) and as a URL's escapes only (`+` itself).
-        let plus = pair.replace('+', "%2B");
-        let escaped = form_urlencoded::parse(plus.as_bytes()).next();
-        if holds_token(value.as_bytes(), candidates)
-            || escaped.is_some_and(|(_, v)| holds_token(v.as_bytes(), candidates))
-        {
+        // Decoded as a form (`+` a space) and as a URL's escapes only (`+` itself); the
+        // two differ only where the pair holds a `+`.
+        let escaped = || {
+            let plus = pair.replace('+', "%2B");
+            form_urlencoded::parse(plus.as_bytes())
+                .next()
+                .is_some_and(|(_, v)| holds_token(v.as_bytes(), candidates))
+        };
+        if holds_token(value.as_bytes(), candidates) || (pair.contains('+') && escaped()) {
             return None;
         }
         let name = name.to_ascii_lowercase();
