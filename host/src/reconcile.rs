@@ -739,7 +739,9 @@ impl Api {
                 Ok(Ok((answer, retry_after))) => match answer.status {
                     200..=299 => return Ok(answer),
                     429 => {
-                        let wait = retry_after.unwrap_or(backoff);
+                        // A date already past (a clock behind the API's) asks no wait:
+                        // the backoff's, then.
+                        let wait = retry_after.filter(|w| !w.is_zero()).unwrap_or(backoff);
                         let limited = |error| ApiFailure {
                             error,
                             retry_after: Some(wait),
@@ -1097,14 +1099,34 @@ mod tests {
     /// the delivery attempt is retried on the endpoint's schedule, and no sooner.
     #[tokio::test]
     async fn the_last_try_answered_429_does_not_wait() {
+        let failure = limited_once("100").await;
+        assert!(
+            failure
+                .error
+                .contains("rate limiting (429, Retry-After 100s)"),
+            "{failure}"
+        );
+        assert_eq!(failure.retry_after, Some(Duration::from_secs(100)));
+    }
+
+    /// A 429 whose `Retry-After` date is already past asks the backoff's wait, not
+    /// none: the next try does not follow at once.
+    #[tokio::test]
+    async fn a_retry_after_date_already_past_waits_the_backoff() {
+        let failure = limited_once("Wed, 21 Oct 2015 07:28:00 GMT").await;
+        assert_eq!(failure.retry_after, Some(Duration::from_secs(1)));
+    }
+
+    /// A fetch's only try of an API that answers every request 429 with `retry_after`.
+    async fn limited_once(retry_after: &'static str) -> ApiFailure {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let address = listener.local_addr().expect("address");
-        let limited = axum::Router::new().fallback(|| async {
+        let limited = axum::Router::new().fallback(move || async move {
             (
                 axum::http::StatusCode::TOO_MANY_REQUESTS,
-                [("retry-after", "100")],
+                [("retry-after", retry_after)],
                 "slow down",
             )
         });
@@ -1118,14 +1140,7 @@ mod tests {
         )
         .await
         .expect("answered without waiting out the Retry-After");
-        let failure = answered.expect_err("refused");
-        assert!(
-            failure
-                .error
-                .contains("rate limiting (429, Retry-After 100s)"),
-            "{failure}"
-        );
-        assert_eq!(failure.retry_after, Some(Duration::from_secs(100)));
+        answered.expect_err("refused")
     }
 
     #[test]

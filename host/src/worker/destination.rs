@@ -23,7 +23,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// What one attempt came to.
@@ -278,13 +278,19 @@ impl HttpDestination {
     }
 }
 
-/// A `Retry-After` in seconds (an HTTP date is not honoured: the schedule applies).
+/// A `Retry-After`, in seconds or as an HTTP date (RFC 9110 §10.2.3), as a delay from
+/// now; a date already past is no delay. Anything else is not one: the schedule applies.
 pub(crate) fn retry_after(headers: &hyper::HeaderMap) -> Option<Duration> {
-    headers
-        .get("retry-after")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_secs)
+    retry_after_at(headers, SystemTime::now())
+}
+
+fn retry_after_at(headers: &hyper::HeaderMap, now: SystemTime) -> Option<Duration> {
+    let value = headers.get("retry-after")?.to_str().ok()?.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// A new HTTP/1.1 connection to `address` (`host:port`), through `tls` when given.
@@ -451,6 +457,30 @@ mod tests {
         assert!(
             matches!(with_after, Answer::Retry { retry_after: Some(d), .. } if d == Duration::from_secs(3))
         );
+    }
+
+    #[test]
+    fn retry_after_is_read_in_seconds_or_as_a_date() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+        let after = |value: &str| {
+            let mut headers = hyper::HeaderMap::new();
+            headers.insert(
+                "retry-after",
+                hyper::header::HeaderValue::from_str(value).expect("a header value"),
+            );
+            retry_after_at(&headers, now)
+        };
+        assert_eq!(after("120"), Some(Duration::from_secs(120)));
+        assert_eq!(after(" 7 "), Some(Duration::from_secs(7)));
+        // 2015-10-21 07:28:00 GMT is `now`: 90 s later, and a minute earlier.
+        assert_eq!(
+            after("Wed, 21 Oct 2015 07:29:30 GMT"),
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(after("Wed, 21 Oct 2015 07:27:00 GMT"), Some(Duration::ZERO));
+        assert_eq!(after("soon"), None);
+        assert_eq!(after("-5"), None);
+        assert_eq!(retry_after_at(&hyper::HeaderMap::new(), now), None);
     }
 
     #[test]
