@@ -751,21 +751,32 @@ async fn known(
             (None, false)
         }
     };
-    let Some(endpoint) = endpoint else {
-        return Ok(());
-    };
-    if config.endpoints.iter().any(|e| &e.id == endpoint)
+    match endpoint {
+        Some(endpoint) => endpoint_known(config, store, endpoint, or_stored).await,
+        None => Ok(()),
+    }
+}
+
+/// `endpoint` is in the file or managed through the tenant API, or, when `or_stored`,
+/// the store holds something of its (an event, a kept request, a reconciliation run).
+async fn endpoint_known(
+    config: &Config,
+    store: &crate::store::Store,
+    endpoint: &str,
+    or_stored: bool,
+) -> anyhow::Result<()> {
+    if config.endpoints.iter().any(|e| e.id == endpoint)
         || store
             .managed_endpoints(None)
             .await?
             .iter()
-            .any(|e| &e.id == endpoint)
-        || (or_stored && store.has_receipts(endpoint).await?)
+            .any(|e| e.id == endpoint)
+        || (or_stored && store.holds(endpoint).await?)
     {
         return Ok(());
     }
     let what = if or_stored {
-        "in the file, managed through the tenant API, or with events stored"
+        "in the file, managed through the tenant API, or with anything stored"
     } else {
         "in the file or managed through the tenant API"
     };
@@ -904,7 +915,7 @@ fn forensics(command: ForensicsCommand) -> anyhow::Result<()> {
             listing => {
                 let store = open_store(&config_path, &config).await?;
                 let key = config.tenancy.as_ref().map(|t| &t.master_key);
-                let result = print_forensics(&store, listing, key).await;
+                let result = print_forensics(&config, &store, listing, key).await;
                 store.close().await;
                 return result;
             }
@@ -926,6 +937,7 @@ fn forensics(command: ForensicsCommand) -> anyhow::Result<()> {
 }
 
 async fn print_forensics(
+    config: &Config,
     store: &crate::store::Store,
     command: ForensicsCommand,
     key: Option<&crate::tenancy::MasterKey>,
@@ -940,6 +952,9 @@ async fn print_forensics(
             out!("{}", serde_json::to_string_pretty(&shown)?);
         }
         ForensicsCommand::List { filter, json, .. } => {
+            if let Some(endpoint) = &filter.endpoint {
+                endpoint_known(config, store, endpoint, true).await?;
+            }
             for kept in store.forensics(&filter).await? {
                 if json {
                     out!("{}", serde_json::to_string(&kept)?);
@@ -976,8 +991,15 @@ fn reconcile(command: Option<ReconcileCommand>, args: ReconcileArgs) -> anyhow::
             endpoint,
             limit,
         }) => runtime.block_on(async move {
-            let store = open_store(&config, &operator_config(&config, Secrets::Deferred)?).await?;
-            let runs = store.runs(endpoint.as_deref(), i64::from(limit)).await;
+            let config = operator_config(&config, Secrets::Deferred)?;
+            let store = open_store(&config.path, &config).await?;
+            let runs = async {
+                if let Some(endpoint) = &endpoint {
+                    endpoint_known(&config, &store, endpoint, true).await?;
+                }
+                anyhow::Ok(store.runs(endpoint.as_deref(), i64::from(limit)).await?)
+            }
+            .await;
             store.close().await;
             out!("{}", serde_json::to_string_pretty(&runs?)?);
             Ok(())

@@ -1058,7 +1058,13 @@ async fn dead_letters_are_listed_replayed_and_discarded_from_the_cli() {
     assert_eq!(paused.trim(), "stripe: delivery paused");
     // Listing or replaying it is refused too, not answered with nothing to do.
     let stirpe = ["--endpoint", "stirpe"];
-    for command in [&["events", "list"][..], &["events", "replay", "--remap"], &["dlq", "replay"]] {
+    for command in [
+        &["events", "list"][..],
+        &["events", "replay", "--remap"],
+        &["dlq", "replay"],
+        &["forensics", "list"],
+        &["reconcile", "runs"],
+    ] {
         let args = [command, &["--config", &config], &stirpe].concat();
         let (ok, stdout, stderr) = crate::cli::hookhost(&args);
         assert!(!ok, "{args:?}: {stdout}");
@@ -1071,6 +1077,8 @@ async fn dead_letters_are_listed_replayed_and_discarded_from_the_cli() {
     std::fs::write(&gone, without).expect("write");
     let listed = hookhost_cli(&["events", "list", "--config", &gone, "--endpoint", "stripe"]);
     assert!(listed.contains("evt_bad"), "{listed}");
+    let runs = hookhost_cli(&["reconcile", "runs", "--config", &gone, "--endpoint", "stripe"]);
+    assert_eq!(runs.trim(), "[]");
 }
 }
 
@@ -1208,6 +1216,8 @@ async fn the_admin_api_refuses_every_call_without_the_token_and_replays_with_it(
         ("/admin/dlq?state=pending", "dead-letter queue"),
         ("/admin/events?endpoint=strip", "\"strip\""),
         ("/admin/dlq?endpoint=strip", "\"strip\""),
+        ("/admin/forensics?endpoint=strip", "\"strip\""),
+        ("/admin/reconcile/runs?endpoint=strip", "\"strip\""),
     ] {
         let (status, refused) = request(admin, "GET", path, &token, "".into()).await;
         assert_eq!(

@@ -135,20 +135,20 @@ fn invalid_filter(reason: &str) -> Response {
     refused(StatusCode::BAD_REQUEST, "invalid_filter", reason)
 }
 
-/// A filter's endpoint, if it names one, is served or has events stored (one since
+/// A filter's endpoint, if it names one, is served or has something stored (one since
 /// removed): a mistyped one is 400 `invalid_filter`, as in the CLI, rather than a
 /// listing or a replay of nothing that reads as "nothing there".
-async fn endpoint_known(app: &App, filter: &Filter) -> Result<(), Response> {
-    let Some(endpoint) = filter.endpoint.as_deref() else {
+async fn endpoint_known(app: &App, endpoint: Option<&str>) -> Result<(), Response> {
+    let Some(endpoint) = endpoint else {
         return Ok(());
     };
     if app.endpoints.get(endpoint).is_some() {
         return Ok(());
     }
-    match app.store.has_receipts(endpoint).await {
+    match app.store.holds(endpoint).await {
         Ok(true) => Ok(()),
         Ok(false) => Err(invalid_filter(&format!(
-            "endpoint: no endpoint {endpoint:?} is served or has events stored"
+            "endpoint: no endpoint {endpoint:?} is served or has anything stored"
         ))),
         Err(e) => Err(store_error(e)),
     }
@@ -242,6 +242,9 @@ struct RunsQuery {
 }
 
 async fn reconcile_runs(State(admin): State<Admin>, Query(query): Query<RunsQuery>) -> Response {
+    if let Err(refused) = endpoint_known(&admin.app, query.endpoint.as_deref()).await {
+        return refused;
+    }
     let limit = query.limit.unwrap_or(50).clamp(1, 1000);
     match admin.app.store.runs(query.endpoint.as_deref(), limit).await {
         Ok(runs) => Json(runs).into_response(),
@@ -263,7 +266,7 @@ async fn list(State(admin): State<Admin>, Query(query): Query<Filter>) -> Respon
     if let Err(reason) = query.check() {
         return invalid_filter(&reason);
     }
-    if let Err(refused) = endpoint_known(&admin.app, &query).await {
+    if let Err(refused) = endpoint_known(&admin.app, query.endpoint.as_deref()).await {
         return refused;
     }
     match admin.app.store.list(&query).await {
@@ -279,7 +282,7 @@ async fn dead_letters(State(admin): State<Admin>, Query(query): Query<Filter>) -
              /admin/events takes a state",
         );
     }
-    if let Err(refused) = endpoint_known(&admin.app, &query).await {
+    if let Err(refused) = endpoint_known(&admin.app, query.endpoint.as_deref()).await {
         return refused;
     }
     let mut filter = query;
@@ -383,7 +386,7 @@ async fn replay_filtered(
     if let Err(reason) = filter.check() {
         return invalid_filter(&reason);
     }
-    if let Err(refused) = endpoint_known(&admin.app, &filter).await {
+    if let Err(refused) = endpoint_known(&admin.app, filter.endpoint.as_deref()).await {
         return refused;
     }
     replay(&admin, &filter, remap).await
@@ -463,6 +466,9 @@ async fn forensics_list(
 ) -> Response {
     if let Err(reason) = filter.check() {
         return invalid_filter(&reason);
+    }
+    if let Err(refused) = endpoint_known(&admin.app, filter.endpoint.as_deref()).await {
+        return refused;
     }
     match admin.app.store.forensics(&filter).await {
         Ok(kept) => Json(kept).into_response(),

@@ -246,9 +246,12 @@ impl Store {
         self.paused().await.map(drop)
     }
 
-    /// Whether the store holds any event of `endpoint`'s (one since removed, say).
-    pub async fn has_receipts(&self, endpoint: &str) -> Result<bool, StoreError> {
-        const SQL: &str = "SELECT EXISTS (SELECT 1 FROM receipts WHERE endpoint = $1)";
+    /// Whether the store holds anything of `endpoint`'s (one since removed, say): an
+    /// event, a kept request or a reconciliation run.
+    pub async fn holds(&self, endpoint: &str) -> Result<bool, StoreError> {
+        const SQL: &str = "SELECT EXISTS (SELECT 1 FROM receipts WHERE endpoint = $1)
+                               OR EXISTS (SELECT 1 FROM forensics WHERE endpoint = $1)
+                               OR EXISTS (SELECT 1 FROM reconcile_runs WHERE endpoint = $1)";
         Ok(on_pool!(self, reads, pool => {
             sqlx::query_scalar(SQL).bind(endpoint).fetch_one(pool).await?
         }))
