@@ -1192,6 +1192,11 @@ async fn the_admin_api_refuses_every_call_without_the_token_and_replays_with_it(
     .await;
     assert_eq!(replayed, (200, serde_json::json!({"replayed": 1})));
     settled(&server, "evt_admin", "delivered").await;
+    // An event that is not there is 404, whichever part of its path is mistyped.
+    for path in ["/admin/events/strip/evt_admin/replay", "/admin/events/stripe/evt_nope/replay"] {
+        let (status, refused) = request(admin, "POST", path, &token, "".into()).await;
+        assert_eq!((status, refused["error"].as_str()), (404, Some("unknown_event")), "{path}");
+    }
     let (status, shown) = request(
         admin,
         "GET",

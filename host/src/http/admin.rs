@@ -361,7 +361,13 @@ async fn replay_one(
     Path((endpoint, event_id)): Path<(String, String)>,
     Query(options): Query<RemapQuery>,
 ) -> Response {
-    replay(&admin, &Filter::one(&endpoint, &event_id), options.remap).await
+    // An event that is not there (a mistyped endpoint or id) is 404, as for a discard,
+    // not `{"replayed": 0}`, which reads as "nothing to do".
+    match admin.app.store.receipt(&endpoint, &event_id).await {
+        Ok(Some(_)) => replay(&admin, &Filter::one(&endpoint, &event_id), options.remap).await,
+        Ok(None) => error(StatusCode::NOT_FOUND, "unknown_event"),
+        Err(e) => store_error(e),
+    }
 }
 
 /// `POST /admin/replay`: a filter (the list query's fields) and `remap`. The filter is
