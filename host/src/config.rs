@@ -608,6 +608,24 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
     Some(text.get(..at?)?.matches('\n').count() + 1)
 }
 
+/// The line of the file at `path` that holds what an error building its endpoint
+/// `index` names (`endpoint "id": secrets[1]: …`, `… config.signature.encoding: …`), or
+/// that starts the endpoint when the error names no key of it (an unknown plugin).
+/// Checks that need the plugin run after the file is read, so they find it again.
+pub(crate) fn endpoint_line(path: &Path, index: usize, id: &str, error: &str) -> Option<usize> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let key = error
+        .strip_prefix(&format!("endpoint {id:?}: "))
+        .and_then(|rest| rest.split_once(": "))
+        .map(|(key, _)| key)
+        .filter(|key| {
+            key.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.[]".contains(&b))
+        })
+        .unwrap_or_default();
+    line_of(&text, &format!("endpoint[{index}].{key}"))
+}
+
 /// `store = "PATH or URL"`, or a `[store]` table.
 enum RawStore {
     Location(String),

@@ -58,13 +58,20 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
     let endpoints = config
         .endpoints
         .iter()
-        .map(|e| {
-            let endpoint = Endpoint::build(e, &catalog)?;
-            reconcile::check_schedule(&endpoint)?;
-            Ok(endpoint)
+        .enumerate()
+        .map(|(i, e)| {
+            let built = Endpoint::build(e, &catalog).and_then(|endpoint| {
+                reconcile::check_schedule(&endpoint)?;
+                Ok(endpoint)
+            });
+            built.map_err(
+                |reason| match config::endpoint_line(&config.path, i, &e.id, &reason) {
+                    Some(line) => anyhow::anyhow!("{at}: {reason} (line {line})"),
+                    None => anyhow::anyhow!("{at}: {reason}"),
+                },
+            )
         })
-        .collect::<Result<Vec<_>, String>>()
-        .map_err(|reason| anyhow::anyhow!("{at}: {reason}"))?;
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let store = Store::open(&config.store).await.with_context(|| {
         let location = match &config.store {
             StoreConfig::Sqlite(path) => path.display().to_string(),

@@ -352,9 +352,11 @@ fn serve_refuses_a_bad_config_naming_file_key_and_reason() {
         )),
         "{stderr}"
     );
+    // Checks that need the plugin name the line too: the key's, or the endpoint's.
     std::fs::write(
         &file,
-        "[[endpoint]]\nid = \"s\"\nplugin = \"strype\"\nsecrets = [\"x\"]\n",
+        "[[endpoint]]\nid = \"ok\"\nplugin = \"stripe\"\nsecrets = [\"x\"]\n\
+         [[endpoint]]\nid = \"s\"\nplugin = \"strype\"\nsecrets = [\"x\"]\n",
     )
     .expect("write");
     let (ok, _, stderr) = hookhost(&["serve", "--config", &path]);
@@ -363,6 +365,7 @@ fn serve_refuses_a_bad_config_naming_file_key_and_reason() {
         stderr.contains("endpoint \"s\": unknown plugin \"strype\""),
         "{stderr}"
     );
+    assert!(stderr.contains(") (line 5)"), "{stderr}");
     // A window of no time would refuse every request not signed in the same second.
     std::fs::write(
         &file,
@@ -375,6 +378,7 @@ fn serve_refuses_a_bad_config_naming_file_key_and_reason() {
         stderr.contains("endpoint \"s\": tolerance: must be at least 1 second"),
         "{stderr}"
     );
+    assert!(stderr.contains("same second) (line 5)"), "{stderr}");
 }
 
 #[test]

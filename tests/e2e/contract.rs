@@ -129,6 +129,7 @@ async fn a_plugin_configuration_the_plugin_refuses_stops_the_start_naming_the_ke
         error.contains("endpoint \"ledger\": config.signature.encoding:"),
         "{error}"
     );
+    assert!(error.ends_with("(plugin generic) (line 10)"), "{error}");
 }
 
 /// A key the plugin does not read is a mistake, not a setting: a plugin that reads no
@@ -141,13 +142,13 @@ async fn a_configuration_key_the_plugin_does_not_read_stops_the_start() {
             "[[endpoint]]\nid = \"pay\"\nplugin = \"stripe\"\nsecrets = [\"whsec_k\"]\n\
              [endpoint.config]\ntolerence = 600\n",
             "endpoint \"pay\": config.tolerence: unknown key: this plugin takes no configuration \
-             (plugin stripe)",
+             (plugin stripe) (line 6)",
         ),
         (
             "[[endpoint]]\nid = \"sq\"\nplugin = \"square\"\nsecrets = [\"k\"]\n\
              [endpoint.config]\nnotification_uri = \"https://a.example/sq\"\n",
             "endpoint \"sq\": config.notification_uri: unknown key; expected one of \
-             notification_url (plugin square)",
+             notification_url (plugin square) (line 6)",
         ),
     ] {
         let error = match Server::start_in(tempfile::tempdir().expect("dir"), config).await {

@@ -1116,7 +1116,7 @@ async fn a_schedule_the_plugin_cannot_keep_is_refused_at_start() {
     assert!(
         refused.ends_with(
             "endpoint \"gh\": reconcile.every_seconds: plugin github does not list the \
-             provider's events with this configuration"
+             provider's events with this configuration (line 7)"
         ),
         "{refused}"
     );
