@@ -54,7 +54,7 @@ fn main() {
         println!("cargo:rerun-if-changed={}", vectors.display());
         if !vectors.is_file() {
             panic!(
-                "plugin `{name}` has no signature vectors: add {} (format: shared/VECTORS.md)",
+                "plugin `{name}` has no signature vectors: add {} (format: docs/vectors.md)",
                 vectors.display()
             );
         }

@@ -276,7 +276,7 @@ enum EndpointCommand {
 enum PluginCommand {
     /// Judge signature test vectors offline (no server, no database).
     Test {
-        /// Vector files (JSON, see VECTORS.md).
+        /// Vector files (JSON, see docs/vectors.md).
         #[arg(long = "vectors", required = true, num_args = 1..)]
         vectors: Vec<PathBuf>,
         /// One JSON object per vector instead of text.

@@ -1456,7 +1456,7 @@ fn upload_limit(tenancy: &TenancyConfig) -> usize {
 struct NewPlugin {
     /// The component, base64.
     wasm_base64: String,
-    /// Vectors (VECTORS.md) the plugin must pass before it is accepted.
+    /// Vectors (docs/vectors.md) the plugin must pass before it is accepted.
     vectors: Vec<serde_json::Value>,
 }
 

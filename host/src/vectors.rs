@@ -2,7 +2,7 @@
 //!
 //! Each vector runs through [`crate::verify::judge`], the same code the live ingest
 //! path runs for steps 3–6, with the clock fixed at the vector's `now`. The format is
-//! documented in VECTORS.md.
+//! documented in `docs/vectors.md`.
 
 use crate::config::EndpointConfig;
 use crate::endpoints::Endpoint;
