@@ -45,8 +45,9 @@ const BATCH: usize = 64;
 /// What a redacted value reads.
 pub const REDACTED: &str = "[redacted]";
 
-/// Headers that grant access to something: never stored with a receipt, redacted in
-/// what forensics keeps.
+/// Headers that grant access to something, named outright: never stored with a
+/// receipt, redacted in what forensics keeps. So is a header whose name holds one of
+/// [`CREDENTIAL_NAME_PARTS`].
 pub const CREDENTIAL_HEADERS: &[&str] = &[
     "authorization",
     "proxy-authorization",
@@ -56,12 +57,34 @@ pub const CREDENTIAL_HEADERS: &[&str] = &[
     "x-gitlab-token",
 ];
 
-/// Whether a header is a credential: one of [`CREDENTIAL_HEADERS`], or one whose value
-/// holds a token scheme's candidate (as sent, or hex or base64 of it), whatever its
-/// name, since a token scheme's candidate is the secret itself. Never stored with a
-/// receipt; redacted in what forensics keeps.
+/// Parts of a header's (lower-case) name that say it carries a credential:
+/// `api-key`, `x-access-token`, `x-webhook-secret`, `private-token`, `set-cookie`, ….
+/// Not `key` or `token` alone: providers name ids so (`idempotency-key`,
+/// `x-event-key`, `i-twilio-idempotency-token`), and their plugins read them.
+const CREDENTIAL_NAME_PARTS: &[&str] = &[
+    "auth",
+    "cookie",
+    "secret",
+    "password",
+    "passwd",
+    "credential",
+    "bearer",
+    "api-key",
+    "apikey",
+    "api-token",
+    "access-token",
+    "private-token",
+    "security-token",
+];
+
+/// Whether a header is a credential: by its name (see [`CREDENTIAL_HEADERS`]), or by
+/// its value, which holds a token scheme's candidate (as sent, or hex or base64 of
+/// it), whatever its name, since a token scheme's candidate is the secret itself.
+/// Never stored with a receipt; redacted in what forensics keeps.
 pub fn is_credential(name: &str, value: &[u8], candidates: &[Candidate]) -> bool {
-    CREDENTIAL_HEADERS.contains(&name) || holds_token(value, candidates)
+    CREDENTIAL_HEADERS.contains(&name)
+        || CREDENTIAL_NAME_PARTS.iter().any(|part| name.contains(part))
+        || holds_token(value, candidates)
 }
 
 /// Query parameters whose names say they carry a credential (`api_key`,
@@ -741,6 +764,32 @@ mod tests {
             redact_query("https://h/webhooks/a?token=s3cret&flag"),
             "https://h/webhooks/a?token=[redacted]&flag=[redacted]"
         );
+    }
+
+    /// A header is a credential by its name, but not one that names an id.
+    #[test]
+    fn credential_headers_are_known_by_name_but_ids_are_not() {
+        for name in [
+            "authorization",
+            "x-gitlab-token",
+            "api-key",
+            "x-access-token",
+            "x-webhook-secret",
+            "private-token",
+            "set-cookie",
+            "x-amz-security-token",
+        ] {
+            assert!(is_credential(name, b"v", &[]), "{name}");
+        }
+        for name in [
+            "stripe-signature",
+            "idempotency-key",
+            "x-event-key",
+            "i-twilio-idempotency-token",
+            "content-type",
+        ] {
+            assert!(!is_credential(name, b"v", &[]), "{name}");
+        }
     }
 
     /// A receipt keeps a query without its credentials: parameters named as one, by

@@ -72,6 +72,7 @@ async fn a_verified_request_that_failed_is_kept_in_full_and_reingests_after_the_
     let mut headers = guest_headers("s", "evt_kept", &body);
     let signature = headers[0].1.clone();
     headers.push(("authorization", "Bearer sender-credential".into()));
+    headers.push(("x-access-token", "sender-access-token".into()));
     let answer = server.post("guest", &headers, body.clone()).await;
     assert_eq!(answer, (500, json!({"error": "plugin_failed"})));
 
@@ -90,8 +91,10 @@ async fn a_verified_request_that_failed_is_kept_in_full_and_reingests_after_the_
     assert_eq!(header(&shown, "x-test-id"), "evt_kept");
     assert_eq!(header(&shown, "x-test-signature"), "[redacted]");
     assert_eq!(header(&shown, "authorization"), "[redacted]");
+    assert_eq!(header(&shown, "x-access-token"), "[redacted]");
     let text = shown.to_string();
     assert!(!text.contains(&signature) && !text.contains("sender-credential"), "{text}");
+    assert!(!text.contains("sender-access-token"), "{text}");
 
     // The plugin still traps: nothing is ingested.
     let (status, refused) = call(addr, "POST", &format!("/admin/forensics/{id}/reingest")).await;
