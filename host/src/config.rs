@@ -117,19 +117,43 @@ impl std::fmt::Debug for PgConfig {
     }
 }
 
-/// `postgres://user:secret@host/db` → `postgres://user:[redacted]@host/db`.
+/// `postgres://user:secret@host/db` → `postgres://user:[redacted]@host/db`, and a
+/// password given as a parameter (`?password=secret`, `sslpassword=`), which the
+/// driver reads too, likewise.
 pub fn redact_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) if userinfo.contains(':') => {
-            let user = userinfo.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}:[redacted]@{host}{path}")
-        }
-        _ => url.to_string(),
+    // The user information ends at the last `@`: a password may hold a `/`, a `?`
+    // or an `@` left unescaped, and is hidden whatever it holds.
+    let (userinfo, location) = match rest.rsplit_once('@') {
+        Some((userinfo, location)) => (Some(userinfo), location),
+        None => (None, rest),
+    };
+    let (location, query) = match location.split_once('?') {
+        Some((location, query)) => (location, Some(query)),
+        None => (location, None),
+    };
+    let mut shown = match userinfo {
+        Some(userinfo) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:[redacted]@{location}"),
+            None => format!("{scheme}://{userinfo}@{location}"),
+        },
+        None => format!("{scheme}://{location}"),
+    };
+    if let Some(query) = query {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) if name.to_ascii_lowercase().contains("password") => {
+                    format!("{name}=[redacted]")
+                }
+                _ => pair.to_string(),
+            })
+            .collect();
+        shown = format!("{shown}?{}", pairs.join("&"));
     }
+    shown
 }
 
 /// `[tenancy]`: tenants, their endpoints and secrets, managed through the admin
@@ -1722,6 +1746,20 @@ mod tests {
             redact_password("postgres://u@h/db"),
             "postgres://u@h/db".to_string()
         );
+        assert_eq!(
+            redact_password("postgres://u:pw@h/db?sslmode=require&Password=pw&sslpassword=k"),
+            "postgres://u:[redacted]@h/db?sslmode=require&Password=[redacted]&sslpassword=[redacted]"
+        );
+        assert_eq!(
+            redact_password("postgres://h?password=pw"),
+            "postgres://h?password=[redacted]"
+        );
+        for unescaped in ["pa?ss", "pa/ss", "pa@ss", "pa:ss"] {
+            assert_eq!(
+                redact_password(&format!("postgres://u:{unescaped}@h/db")),
+                "postgres://u:[redacted]@h/db"
+            );
+        }
     }
 
     fn with_destination(destination: &str) -> String {
