@@ -710,6 +710,19 @@ pub(super) fn prepare(component: &Component) -> Result<(&'static str, Pre), Stri
     Ok((interface, pre))
 }
 
+/// `info()`'s algorithms, each once, in order: the list is kept, and stored with an
+/// upload, and a plugin may repeat one as often as its output cap lets it (a million
+/// times).
+fn each_once(algorithms: Vec<Algorithm>) -> Vec<Algorithm> {
+    let mut once = Vec::new();
+    for algorithm in algorithms {
+        if !once.contains(&algorithm) {
+            once.push(algorithm);
+        }
+    }
+    once
+}
+
 /// The contract version (`0.2.0`) of a pre-instantiated component.
 fn contract_of(pre: &Pre) -> &'static str {
     match pre {
@@ -822,7 +835,7 @@ impl Plugin {
         }
         plugin.label = label(&plugin.origin, &info.name);
         plugin.info = info;
-        plugin.algorithms = algorithms;
+        plugin.algorithms = each_once(algorithms);
         Ok(plugin)
     }
 
@@ -1532,6 +1545,14 @@ fn check_contract(component: &Component) -> Result<&'static str, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn info_algorithms_are_kept_each_once_in_order() {
+        use Algorithm::{Ed25519, HmacSha256};
+        let once = each_once([HmacSha256, Ed25519].repeat(100_000));
+        assert_eq!(once.len(), 2);
+        assert_eq!(once, vec![HmacSha256, Ed25519]);
+    }
 
     #[cfg(unix)]
     #[test]
