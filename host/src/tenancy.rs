@@ -641,7 +641,13 @@ async fn describe_once(
         crate::plugins::Origin::Upload(tenant.to_string()),
         app.plugin_limits,
     );
-    let loaded = tokio::task::spawn_blocking(move || Plugin::load(&wasm, origin, limits)).await;
+    // An accepted upload: its code goes to the disk cache, as at its acceptance.
+    let load = move || {
+        let plugin = Plugin::load(&wasm, origin, limits)?;
+        plugin.cache_code();
+        Ok::<_, crate::plugins::LoadError>(plugin)
+    };
+    let loaded = tokio::task::spawn_blocking(load).await;
     let described = match loaded {
         Ok(Ok(plugin)) => plugin.described(),
         Ok(Err(error)) => {
@@ -1554,7 +1560,13 @@ async fn upload_plugin(
         .app
         .store
         .add_plugin(&row, &wasm, &described, quotas.max_plugins);
-    match added.await? {
+    let added = added.await?;
+    // Accepted: its compiled code goes to the disk cache now (judging left it out).
+    if matches!(added, Added::Added | Added::Exists) {
+        let caching = plugin.clone();
+        let _ = tokio::task::spawn_blocking(move || caching.cache_code()).await;
+    }
+    match added {
         Added::Added => created(plugin_shown(&row, Some(plugin.contract()))),
         // Shown as it was kept, when it was first uploaded.
         Added::Exists => {

@@ -2028,11 +2028,6 @@ async fn uploaded_plugins_load_on_first_use_and_leave_when_the_budget_needs_room
     };
     let addr = api(&server).await;
     let tag = format!("{}-{}", std::process::id(), now());
-    let wasm = with_custom_section(&std::fs::read(guest("hostile")).expect("guest"), &tag);
-    let upload = json!({"wasm_base64": b64(&wasm), "vectors": [guest_vector("test.event")]});
-    let (status, uploaded) = call(addr, "POST", "/v1/plugins", &acme, upload).await;
-    assert_eq!(status, 201, "{uploaded}");
-    let digest = uploaded["digest"].as_str().expect("digest").to_string();
     let compiled = |digest: &str| -> Vec<std::path::PathBuf> {
         let hex = digest.trim_start_matches("sha256:");
         std::fs::read_dir(cache)
@@ -2044,6 +2039,30 @@ async fn uploaded_plugins_load_on_first_use_and_leave_when_the_budget_needs_room
             })
             .collect()
     };
+    // An upload its vectors refuse is compiled to be judged, but its code is not
+    // cached: a tenant's refused uploads would take the room of the code in use.
+    let refused = with_custom_section(
+        &std::fs::read(guest("hostile")).expect("guest"),
+        &format!("{tag}-refused"),
+    );
+    let upload = json!({"wasm_base64": b64(&refused), "vectors": [guest_vector("not.its.type")]});
+    let (status, answer) = call(addr, "POST", "/v1/plugins", &acme, upload).await;
+    assert_eq!(
+        (status, &answer["error"]),
+        (400, &json!("vectors_failed")),
+        "{answer}"
+    );
+    let refused = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&refused));
+    assert_eq!(
+        compiled(&refused).len(),
+        0,
+        "a refused upload's code was cached"
+    );
+    let wasm = with_custom_section(&std::fs::read(guest("hostile")).expect("guest"), &tag);
+    let upload = json!({"wasm_base64": b64(&wasm), "vectors": [guest_vector("test.event")]});
+    let (status, uploaded) = call(addr, "POST", "/v1/plugins", &acme, upload).await;
+    assert_eq!(status, 201, "{uploaded}");
+    let digest = uploaded["digest"].as_str().expect("digest").to_string();
     let cached = compiled(&digest);
     assert_eq!(
         cached.len(),

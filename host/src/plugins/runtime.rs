@@ -617,11 +617,16 @@ fn refuse_waiting(linker: &mut Linker<State>) -> wasmtime::Result<()> {
 
 /// Compiled components of built-ins and drop-ins, shared by every catalog in the
 /// process (keyed by digest). Uploaded plugins are not kept here: their code comes and
-/// goes with [`Residency`].
+/// goes with [`Residency`]. An upload being judged is compiled without writing the
+/// disk cache, where a refused one would take the room (and evict the code) of those
+/// in use: it is written there once accepted ([`Plugin::cache_code`]).
 fn compile(bytes: &[u8], digest: &[u8; 32], origin: &Origin) -> wasmtime::Result<Component> {
     static CACHE: OnceLock<Mutex<HashMap<[u8; 32], Component>>> = OnceLock::new();
     if let Origin::Upload(_) = origin {
-        return compile_uncached(digest, || Ok(bytes));
+        if let Some(cached) = code_cache().and_then(|code| code.mapped(digest)) {
+            return Ok(cached);
+        }
+        return load_compiled(&precompile(digest, || Ok(bytes))?);
     }
     let cache = CACHE.get_or_init(Default::default);
     if let Some(hit) = cache.lock().ok().and_then(|c| c.get(digest).cloned()) {
@@ -957,6 +962,40 @@ impl Plugin {
             check_key_formats(&facts.key_formats).map_err(PluginFailure::Trap)?;
         }
         Ok(facts)
+    }
+
+    /// Write this plugin's compiled code to the disk cache, where its next load (in
+    /// any process sharing the cache) maps it rather than compiling it again: for an
+    /// upload once it is accepted (see [`compile`]). Nothing when it is there already,
+    /// or there is no cache; a failed write is logged, and costs a compile later.
+    pub fn cache_code(&self) {
+        let (Some(code), Code::Resident(pre)) = (code_cache(), &self.code) else {
+            return;
+        };
+        let Some(digest) = hex::decode(&self.digest)
+            .ok()
+            .and_then(|d| <[u8; 32]>::try_from(d).ok())
+        else {
+            return;
+        };
+        let path = code.path(&digest);
+        if path.is_file() {
+            return;
+        }
+        let component = match &**pre {
+            Pre::V0_1(pre, _) => pre.instance_pre().component(),
+            Pre::V0_2(pre, _) => pre.instance_pre().component(),
+        };
+        let stored = component
+            .serialize()
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|compiled| code.store(&path, &compiled).map_err(|e| e.to_string()));
+        match stored {
+            Ok(()) => code.evict_to(code.keep),
+            Err(error) => {
+                tracing::warn!(%error, path = %path.display(), "cannot write the compiled-plugin cache");
+            }
+        }
     }
 
     /// What the component imports (all satisfied by the empty sandbox).
