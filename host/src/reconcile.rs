@@ -316,11 +316,11 @@ async fn runs(
     let mut since = options.since;
     loop {
         // An unfinished run of the same kind that looks back at least as far is resumed
-        // (with its own `since`); any other ends, superseded by the new run.
-        let unfinished = app.store.unfinished_run(endpoint).await?;
-        let resumable = unfinished
-            .as_ref()
-            .is_some_and(|run| run.dry_run == options.dry_run && run.since <= since);
+        // (with its own `since`); one that looks back less far ends, superseded by the
+        // new run. One of the other kind is left as it is: a dry run changes nothing,
+        // a real run's progress included.
+        let unfinished = app.store.unfinished_run(endpoint, options.dry_run).await?;
+        let resumable = unfinished.as_ref().is_some_and(|run| run.since <= since);
         let mut run = match unfinished {
             Some(run) if resumable => {
                 tracing::info!(endpoint, run = %run.id, cursor = ?run.cursor, "resuming a reconciliation run");

@@ -334,7 +334,7 @@ async fn a_run_killed_mid_way_resumes_from_its_cursor() {
     let cut = server
         .app
         .store
-        .unfinished_run("stripe")
+        .unfinished_run("stripe", false)
         .await
         .expect("read")
         .expect("an unfinished run");
@@ -1381,6 +1381,51 @@ async fn a_run_looking_further_back_supersedes_an_unfinished_one() {
     assert_eq!(
         (superseded.state.as_str(), superseded.last_error),
         ("failed", Some(format!("superseded by run {}", ran.id)))
+    );
+}
+
+/// A dry run neither resumes nor supersedes an unfinished run that changes things: it
+/// changes nothing, and the run is resumed by the next that does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_leaves_an_unfinished_run_to_the_next_real_one() {
+    let (_fake, server) = github_with_missing(&[], &[]).await;
+    let since = 1_796_029_200;
+    let cut = RunRow::begun("rec_cut".into(), "github", since, false, now() * 1000);
+    server.app.store.create_run(&cut).await.expect("create");
+    let dry = run(
+        &server.app,
+        "github",
+        Options {
+            since,
+            dry_run: true,
+        },
+    )
+    .await
+    .expect("the dry run");
+    assert_ne!(dry.id, cut.id);
+    let kept = server
+        .app
+        .store
+        .unfinished_run("github", false)
+        .await
+        .expect("read");
+    assert_eq!(
+        kept.map(|run| run.id),
+        Some(cut.id.clone()),
+        "the real run is left unfinished"
+    );
+    let ran = reconciled(&server, "github", since).await;
+    let (resumed, _) = server
+        .app
+        .store
+        .run(&cut.id)
+        .await
+        .expect("read")
+        .expect("the run");
+    assert_eq!(
+        (resumed.state.as_str(), resumed.seen),
+        ("done", 6),
+        "{ran:?}"
     );
 }
 

@@ -251,14 +251,20 @@ impl Store {
         Ok(())
     }
 
-    /// The endpoint's run that never finished (its process stopped mid-way), if any.
-    pub async fn unfinished_run(&self, endpoint: &str) -> Result<Option<RunRow>, StoreError> {
+    /// The endpoint's run of this kind (dry or not) that never finished (its process
+    /// stopped mid-way), if any.
+    pub async fn unfinished_run(
+        &self,
+        endpoint: &str,
+        dry_run: bool,
+    ) -> Result<Option<RunRow>, StoreError> {
         let sql = format!(
-            "SELECT {COLUMNS} FROM reconcile_runs WHERE endpoint = $1 AND state = 'running'
+            "SELECT {COLUMNS} FROM reconcile_runs
+             WHERE endpoint = $1 AND state = 'running' AND dry_run = $2
              ORDER BY started_at_ms DESC LIMIT 1"
         );
         Ok(on_pool!(self, reads, pool => {
-            sqlx::query_as(&sql).bind(endpoint).fetch_optional(pool).await?
+            sqlx::query_as(&sql).bind(endpoint).bind(dry_run).fetch_optional(pool).await?
         }))
     }
 
