@@ -262,6 +262,15 @@ async fn a_run_repairs_exactly_the_events_that_never_arrived_and_a_second_run_re
     for id in MISSING {
         assert_eq!(counts.get(id), Some(&1), "{id}");
     }
+    // The provider's own push of a repaired event, late and laid out otherwise than
+    // its list, is the event already stored: a duplicate, not a conflict. One under
+    // its id that describes another event is a conflict still.
+    let listed = fake.events().into_iter().find(|(id, _)| id == "evt_07").expect("listed").1;
+    let (status, answer) = server.post_stripe(&[STRIPE_SECRET], now(), &format!("{listed}\n")).await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("duplicate")), "{answer}");
+    let other = stripe_event("evt_07", "invoice.paid", "in_other", now());
+    let (status, answer) = server.post_stripe(&[STRIPE_SECRET], now(), &other).await;
+    assert_eq!((status, answer["ignored"].as_str()), (200, Some("conflicting_duplicate")), "{answer}");
 
     // A second run finds nothing missing.
     let again = reconciled(&server, "stripe", since).await;

@@ -6,7 +6,7 @@
 //! plus the effects of the batch's earlier receipts, exactly as if each had been its
 //! own transaction.
 
-use super::{NewReceipt, Outcome, Resource};
+use super::{NewReceipt, Outcome, PUSHED, RECONCILED, Resource};
 use std::collections::HashMap;
 
 /// (endpoint, resource kind, resource id).
@@ -19,8 +19,10 @@ pub(super) type Moved<'a> = (ResourceKey<'a>, i64, &'a str, bool);
 /// What the store holds for a batch, as read before judging it.
 #[derive(Default)]
 pub(super) struct Held<'a, 'h> {
-    /// The body digest stored under each (endpoint, event id) the batch names.
-    pub digests: HashMap<(&'a str, &'a str), &'h [u8]>,
+    /// The body digest stored under each (endpoint, event id) the batch names, and,
+    /// for a receipt stored by reconciliation (from the provider's list), what it
+    /// describes.
+    pub digests: HashMap<(&'a str, &'a str), HeldEvent<'h>>,
     /// Each resource's accepted (version, tombstone).
     pub versions: HashMap<ResourceKey<'a>, (i64, bool)>,
 }
@@ -35,6 +37,27 @@ pub(super) struct Judged<'a> {
     pub conflicts: Vec<&'a NewReceipt>,
     /// Resources whose accepted version the batch moves forward, in key order.
     pub moved: Vec<Moved<'a>>,
+}
+
+/// What an event says it is, apart from its bytes: its type and its resource's kind,
+/// id and version.
+pub(super) type Described = (String, Option<String>, Option<String>, Option<i64>);
+
+/// A stored event's body digest, and what it describes when it was stored from the
+/// provider's list.
+pub(super) type HeldEvent<'h> = (&'h [u8], Option<Described>);
+
+/// What `r` describes (see [`Described`]).
+pub(super) fn described(r: &NewReceipt) -> Described {
+    let resource = r.resource.as_ref();
+    (
+        r.event_type.clone(),
+        resource.map(|x| x.kind.clone()),
+        resource.map(|x| x.id.clone()),
+        resource
+            .and_then(|x| x.version)
+            .and_then(|v| i64::try_from(v).ok()),
+    )
 }
 
 /// Judge a batch against what the store `held` before it.
@@ -57,8 +80,15 @@ pub(super) fn judge<'a: 'h, 'h>(receipts: &[&'a NewReceipt], held: Held<'a, 'h>)
     };
     for &r in receipts {
         let key = (r.endpoint.as_str(), r.event_id.as_str());
-        if let Some(digest) = digests.get(&key) {
-            if *digest == r.body_sha256.as_slice() {
+        if let Some((digest, listed)) = digests.get(&key) {
+            // The provider's push of an event stored from its list, describing it
+            // alike, is that event, though its bytes differ (a list lays each event
+            // out inside its page): a duplicate, not a conflict.
+            let listed_alike = r.source == PUSHED
+                && listed
+                    .as_ref()
+                    .is_some_and(|listed| *listed == described(r));
+            if *digest == r.body_sha256.as_slice() || listed_alike {
                 judged.outcomes.push(Outcome::Duplicate);
             } else {
                 judged.conflicts.push(r);
@@ -81,7 +111,8 @@ pub(super) fn judge<'a: 'h, 'h>(receipts: &[&'a NewReceipt], held: Held<'a, 'h>)
             }
             (None, None) => Verdict::Pending,
         };
-        digests.insert(key, &r.body_sha256);
+        let listed = (r.source == RECONCILED).then(|| described(r));
+        digests.insert(key, (&r.body_sha256, listed));
         judged.outcomes.push(verdict.clone().into());
         judged.stored.push((r, verdict));
     }

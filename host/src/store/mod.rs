@@ -148,7 +148,8 @@ impl Store {
         }
         let seen = Arc::clone(&self.seen);
         let reply = Reply::new(move |outcome| {
-            // Every outcome but a conflict means this exact receipt is now durable.
+            // Every outcome but a conflict means a receipt of this event is durable,
+            // and this body would be answered alike again.
             if matches!(&outcome, Ok(o) if *o != Outcome::Conflict) {
                 seen.insert(key);
             }

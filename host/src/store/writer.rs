@@ -12,7 +12,7 @@
 //! (as sqlx runs SQLite) made each batch wait for a core about a dozen times.
 
 use super::delivery::{FinishRequest, LeaseRequest, finish_all, lease_in};
-use super::judge::{Held, Judged, headers_json, judge, version_i64};
+use super::judge::{Described, Held, Judged, headers_json, judge, version_i64};
 use super::{Leased, NewReceipt, Outcome, Reply, StoreError};
 use rusqlite::{
     Connection, OpenFlags, OptionalExtension as _, Transaction, TransactionBehavior, params,
@@ -307,7 +307,7 @@ const INSERT_RECEIPT: &str = "INSERT INTO receipts (endpoint, event_id, body_sha
 
 /// For one receipt of a batch: the body digest stored under its event id, and its
 /// resource's accepted version and tombstone.
-type HeldRow = (Option<Vec<u8>>, Option<(i64, bool)>);
+type HeldRow = (Option<(Vec<u8>, Option<Described>)>, Option<(i64, bool)>);
 
 /// Dedupe, version gate and insert for every receipt of a batch, inside the batch's
 /// transaction: what the store holds for each receipt's event id and resource (two
@@ -317,8 +317,10 @@ fn record_all(tx: &Transaction<'_>, receipts: &[&NewReceipt]) -> Result<Vec<Outc
     if receipts.is_empty() {
         return Ok(Vec::new());
     }
-    let mut digest_of = tx
-        .prepare_cached("SELECT body_sha256 FROM receipts WHERE endpoint = ?1 AND event_id = ?2")?;
+    let mut digest_of = tx.prepare_cached(
+        "SELECT body_sha256, source, event_type, resource_kind, resource_id, resource_version
+         FROM receipts WHERE endpoint = ?1 AND event_id = ?2",
+    )?;
     let mut version_of = tx.prepare_cached(
         "SELECT version, deleted FROM resource_versions
          WHERE endpoint = ?1 AND resource_kind = ?2 AND resource_id = ?3",
@@ -326,7 +328,15 @@ fn record_all(tx: &Transaction<'_>, receipts: &[&NewReceipt]) -> Result<Vec<Outc
     let mut rows: Vec<HeldRow> = Vec::with_capacity(receipts.len());
     for r in receipts {
         let digest = digest_of
-            .query_row(params![r.endpoint, r.event_id], |row| row.get(0))
+            .query_row(params![r.endpoint, r.event_id], |row| {
+                let source: String = row.get(1)?;
+                let listed = if source == crate::store::RECONCILED {
+                    Some((row.get(2)?, row.get(3)?, row.get(4)?, row.get(5)?))
+                } else {
+                    None
+                };
+                Ok((row.get(0)?, listed))
+            })
             .optional()?;
         let version = match &r.resource {
             Some(x) => version_of
@@ -340,8 +350,9 @@ fn record_all(tx: &Transaction<'_>, receipts: &[&NewReceipt]) -> Result<Vec<Outc
     }
     let mut held = Held::default();
     for (r, (digest, version)) in receipts.iter().zip(&rows) {
-        if let Some(digest) = digest {
-            held.digests.insert((&r.endpoint, &r.event_id), digest);
+        if let Some((digest, listed)) = digest {
+            held.digests
+                .insert((&r.endpoint, &r.event_id), (digest, listed.clone()));
         }
         if let (Some(x), Some(version)) = (&r.resource, version) {
             held.versions

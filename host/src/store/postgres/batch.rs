@@ -293,17 +293,31 @@ async fn record_all(
         .map(|r| (r.endpoint.as_str(), r.event_id.as_str()))
         .collect();
     let id_list: Vec<(&str, &str)> = ids.iter().copied().collect();
-    let stored_digests: Vec<(String, String, Vec<u8>)> = sqlx::query_as(
-        "SELECT endpoint, event_id, body_sha256 FROM receipts
+    type Stored = (
+        String,
+        String,
+        Vec<u8>,
+        String,
+        String,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+    );
+    let stored_digests: Vec<Stored> = sqlx::query_as(
+        "SELECT endpoint, event_id, body_sha256, source,
+                event_type, resource_kind, resource_id, resource_version FROM receipts
          WHERE (endpoint, event_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
     )
     .bind(column(&id_list, |k| k.0))
     .bind(column(&id_list, |k| k.1))
     .fetch_all(&mut **tx)
     .await?;
-    for (endpoint, event_id, digest) in &stored_digests {
+    for (endpoint, event_id, digest, source, event_type, kind, id, version) in &stored_digests {
         if let Some(&(endpoint, event_id)) = ids.get(&(endpoint.as_str(), event_id.as_str())) {
-            held.digests.insert((endpoint, event_id), digest.as_slice());
+            let listed = (source == crate::store::RECONCILED)
+                .then(|| (event_type.clone(), kind.clone(), id.clone(), *version));
+            held.digests
+                .insert((endpoint, event_id), (digest.as_slice(), listed));
         }
     }
 
