@@ -548,6 +548,7 @@ pub async fn fetch_current(
     app: &Arc<App>,
     endpoint: &Arc<Endpoint>,
     event: &Leased,
+    within: Duration,
 ) -> Result<Option<Fetched>, ApiFailure> {
     let Some(settings) = endpoint.reconcile.clone() else {
         return Ok(None);
@@ -573,6 +574,8 @@ pub async fn fetch_current(
     };
     let mut api = Api::new(settings, &info, Arc::clone(&endpoint.api_pace))?;
     api.tries = 1;
+    // Half the attempt's time at most: the rest is the request's and the delivery's.
+    api.wait_at_most = Some(within / 2);
     let answer = api.call(&plan).await?;
     let fetched = on_plugin_thread(app, endpoint, move |e| {
         e.plugin.fetch_result(&e.plugin_config, &answer)
@@ -667,6 +670,9 @@ struct Api {
     pace: Arc<Pace>,
     /// Tries of one request (see [`Api::call`]).
     tries: u32,
+    /// The longest a request may wait for its moment (a thin event's fetch: half the
+    /// time its attempt has); none for a run.
+    wait_at_most: Option<Duration>,
 }
 
 impl Api {
@@ -691,6 +697,7 @@ impl Api {
             settings,
             pace,
             tries: TRIES,
+            wait_at_most: None,
         })
     }
 
@@ -732,7 +739,7 @@ impl Api {
         let uri = self.resolve(&plan.target)?;
         let mut backoff = Duration::from_secs(1);
         for attempt in 1..=self.tries {
-            self.pace().await;
+            self.pace().await?;
             let failure = match tokio::time::timeout(REQUEST_TIMEOUT, self.send(&uri, plan)).await {
                 Err(_) => format!("no answer within {REQUEST_TIMEOUT:?}"),
                 Ok(Err(error)) => error,
@@ -786,8 +793,10 @@ impl Api {
 
     /// Wait until the next request keeps within `requests_per_second`, counting
     /// every request to the endpoint's API (runs and fetches): each takes the next
-    /// free moment and moves it on by one gap.
-    async fn pace(&self) {
+    /// free moment and moves it on by one gap. A request whose moment is further off
+    /// than it may wait fails now and takes none: taken, a moment no request would
+    /// use pushes every later one further off.
+    async fn pace(&self) -> Result<(), String> {
         let gap = Duration::from_secs(1) / self.settings.requests_per_second;
         let due = {
             let mut next = self
@@ -796,10 +805,20 @@ impl Api {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let now = Instant::now();
             let due = next.map_or(now, |next| next.max(now));
+            if let Some(most) = self.wait_at_most
+                && due > now + most
+            {
+                let (ahead, rate) = ((due - now).as_millis(), self.settings.requests_per_second);
+                return Err(format!(
+                    "the provider's API is paced {ahead} ms ahead ({rate} requests a second), \
+                     past what this attempt may wait"
+                ));
+            }
             *next = Some(due + gap);
             due
         };
         tokio::time::sleep_until(due.into()).await;
+        Ok(())
     }
 
     /// One request on a fresh connection: the answer and its `Retry-After`.
@@ -1085,14 +1104,36 @@ mod tests {
             ..api(None)
         };
         let started = Instant::now();
-        first.pace().await;
-        second.pace().await;
-        first.pace().await;
+        for api in [&first, &second, &first] {
+            api.pace().await.expect("paced");
+        }
         assert!(
             started.elapsed() >= Duration::from_millis(400),
             "{:?}",
             started.elapsed()
         );
+    }
+
+    /// A request whose moment is further off than it may wait fails at once and
+    /// takes no moment: the next request's is where it would have been without it.
+    #[tokio::test]
+    async fn a_request_that_cannot_wait_for_its_moment_takes_none() {
+        let mut first = api(None);
+        first.settings.requests_per_second = 1;
+        let hurried = Api {
+            pace: Arc::clone(&first.pace),
+            wait_at_most: Some(Duration::from_millis(100)),
+            ..api(None)
+        };
+        let booked = || first.pace.lock().map(|next| *next).ok().flatten();
+        first.pace().await.expect("the first moment is now");
+        let after_first = booked();
+        // The next moment is a second off, past the 100 ms it may wait.
+        let refused = hurried.pace().await.expect_err("refused");
+        assert!(refused.contains("paced"), "{refused}");
+        assert_eq!(booked(), after_first);
+        first.pace().await.expect("paced");
+        assert_eq!(booked(), after_first.map(|at| at + Duration::from_secs(1)));
     }
 
     /// A fetch's only try answered 429 fails at once, with the wait the API asked for:

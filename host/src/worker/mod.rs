@@ -252,16 +252,19 @@ async fn deliver(
 ) -> Option<Attempted> {
     let destination = endpoint.destination.as_ref()?;
     let started_at_ms = crate::clock::now_ms();
-    let answer = tokio::time::timeout(within, attempt(&app, &endpoint, destination, &event))
-        .await
-        .unwrap_or_else(|_| Answer::Retry {
-            status: None,
-            error: format!(
-                "no answer within {} ms, by three quarters of the lease; given up while it holds",
-                within.as_millis()
-            ),
-            retry_after: None,
-        });
+    let answer = tokio::time::timeout(
+        within,
+        attempt(&app, &endpoint, destination, &event, within),
+    )
+    .await
+    .unwrap_or_else(|_| Answer::Retry {
+        status: None,
+        error: format!(
+            "no answer within {} ms, by three quarters of the lease; given up while it holds",
+            within.as_millis()
+        ),
+        retry_after: None,
+    });
     let ended_at_ms = crate::clock::now_ms();
     let attempt = event.attempts + 1;
     let next = next_step(
@@ -301,8 +304,9 @@ async fn attempt(
     endpoint: &Arc<Endpoint>,
     destination: &Arc<dyn Destination>,
     event: &Leased,
+    within: Duration,
 ) -> Answer {
-    match crate::reconcile::fetch_current(app, endpoint, event).await {
+    match crate::reconcile::fetch_current(app, endpoint, event, within).await {
         Ok(None) => {
             destination
                 .deliver(&endpoint.id, endpoint.plugin.name(), event)
