@@ -798,7 +798,7 @@ fn github_mapping_signs_the_body_with_the_delivery_as_message_id() {
 }
 
 #[test]
-fn in_house_mapping_signs_method_url_and_millisecond_timestamp() {
+fn in_house_mapping_signs_method_url_millisecond_timestamp_and_delivery_id() {
     let req = RequestBuilder::new("put", URL)
         .config(file_config("in-house", 0))
         .header("X-Ledger-Timestamp", "1718217605999")
@@ -815,6 +815,8 @@ fn in_house_mapping_signs_method_url_and_millisecond_timestamp() {
             Part::Url,
             Part::Text("\n".into()),
             Part::Header("x-ledger-timestamp".into()),
+            Part::Text("\n".into()),
+            Part::Header("x-ledger-delivery".into()),
             Part::Text("\n".into()),
             Part::Body
         ]
