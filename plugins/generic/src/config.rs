@@ -418,6 +418,18 @@ fn signature(root: &Table, algorithm: Algorithm) -> Result<SignatureSpec, Config
                     if labels.is_empty() || labels.iter().any(|l| l.is_empty()) {
                         return Err(table.error("labels", "list at least one non-empty label"));
                     }
+                    // A signature's label is read trimmed, between the separators: a
+                    // label with spaces at its ends, or holding either, never matches.
+                    if let Some(label) = labels.iter().find(|l| {
+                        l.trim() != **l
+                            || l.contains(label_separator)
+                            || separator.is_some_and(|s| l.contains(s))
+                    }) {
+                        return Err(table.error(
+                            "labels",
+                            format!("{label:?} could never match: a label holds neither separator nor spaces at its ends"),
+                        ));
+                    }
                     if separator
                         .is_some_and(|s| label_separator.contains(s) || s.contains(label_separator))
                     {
@@ -445,8 +457,8 @@ fn signature(root: &Table, algorithm: Algorithm) -> Result<SignatureSpec, Config
             }
             let key =
                 table.required_string("key", "the key whose values are signatures (\"v1\")")?;
-            if key.is_empty() || key.contains('=') {
-                return Err(table.error("key", "must be non-empty, without ="));
+            if !readable_key(key, separator.unwrap_or(",")) {
+                return Err(table.error("key", KEY_RULE));
             }
             if separator.is_some_and(|s| s.contains('=')) {
                 return Err(table.error(
@@ -498,6 +510,14 @@ fn signature(root: &Table, algorithm: Algorithm) -> Result<SignatureSpec, Config
     })
 }
 
+/// What a key of a key-values header must be to match: it is read trimmed, between
+/// the separators and before the first `=`.
+const KEY_RULE: &str = "must be non-empty, without =, the separator or spaces at its ends";
+
+fn readable_key(key: &str, separator: &str) -> bool {
+    !key.is_empty() && !key.contains('=') && !key.contains(separator) && key.trim() == key
+}
+
 fn timestamp(
     root: &Table,
     signature: &SignatureSpec,
@@ -521,8 +541,12 @@ fn timestamp(
                 "a key of the signature header needs signature.format = \"key-values\"",
             ));
         }
-        if key.is_empty() || key.contains('=') {
-            return Err(table.error("key", "must be non-empty, without ="));
+        let readable = match &signature.layout {
+            Layout::KeyValues { separator, .. } => readable_key(key, separator),
+            Layout::List { .. } => false, // refused above
+        };
+        if !readable {
+            return Err(table.error("key", KEY_RULE));
         }
         if matches!(&signature.layout, Layout::KeyValues { key: signature_key, .. } if signature_key == key)
         {

@@ -405,6 +405,14 @@ fn a_window_needs_a_timestamp_source() {
         "timestamp.key",
         "is signature.key",
     );
+    refused(
+        base(json!({
+            "signature": {"format": "key-values", "key": "v1"},
+            "timestamp": {"key": " t", "unit": "seconds"},
+        })),
+        "timestamp.key",
+        "the separator or spaces",
+    );
 }
 
 #[test]
@@ -560,6 +568,24 @@ fn signature_layouts_are_checked() {
         "signature.prefix",
         "must not be empty",
     );
+    // Keys and labels are read trimmed, between separators: one that holds a
+    // separator or spaces at its ends would never match, and refuse every request.
+    for key in ["v1 ", "v,1"] {
+        refused(
+            base(json!({"signature": {"format": "key-values", "key": key}})),
+            "signature.key",
+            "the separator or spaces",
+        );
+    }
+    for (labels, separator) in [([" v1"], " "), (["v1="], " "), (["v 1"], " ")] {
+        refused(
+            base(
+                json!({"signature": {"separator": separator, "labels": labels, "label_separator": "="}}),
+            ),
+            "signature.labels",
+            "could never match",
+        );
+    }
 }
 
 #[test]
