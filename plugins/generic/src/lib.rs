@@ -22,8 +22,9 @@
 //!    (`invalid_signature`). No signature with an accepted label or key →
 //!    `missing_signature`.
 //! 2. The timestamp, when configured, is read from its header, key or body field and
-//!    converted from its unit to unix seconds; absent → `missing_signature`,
-//!    unreadable → `invalid_signature`. The host applies the window in both directions.
+//!    converted from its unit to unix seconds; its header or body field absent →
+//!    `missing_signature`; its key absent from the signature header, or unreadable →
+//!    `invalid_signature`. The host applies the window in both directions.
 //! 3. The signed message is `signed` with its placeholders replaced by the request's
 //!    bytes as sent. A header it names must be present (`missing_signature`).
 //! 4. After the host has verified the request, the event is described from `event`.
