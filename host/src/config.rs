@@ -1289,14 +1289,24 @@ impl Config {
                 .grace_seconds
                 .map_or(defaults.grace, Duration::from_secs),
         };
-        for (key, zero) in [
-            ("delivery.workers", delivery.workers == 0),
-            ("delivery.lease_seconds", delivery.lease.is_zero()),
-            ("delivery.poll_ms", delivery.poll.is_zero()),
+        // Bounded above too: a lease of years never lets a crashed worker's events
+        // go, a poll of hours never looks for due retries, and one lease statement
+        // reads as many events as there are workers.
+        let workers = u64::try_from(delivery.workers).unwrap_or(u64::MAX);
+        for (key, value, most) in [
+            ("delivery.workers", Some(workers), 1024),
+            ("delivery.lease_seconds", raw.delivery.lease_seconds, 86_400),
+            ("delivery.poll_ms", raw.delivery.poll_ms, 60_000),
         ] {
-            if zero {
-                return Err(invalid(key, "must be greater than 0".into()));
+            if value.is_some_and(|v| v == 0 || v > most) {
+                return Err(invalid(key, format!("must be between 1 and {most}")));
             }
+        }
+        if raw.delivery.grace_seconds.is_some_and(|g| g > 3600) {
+            return Err(invalid(
+                "delivery.grace_seconds",
+                "must be at most 3600".into(),
+            ));
         }
         Ok(Config {
             path: path.to_path_buf(),
@@ -1518,8 +1528,21 @@ mod tests {
         // Each of [delivery]'s keys is named, with its line, not the table.
         assert!(
             error("[delivery]\nworkers = 4\npoll_ms = 0")
-                .ends_with("delivery.poll_ms: must be greater than 0 (line 3)")
+                .ends_with("delivery.poll_ms: must be between 1 and 60000 (line 3)")
         );
+        for (key, bad, says) in [
+            ("workers", 1025, "between 1 and 1024"),
+            ("lease_seconds", 86_401, "between 1 and 86400"),
+            ("lease_seconds", 0, "between 1 and 86400"),
+            ("poll_ms", 60_001, "between 1 and 60000"),
+            ("grace_seconds", 3601, "at most 3600"),
+        ] {
+            let message = error(&format!("[delivery]\n{key} = {bad}"));
+            assert!(
+                message.ends_with(&format!("delivery.{key}: must be {says} (line 2)")),
+                "{message}"
+            );
+        }
         assert_eq!(
             parse("[limits]\nread_timeout_seconds = 5")
                 .expect("valid")
