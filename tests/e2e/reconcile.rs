@@ -393,13 +393,7 @@ async fn a_run_killed_mid_way_resumes_from_its_cursor() {
         server.receipt("stripe", "evt_late").await.source,
         "reconcile"
     );
-    let (resumed, _) = server
-        .app
-        .store
-        .run(&cut.id)
-        .await
-        .expect("read")
-        .expect("the resumed run");
+    let (resumed, _) = stored_run(&server, &cut.id).await;
     assert_eq!(
         (
             resumed.state.as_str(),
@@ -634,10 +628,15 @@ async fn reconciled(server: &Server, endpoint: &str, since: i64) -> RunRow {
     run(&server.app, endpoint, options).await.expect("run")
 }
 
+/// The run `id` as the store holds it, and what it repaired.
+async fn stored_run(server: &Server, id: &str) -> (RunRow, Vec<RepairRow>) {
+    let stored = server.app.store.run(id).await.expect("read");
+    stored.unwrap_or_else(|| panic!("no run {id} is stored"))
+}
+
 /// The repairs `ran` recorded.
 async fn repairs_of(server: &Server, ran: &RunRow) -> Vec<RepairRow> {
-    let stored = server.app.store.run(&ran.id).await.expect("read");
-    stored.expect("the run").1
+    stored_run(server, &ran.id).await.1
 }
 
 /// Reconcile `endpoint` over the last hour: the run fails, its error saying `because`.
@@ -736,8 +735,7 @@ async fn a_run_ended_by_a_nul_is_recorded_on_postgres() {
         ),
     ] {
         let ran = failed_run(&server, endpoint, "").await;
-        let stored = server.app.store.run(&ran.id).await.expect("read");
-        let (stored, _) = stored.expect("the run is stored");
+        let (stored, _) = stored_run(&server, &ran.id).await;
         assert_eq!(
             (stored.state.as_str(), stored.last_error.as_deref()),
             ("failed", Some(because))
@@ -1380,13 +1378,7 @@ async fn a_run_looking_further_back_supersedes_an_unfinished_one() {
         (ran.since, ran.state.as_str(), ran.seen),
         (since, "done", 6)
     );
-    let (superseded, _) = server
-        .app
-        .store
-        .run("rec_cut")
-        .await
-        .expect("read")
-        .expect("the run");
+    let (superseded, _) = stored_run(&server, "rec_cut").await;
     assert_eq!(
         (superseded.state.as_str(), superseded.last_error),
         ("failed", Some(format!("superseded by run {}", ran.id)))
@@ -1424,13 +1416,7 @@ async fn a_dry_run_leaves_an_unfinished_run_to_the_next_real_one() {
         "the real run is left unfinished"
     );
     let ran = reconciled(&server, "github", since).await;
-    let (resumed, _) = server
-        .app
-        .store
-        .run(&cut.id)
-        .await
-        .expect("read")
-        .expect("the run");
+    let (resumed, _) = stored_run(&server, &cut.id).await;
     assert_eq!(
         (resumed.state.as_str(), resumed.seen),
         ("done", 6),
