@@ -45,22 +45,12 @@ const BATCH: usize = 64;
 /// What a redacted value reads.
 pub const REDACTED: &str = "[redacted]";
 
-/// Headers that grant access to something, named outright: never stored with a
-/// receipt, redacted in what forensics keeps. So is a header whose name holds one of
-/// [`CREDENTIAL_NAME_PARTS`].
-pub const CREDENTIAL_HEADERS: &[&str] = &[
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "x-api-key",
-    "x-auth-token",
-    "x-gitlab-token",
-];
-
-/// Parts of a header's (lower-case) name that say it carries a credential:
-/// `api-key`, `x-access-token`, `x-webhook-secret`, `private-token`, `set-cookie`, ….
-/// Not `key` or `token` alone: providers name ids so (`idempotency-key`,
-/// `x-event-key`, `i-twilio-idempotency-token`), and their plugins read them.
+/// Parts of a header's (lower-case) name that say it carries a credential, which is
+/// never stored with a receipt and redacted in what forensics keeps: `authorization`,
+/// `proxy-authorization`, `x-auth-token`, `cookie`, `set-cookie`, `x-api-key`,
+/// `x-access-token`, `x-webhook-secret`, `x-gitlab-token`, …. Not `key` or `token`
+/// alone: providers name ids so (`idempotency-key`, `x-event-key`,
+/// `i-twilio-idempotency-token`), and their plugins read them.
 const CREDENTIAL_NAME_PARTS: &[&str] = &[
     "auth",
     "cookie",
@@ -75,14 +65,15 @@ const CREDENTIAL_NAME_PARTS: &[&str] = &[
     "access-token",
     "private-token",
     "security-token",
+    "gitlab-token",
 ];
 
-/// Whether a header is a credential: by its name (see [`CREDENTIAL_HEADERS`]), or by
-/// its value, which holds a token scheme's candidate (as sent, or hex or base64 of
+/// Whether a header is a credential: by its name (see [`CREDENTIAL_NAME_PARTS`]), or
+/// by its value, which holds a token scheme's candidate (as sent, or hex or base64 of
 /// it), whatever its name, since a token scheme's candidate is the secret itself.
 /// Never stored with a receipt; redacted in what forensics keeps.
 pub fn is_credential(name: &str, value: &[u8], candidates: &[Candidate]) -> bool {
-    CREDENTIAL_HEADERS.contains(&name) || names_a_credential(name) || holds_token(value, candidates)
+    names_a_credential(name) || holds_token(value, candidates)
 }
 
 /// Whether `name` holds one of [`CREDENTIAL_NAME_PARTS`]. One pass over the name, a
@@ -783,6 +774,10 @@ mod tests {
     fn credential_headers_are_known_by_name_but_ids_are_not() {
         for name in [
             "authorization",
+            "proxy-authorization",
+            "cookie",
+            "x-api-key",
+            "x-auth-token",
             "x-gitlab-token",
             "api-key",
             "x-access-token",
