@@ -591,7 +591,6 @@ fn list(plugins_dir: Option<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The algorithms a plugin declares, as the contract names them.
 /// The secrets a plugin takes, in words: `base64 after "whsec_"`, `hex`, ….
 fn key_formats(formats: &[hookhost_plugin_sdk::KeyFormat]) -> String {
     use hookhost_plugin_sdk::KeyFormat;
@@ -614,6 +613,7 @@ fn key_formats(formats: &[hookhost_plugin_sdk::KeyFormat]) -> String {
         .join("; ")
 }
 
+/// The algorithms a plugin declares, as the contract names them.
 fn algorithms(algorithms: &[hookhost_plugin_sdk::Algorithm]) -> String {
     use hookhost_plugin_sdk::Algorithm;
     if algorithms.is_empty() {
