@@ -175,23 +175,22 @@ async fn every_accepted_event_is_applied_exactly_once_across_sigkills() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_waits_the_grace_period_then_gives_leases_back() {
+async fn sigterm_waits_the_grace_period_then_leaves_the_cut_off_lease_to_expire() {
     let downstream = Downstream::default();
     downstream.stall.store(true, Ordering::SeqCst);
     let downstream_port = downstream.serve().await;
     let dir = tempfile::tempdir().expect("dir");
 
-    // A long lease: only a release (not expiry) lets the next process deliver soon.
-    let long_lease = "lease_seconds = 600\ngrace_seconds = 1";
-    let receiver = Receiver::start(dir.path(), Some(downstream_port), long_lease).await;
+    let lease = "lease_seconds = 4\ngrace_seconds = 1";
+    let receiver = Receiver::start(dir.path(), Some(downstream_port), lease).await;
     receiver.accept("evt_term").await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while downstream.seen.lock().expect("lock").is_empty() {
         assert!(Instant::now() < deadline, "delivery did not start");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // The downstream never answers: SIGTERM must still end the process, cleanly,
-    // after the grace period.
+    // The downstream applies the event and never answers: SIGTERM must still end the
+    // process, cleanly, after the grace period.
     let started = Instant::now();
     let status = receiver.terminate();
     assert!(status.success(), "{status:?}");
@@ -201,16 +200,43 @@ async fn sigterm_waits_the_grace_period_then_gives_leases_back() {
         started.elapsed()
     );
 
-    downstream.stall.store(false, Ordering::SeqCst);
-    let receiver = Receiver::start(dir.path(), Some(downstream_port), long_lease).await;
+    // The attempt cut off may still be applied downstream: its lease is kept.
     let db = dir.path().join("hookhost.db");
+    let (owner, expires_at_ms): (Option<String>, Option<i64>) = sqlx::query_as(
+        "SELECT lease_owner, lease_expires_at_ms FROM receipts WHERE event_id = 'evt_term'",
+    )
+    .fetch_one(&mut open_db(&db).await)
+    .await
+    .expect("query");
+    assert!(
+        owner.is_some(),
+        "the cut-off attempt's lease was given back"
+    );
+    let expires_at_ms = expires_at_ms.expect("lease expiry");
+
+    // The next process sends it again only once that lease has expired.
+    downstream.stall.store(false, Ordering::SeqCst);
+    let receiver = Receiver::start(dir.path(), Some(downstream_port), lease).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while states(&db).await.get("evt_term").map(String::as_str) != Some("delivered") {
         assert!(
             Instant::now() < deadline,
-            "the released lease was not taken again"
+            "the expired lease was not taken again"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     receiver.stop();
+    let (attempts, first_started_at_ms): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), MIN(started_at_ms) FROM attempts WHERE event_id = 'evt_term'",
+    )
+    .fetch_one(&mut open_db(&db).await)
+    .await
+    .expect("query");
+    assert_eq!(attempts, 1, "only the next process's attempt is recorded");
+    assert!(
+        first_started_at_ms >= expires_at_ms,
+        "sent again at {first_started_at_ms}, before the lease expired at {expires_at_ms}"
+    );
+    let key = hookhost::worker::idempotency_key("stripe", "evt_term");
+    assert_eq!(downstream.seen.lock().expect("lock").get(&key), Some(&2));
 }

@@ -38,8 +38,9 @@ const STORE_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// come back as a burst.
 const JITTER: f64 = 0.1;
 
-/// Start the pool; it stops leasing when `stop` turns true, waits up to the grace
-/// period for deliveries in flight, and gives back what it still holds.
+/// Start the pool; it stops leasing when `stop` turns true and waits up to the grace
+/// period for deliveries in flight. Drained in time, it gives back what it still
+/// holds; past it, the leases of the deliveries it cuts off are left to expire.
 pub fn spawn(
     app: Arc<App>,
     config: DeliveryConfig,
@@ -181,14 +182,21 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
         }
     })
     .await;
+    // Answers already in are recorded before any lease is given back.
     if drained.is_err() {
+        // An attempt cut off may have reached the destination, which may still be
+        // applying it. Its lease stays until it expires, as a crashed worker's would:
+        // given back now, another process could send the event again meanwhile, or
+        // send a newer version of its resource that the cut-off one then overtakes.
         tracing::warn!(
             abandoned = in_flight.len(),
-            "grace period over; releasing deliveries in flight"
+            lease_seconds = config.lease.as_secs(),
+            "grace period over; deliveries in flight cut off, their leases left to expire"
         );
         in_flight.abort_all();
+        while recording.join_next().await.is_some() {}
+        return;
     }
-    // Answers already in are recorded before the remaining leases are given back.
     while recording.join_next().await.is_some() {}
     match app.store.release_leases(&owner).await {
         Ok(0) => {}
