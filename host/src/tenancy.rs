@@ -1463,7 +1463,7 @@ struct NewPlugin {
     /// The component, base64.
     wasm_base64: String,
     /// Vectors (docs/vectors.md) the plugin must pass before it is accepted.
-    vectors: Vec<serde_json::Value>,
+    vectors: crate::vectors::UploadVectors,
 }
 
 fn plugin_shown(plugin: &TenantPlugin, contract: Option<&str>) -> serde_json::Value {
@@ -1533,7 +1533,7 @@ async fn upload_plugin(
     let judged = api
         .app
         .plugin_threads
-        .run(move || crate::vectors::judge_with(&judging, vectors))
+        .run(move || crate::vectors::judge_with(&judging, &vectors))
         .await
         .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "plugin_failed", None))?
         .map_err(|reason| invalid("invalid_request", reason))?;

@@ -12,8 +12,10 @@ use crate::verify::{self, Decision, MessageSource, Secret};
 use base64::Engine as _;
 use hookhost_plugin_sdk::{Disposition, Event};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -36,6 +38,9 @@ struct Vector {
     #[serde(default)]
     handshake_token: Option<String>,
     expect: Expect,
+    /// Where the vector is, for errors found after parsing: `FILE:LINE: element I ("NAME")`.
+    #[serde(skip)]
+    at: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -104,37 +109,102 @@ impl Judged {
     }
 }
 
+/// One element of a vector file: its JSON text, and the line of the file it starts on
+/// (none for an upload's vectors, which come in a request body).
+struct Element<'a> {
+    text: &'a str,
+    line: Option<usize>,
+}
+
 /// Vectors from a file's elements; a malformed one is an error naming `shown`, the
-/// element and the field.
-fn parse(elements: Vec<Value>, shown: &str) -> Result<Vec<Vector>, String> {
+/// line, the element and the field.
+fn parse(elements: &[Element<'_>], shown: &str) -> Result<Vec<Vector>, String> {
     let mut vectors = Vec::new();
-    let mut names = std::collections::HashSet::new();
-    for (i, element) in elements.into_iter().enumerate() {
-        let name = element
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_string();
-        // The error names the field: `expect.status: invalid type: …`.
-        let mut vector: Vector = serde_path_to_error::deserialize(element).map_err(|e| {
-            let field = e.path().to_string();
-            let at = if field == "." {
-                String::new()
-            } else {
-                format!("{field}: ")
+    let mut names = HashSet::new();
+    for (i, element) in elements.iter().enumerate() {
+        let name = serde_json::from_str::<Value>(element.text)
+            .ok()
+            .and_then(|v| v.get("name")?.as_str().map(str::to_string))
+            .unwrap_or_else(|| "?".into());
+        // `line` is 1-based within the element; the file's line is reckoned from it.
+        let at = |line: usize| match element.line {
+            Some(first) => format!("{shown}:{}: element {i} ({name:?})", first + line - 1),
+            None => format!("{shown}: element {i} ({name:?})"),
+        };
+        // The error names the field: `expect.status: invalid type: …`. A key given
+        // twice is refused first: its author reads one value, serde keeps the other.
+        let located = |e: serde_path_to_error::Error<serde_json::Error>| {
+            let field = match e.path().to_string() {
+                dot if dot == "." => String::new(),
+                path => format!("{path}: "),
             };
-            format!("{shown}: element {i} ({name:?}): {at}{}", e.into_inner())
-        })?;
-        vector.request.raw =
-            check_shape(&vector).map_err(|e| format!("{shown}: element {i} ({name:?}): {e}"))?;
+            let error = e.into_inner();
+            let text = error.to_string();
+            let position = format!(" at line {} column {}", error.line(), error.column());
+            let message = text.strip_suffix(&position).unwrap_or(&text);
+            format!("{}: {field}{message}", at(error.line().max(1)))
+        };
+        let from_text = || serde_json::Deserializer::from_str(element.text);
+        serde_path_to_error::deserialize::<_, Unrepeated>(&mut from_text()).map_err(located)?;
+        let mut vector: Vector =
+            serde_path_to_error::deserialize(&mut from_text()).map_err(located)?;
+        vector.at = at(1);
+        vector.request.raw = check_shape(&vector).map_err(|e| format!("{}: {e}", vector.at))?;
         if !names.insert(vector.name.clone()) {
-            return Err(format!(
-                "{shown}: element {i}: name: {name:?} is not unique in the file"
-            ));
+            return Err(format!("{}: name: not unique in the file", vector.at));
         }
         vectors.push(vector);
     }
     Ok(vectors)
+}
+
+/// Any JSON value, refused when one of its objects gives a key twice.
+struct Unrepeated;
+
+impl<'de> Deserialize<'de> for Unrepeated {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(Unrepeated)
+    }
+}
+
+impl<'de> Visitor<'de> for Unrepeated {
+    type Value = Unrepeated;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<Unrepeated>()?.is_some() {}
+        Ok(self)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        let mut keys = HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !keys.insert(key.clone()) {
+                return Err(de::Error::custom(format!("key {key:?} is given twice")));
+            }
+            map.next_value::<Unrepeated>()?;
+        }
+        Ok(self)
+    }
 }
 
 /// Most vectors an upload may carry.
@@ -147,15 +217,18 @@ pub const UPLOAD_JUDGING: Duration = Duration::from_secs(10);
 /// plugin each names: how an uploaded plugin proves itself before it is accepted.
 /// Judging stops at the first vector that fails (it alone refuses the upload), and
 /// an upload's vectors are bounded in number and in time, so a hostile upload holds
-/// a plugin thread for seconds at most.
-pub fn judge_with(plugin: &Arc<Plugin>, elements: Vec<Value>) -> Result<Vec<Judged>, String> {
-    if elements.len() > MAX_UPLOAD_VECTORS {
-        return Err(format!(
-            "vectors: {} given, at most {MAX_UPLOAD_VECTORS}",
-            elements.len()
-        ));
-    }
-    let vectors = parse(elements, "vectors")?;
+/// a plugin thread for seconds at most. A malformed vector, or one describing an
+/// endpoint the plugin refuses, is an error.
+pub fn judge_with(plugin: &Arc<Plugin>, vectors: &UploadVectors) -> Result<Vec<Judged>, String> {
+    let elements: Vec<Element<'_>> = vectors
+        .0
+        .iter()
+        .map(|raw| Element {
+            text: raw.get(),
+            line: None,
+        })
+        .collect();
+    let vectors = parse(&elements, "vectors")?;
     let started = Instant::now();
     let mut judged = Vec::with_capacity(vectors.len());
     for vector in &vectors {
@@ -165,7 +238,8 @@ pub fn judge_with(plugin: &Arc<Plugin>, elements: Vec<Value>) -> Result<Vec<Judg
                 UPLOAD_JUDGING.as_secs()
             ));
         }
-        let one = judge_vector(plugin, vector);
+        let one =
+            endpoint(plugin, vector)?.map_or_else(|failed| failed, |e| judge_vector(&e, vector));
         let failed = !one.pass;
         judged.push(one);
         if failed {
@@ -173,6 +247,44 @@ pub fn judge_with(plugin: &Arc<Plugin>, elements: Vec<Value>) -> Result<Vec<Judg
         }
     }
     Ok(judged)
+}
+
+/// An upload's vectors, as given: refused past [`MAX_UPLOAD_VECTORS`] as the request
+/// body is parsed (it is read whole first, within the route's limit), so no more of
+/// them than that are ever held parsed, and nothing is compiled for an upload with
+/// more. Each is parsed as it is judged.
+pub struct UploadVectors(Vec<Box<RawValue>>);
+
+impl UploadVectors {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<'de> Deserialize<'de> for UploadVectors {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Bounded;
+        impl<'de> Visitor<'de> for Bounded {
+            type Value = UploadVectors;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                write!(f, "an array of at most {MAX_UPLOAD_VECTORS} vectors")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<UploadVectors, A::Error> {
+                let mut vectors = Vec::new();
+                while let Some(vector) = seq.next_element::<Box<RawValue>>()? {
+                    if vectors.len() == MAX_UPLOAD_VECTORS {
+                        return Err(de::Error::custom(format!(
+                            "more than {MAX_UPLOAD_VECTORS} given"
+                        )));
+                    }
+                    vectors.push(vector);
+                }
+                Ok(UploadVectors(vectors))
+            }
+        }
+        deserializer.deserialize_seq(Bounded)
+    }
 }
 
 /// Run every vector of every file; print one line per vector and the totals.
@@ -233,20 +345,37 @@ impl Runner {
         let shown = path.display();
         let text =
             std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
-        let elements: Vec<Value> = serde_json::from_str(&text)
+        let elements: Vec<&RawValue> = serde_json::from_str(&text)
             .map_err(|e| format!("{shown}: not a JSON array of vectors: {e}"))?;
-        let vectors = parse(elements, &shown.to_string())?;
+        // An element's line: the lines before where its text starts in the file's.
+        let elements: Vec<Element<'_>> = elements
+            .iter()
+            .map(|raw| {
+                let offset = raw.get().as_ptr().addr() - text.as_ptr().addr();
+                let line = text
+                    .get(..offset)
+                    .map_or(0, |before| before.matches('\n').count());
+                Element {
+                    text: raw.get(),
+                    line: Some(line + 1),
+                }
+            })
+            .collect();
+        let vectors = parse(&elements, &shown.to_string())?;
         if vectors.is_empty() {
             // Passing with nothing checked would pass a check built on it.
             return Err(format!("{shown}: no vectors: the array is empty"));
         }
         let base = path.parent().unwrap_or(Path::new("."));
         let mut results = Vec::new();
-        for (i, vector) in vectors.iter().enumerate() {
+        for vector in &vectors {
             let plugin = self
                 .plugin(base, &vector.plugin)
-                .map_err(|e| format!("{shown}: element {i} ({:?}): plugin: {e}", vector.name))?;
-            results.push(judge_vector(&plugin, vector));
+                .map_err(|e| format!("{}: plugin: {e}", vector.at))?;
+            results.push(
+                endpoint(&plugin, vector)?
+                    .map_or_else(|failed| failed, |e| judge_vector(&e, vector)),
+            );
         }
         Ok(results)
     }
@@ -290,6 +419,22 @@ fn check_shape(vector: &Vector) -> Result<Vec<u8>, String> {
     if vector.secrets.is_empty() {
         return Err("secrets: at least one is required".into());
     }
+    // What an endpoint cannot be configured with, or the receiver never lets through,
+    // would judge a request no live endpoint sees.
+    if vector
+        .handshake_token
+        .as_ref()
+        .is_some_and(String::is_empty)
+    {
+        return Err("handshake_token: empty".into());
+    }
+    if !matches!(vector.request.method.as_str(), "POST" | "GET") {
+        return Err(format!(
+            "request.method: {:?}: the receiver answers only POST and GET \
+             (anything else is 405 method_not_allowed, before the plugin sees it)",
+            vector.request.method
+        ));
+    }
     let raw = match (&vector.request.body, &vector.request.body_base64) {
         (Some(text), _) => text.as_bytes().to_vec(),
         (None, Some(b64)) => base64::engine::general_purpose::STANDARD
@@ -329,7 +474,55 @@ fn check_shape(vector: &Vector) -> Result<Vec<u8>, String> {
     }
 }
 
-fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
+/// The endpoint a vector describes: its secrets, window, plugin configuration and
+/// handshake token. One the plugin refuses is an error of the file, naming the
+/// vector's field; a plugin that fails checking it (traps, runs out of time) is the
+/// vector's `failed` outcome, its judgement inside.
+fn endpoint(plugin: &Arc<Plugin>, vector: &Vector) -> Result<Result<Endpoint, Judged>, String> {
+    let config = EndpointConfig {
+        id: "vector".into(),
+        plugin: plugin.info.name.clone(),
+        secrets: vector.secrets.iter().map(Secret::new).collect(),
+        tolerance: vector.tolerance_seconds,
+        handshake_token: vector.handshake_token.as_ref().map(Secret::new),
+        plugin_config: vector.plugin_config.clone().unwrap_or_else(|| json!({})),
+        ..Default::default()
+    };
+    if let Err(failure) = plugin.check_config(&config.plugin_config.to_string()) {
+        let (status, code) = IngestError::PluginFailed.status_and_code();
+        return Ok(Err(Judged {
+            name: vector.name.clone(),
+            pass: false,
+            differences: vec![format!(
+                "plugin_config: plugin {} failed checking it: {failure}",
+                plugin.name()
+            )],
+            outcome: "failed",
+            status: status.as_u16(),
+            error: Some(code.to_string()),
+            secret_index: None,
+            event: None,
+            response: None,
+        }));
+    }
+    Endpoint::build_with(&config, plugin.clone())
+        .map(Ok)
+        .map_err(|e| {
+            // The message names the endpoint's key (`config.<key>`, `tolerance`,
+            // `secrets[i]`): the vector's own names for them are shown instead.
+            let e = e.strip_prefix("endpoint \"vector\": ").unwrap_or(&e);
+            let e = if let Some(rest) = e.strip_prefix("config") {
+                format!("plugin_config{rest}")
+            } else if let Some(rest) = e.strip_prefix("tolerance:") {
+                format!("tolerance_seconds:{rest}")
+            } else {
+                e.to_string()
+            };
+            format!("{}: {e}", vector.at)
+        })
+}
+
+fn judge_vector(endpoint: &Endpoint, vector: &Vector) -> Judged {
     let mut judged = Judged {
         name: vector.name.clone(),
         pass: false,
@@ -341,23 +534,6 @@ fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
         event: None,
         response: None,
     };
-    let config = EndpointConfig {
-        id: "vector".into(),
-        plugin: plugin.info.name.clone(),
-        secrets: vector.secrets.iter().map(Secret::new).collect(),
-        tolerance: vector.tolerance_seconds,
-        handshake_token: vector.handshake_token.as_ref().map(Secret::new),
-        plugin_config: vector.plugin_config.clone().unwrap_or_else(|| json!({})),
-        ..Default::default()
-    };
-    let endpoint = match Endpoint::build_with(&config, plugin.clone()) {
-        Ok(e) => e,
-        Err(e) => {
-            // The message names the key: `secrets[i]` or `config.<key>`.
-            judged.differences.push(format!("endpoint: {e}"));
-            return judged;
-        }
-    };
     let headers = verify::owned_headers(
         vector
             .request
@@ -365,21 +541,15 @@ fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
             .iter()
             .map(|(n, v)| (n.to_ascii_lowercase(), v)),
     );
-    let method = vector.request.method.to_ascii_uppercase();
     let source = MessageSource {
-        method: &method,
+        method: &vector.request.method,
         url: &vector.request.url,
         headers: &headers,
         body: &vector.request.raw,
     };
     let expect = &vector.expect;
     let diffs = &mut judged.differences;
-    match verify::decide(
-        &endpoint,
-        &source,
-        vector.now,
-        &mut verify::Trail::default(),
-    ) {
+    match verify::decide(endpoint, &source, vector.now, &mut verify::Trail::default()) {
         Ok(Decision::Answer(answer)) => {
             judged.outcome = "accept";
             judged.status = answer.status;
@@ -422,6 +592,12 @@ fn judge_vector(plugin: &Arc<Plugin>, vector: &Vector) -> Judged {
             let (status, code) = error.status_and_code();
             judged.status = status.as_u16();
             judged.error = Some(code.to_string());
+            // The plugin failed (trapped, ran out of time), or the receiver could not
+            // judge: not a refusal of the request, which a sender would retry. No
+            // vector expects it.
+            if status.is_server_error() || status == axum::http::StatusCode::TOO_MANY_REQUESTS {
+                judged.outcome = "failed";
+            }
             if let IngestError::Rejected(reason) = &error {
                 judged.event = Some(json!({ "disposition": "reject", "reason": reason }));
             }

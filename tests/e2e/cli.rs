@@ -1,6 +1,6 @@
 //! The `hookhost` binary as a user runs it.
 
-use crate::support::workspace;
+use crate::support::{guest, workspace};
 use std::process::Command;
 
 /// Run the `hookhost` binary; (exited 0, stdout, stderr).
@@ -123,7 +123,7 @@ fn a_vector_file_with_no_vectors_fails() {
 }
 
 #[test]
-fn a_malformed_vector_file_names_the_file_the_element_and_the_field() {
+fn a_malformed_vector_file_names_the_file_the_line_the_element_and_the_field() {
     let dir = tempfile::tempdir().expect("dir");
     let file = dir.path().join("bad.json");
     std::fs::write(
@@ -138,7 +138,7 @@ fn a_malformed_vector_file_names_the_file_the_element_and_the_field() {
     assert!(!ok);
     assert!(
         stderr.contains(&format!(
-            "{path}: element 0 (\"no source\"): missing field `source`"
+            "{path}:3: element 0 (\"no source\"): missing field `source`"
         )),
         "{stderr}"
     );
@@ -146,34 +146,35 @@ fn a_malformed_vector_file_names_the_file_the_element_and_the_field() {
     // made (an event expected of a refusal, a handshake answer with nothing to compare)
     // is refused, not passed over.
     let request = r#""request": {"method": "POST", "url": "https://x", "headers": [], "body": ""}"#;
+    // The line is where the error is found: a field's own, or the vector's first.
     for (expect, says) in [
         (
             r#"{"outcome": "reject", "status": "401"}"#,
-            "expect.status: invalid type: string \"401\", expected u16",
+            "2: element 0 (\"v\"): expect.status: invalid type: string \"401\", expected u16",
         ),
         (
             r#"{"outcome": "reject", "error": "invalid_signature", "event": {"disposition": "ignore"}}"#,
-            "expect.event: only for \"accept\"",
+            "1: element 0 (\"v\"): expect.event: only for \"accept\"",
         ),
         (
             r#"{"outcome": "accept", "error": "x"}"#,
-            "expect.error: only for \"reject\"",
+            "1: element 0 (\"v\"): expect.error: only for \"reject\"",
         ),
         (
             r#"{"outcome": "accept", "response": {"status": 200}}"#,
-            "expect.response: exactly one of body and json",
+            "1: element 0 (\"v\"): expect.response: exactly one of body and json",
         ),
         (
             r#"{"outcome": "accept", "response": {"status": 200, "text": "ok"}}"#,
-            "expect.response.text: unknown field `text`",
+            "2: element 0 (\"v\"): expect.response.text: unknown field `text`",
         ),
         (
             r#"{"outcome": "accept", "response": {"status": 200, "body": "ok"}, "event": {"type": "x"}}"#,
-            "expect.event: not with expect.response (a handshake answer is not stored as an event)",
+            "1: element 0 (\"v\"): expect.event: not with expect.response (a handshake answer is not stored as an event)",
         ),
         (
             r#"{"outcome": "accept", "response": {"status": 200, "body": "ok"}, "secret_index": 1}"#,
-            "expect.secret_index: not with expect.response (a handshake answer is not stored as an event)",
+            "1: element 0 (\"v\"): expect.secret_index: not with expect.response (a handshake answer is not stored as an event)",
         ),
     ] {
         let text = format!(
@@ -184,7 +185,7 @@ fn a_malformed_vector_file_names_the_file_the_element_and_the_field() {
         let (ok, _, stderr) = hookhost(&["plugin", "test", "--vectors", &path]);
         assert!(!ok, "{expect}");
         assert!(
-            stderr.contains(&format!("{path}: element 0 (\"v\"): {says}")),
+            stderr.contains(&format!("{path}:{says}")),
             "{expect}: {stderr}"
         );
     }
@@ -195,7 +196,9 @@ fn a_malformed_vector_file_names_the_file_the_element_and_the_field() {
     let (ok, _, stderr) = hookhost(&["plugin", "test", "--vectors", &path]);
     assert!(!ok);
     assert!(
-        stderr.contains(&format!("{path}: element 0 (\"v\"): request.body_base64: ")),
+        stderr.contains(&format!(
+            "{path}:1: element 0 (\"v\"): request.body_base64: "
+        )),
         "{stderr}"
     );
     // Without a secret a rejection would pass whatever the plugin planned.
@@ -208,10 +211,134 @@ fn a_malformed_vector_file_names_the_file_the_element_and_the_field() {
     assert!(!ok);
     assert!(
         stderr.contains(&format!(
-            "{path}: element 0 (\"v\"): secrets: at least one is required"
+            "{path}:1: element 0 (\"v\"): secrets: at least one is required"
         )),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_vector_no_live_endpoint_could_judge_is_refused_where_it_is_written() {
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("v.json");
+    let path = file.display().to_string();
+    // The second element starts on line 4 of the file; `fields` and `expect` go on
+    // line 6, the element's third.
+    let refused = |method: &str, fields: &str, expect: &str| {
+        let text = format!(
+            r#"[
+  {{"name": "fine", "plugin": "stripe", "source": "s", "secrets": ["whsec_x"], "now": 1,
+   "request": {{"method": "POST", "url": "https://x", "headers": [], "body": ""}}, "expect": {{"outcome": "reject"}}}},
+  {{"name": "v", "plugin": "stripe", "source": "s",
+   "request": {{"method": "{method}", "url": "https://x", "headers": [], "body": ""}},
+   {fields}, "expect": {expect}}}
+]"#
+        );
+        std::fs::write(&file, text).expect("write");
+        let (ok, stdout, stderr) = hookhost(&["plugin", "test", "--vectors", &path]);
+        assert!(!ok, "{stdout}");
+        stderr
+    };
+    let secrets = r#""secrets": ["whsec_x"], "now": 1"#;
+    let reject = r#"{"outcome": "reject"}"#;
+    for (method, fields, expect, says) in [
+        // The receiver answers 405 before any plugin sees these.
+        (
+            "PUT",
+            secrets,
+            reject,
+            "4: element 1 (\"v\"): request.method: \"PUT\": the receiver answers only POST and GET",
+        ),
+        (
+            "get",
+            secrets,
+            reject,
+            "4: element 1 (\"v\"): request.method: \"get\": ",
+        ),
+        // What an endpoint cannot be configured with.
+        (
+            "GET",
+            r#""secrets": ["whsec_x"], "now": 1, "handshake_token": """#,
+            reject,
+            "4: element 1 (\"v\"): handshake_token: empty",
+        ),
+        (
+            "POST",
+            r#""secrets": ["whsec_x", ""], "now": 1"#,
+            reject,
+            "4: element 1 (\"v\"): secrets[1]: the secret is empty",
+        ),
+        (
+            "POST",
+            r#""secrets": ["whsec_x"], "now": 1, "tolerance_seconds": 0"#,
+            reject,
+            "4: element 1 (\"v\"): tolerance_seconds: must be at least 1 second",
+        ),
+        (
+            "POST",
+            r#""secrets": ["whsec_x"], "now": 1, "plugin_config": {"tolerence": 5}"#,
+            reject,
+            "4: element 1 (\"v\"): plugin_config",
+        ),
+        // A key given twice: its author reads one value, a parser keeps the other.
+        (
+            "POST",
+            r#""secrets": ["whsec_x"], "now": 1, "now": 2"#,
+            reject,
+            "6: element 1 (\"v\"): key \"now\" is given twice",
+        ),
+        (
+            "POST",
+            secrets,
+            r#"{"outcome": "reject", "error": "invalid_signature", "error": "malformed_body"}"#,
+            "6: element 1 (\"v\"): expect: key \"error\" is given twice",
+        ),
+        (
+            "POST",
+            r#""secrets": ["whsec_x"], "now": 1, "plugin_config": {"a": 1, "a": 2}"#,
+            reject,
+            "6: element 1 (\"v\"): plugin_config: key \"a\" is given twice",
+        ),
+    ] {
+        let stderr = refused(method, fields, expect);
+        assert!(
+            stderr.contains(&format!("{path}:{says}")),
+            "{fields} {expect}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_plugin_that_fails_is_never_a_rejection() {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::copy(guest("hostile"), dir.path().join("hostile.wasm")).expect("copy");
+    let file = dir.path().join("v.json");
+    std::fs::write(
+        &file,
+        r#"[{"name": "traps", "plugin": "hostile.wasm", "source": "s", "secrets": ["s"],
+             "now": 1, "plugin_config": {"mode": "trap"},
+             "request": {"method": "POST", "url": "https://x", "headers": [], "body": "{}"},
+             "expect": {"outcome": "reject"}},
+            {"name": "spins checking", "plugin": "hostile.wasm", "source": "s", "secrets": ["s"],
+             "now": 1, "plugin_config": {"check": "loop"},
+             "request": {"method": "POST", "url": "https://x", "headers": [], "body": "{}"},
+             "expect": {"outcome": "reject"}}]"#,
+    )
+    .expect("write");
+    let path = file.display().to_string();
+    let (ok, stdout, _) = hookhost(&["plugin", "test", "--vectors", &path]);
+    assert!(!ok, "{stdout}");
+    assert!(
+        stdout.contains("FAIL traps: outcome: expected reject, got failed (500 plugin_failed)"),
+        "{stdout}"
+    );
+    // Failing to check the vector's configuration is the plugin's failure, not the
+    // file's mistake: the vector fails, and the file's other vectors are judged.
+    assert!(
+        stdout.contains("FAIL spins checking: plugin_config: plugin hostile failed checking it: "),
+        "{stdout}"
+    );
+    assert!(stdout.contains("0 passed, 2 failed"), "{stdout}");
 }
 
 #[test]
@@ -383,7 +510,7 @@ fn serve_refuses_a_bad_config_naming_file_key_and_reason() {
 
 #[test]
 fn serve_runs_logs_plugin_stderr_capped_and_stops_cleanly_on_sigterm() {
-    use crate::support::{guest, guest_headers, now, stripe_event, stripe_headers};
+    use crate::support::{guest_headers, now, stripe_event, stripe_headers};
     let dir = tempfile::tempdir().expect("dir");
     std::fs::create_dir(dir.path().join("plugins")).expect("mkdir");
     std::fs::copy(guest("hostile"), dir.path().join("plugins/hostile.wasm")).expect("copy");
