@@ -111,6 +111,7 @@ pub async fn build(config: &Config) -> anyhow::Result<Arc<http::App>> {
         plugin_limits: config.limits.plugin,
         secret_use: tenancy::SecretUse::default(),
         reconciling: reconcile::InProgress::default(),
+        stopping: std::sync::atomic::AtomicBool::new(false),
     }))
 }
 
@@ -205,8 +206,10 @@ pub async fn serve(
             stopped,
         ))
     });
-    // On shutdown: stop accepting and stop leasing together; requests in flight finish,
-    // deliveries in flight get the grace period; then the store is flushed and closed.
+    // On shutdown: stop accepting, say not ready, and stop leasing together; requests
+    // in flight finish, deliveries in flight get the grace period; then the store is
+    // flushed and closed.
+    let stopping = app.clone();
     http::serve::serve(
         listener,
         http::router(app.clone()),
@@ -214,6 +217,9 @@ pub async fn serve(
         app.max_connections,
         async move {
             shutdown.await;
+            stopping
+                .stopping
+                .store(true, std::sync::atomic::Ordering::SeqCst);
             let _ = stop.send(true);
         },
     )

@@ -156,6 +156,57 @@ async fn ready_on_sqlite_means_the_writer_commits() {
     assert_eq!(get(admin, "/readyz", None).await.0, 200);
 }
 
+/// A shutdown closes the ingest port at once, and the admin listener stays up while
+/// deliveries in flight have their grace period: from the start, `/readyz` says the
+/// server is not ready, so a load balancer sends no more to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_says_no_from_a_shutdown_s_start() {
+    // A destination that holds its answer until released.
+    let (release, released) = tokio::sync::watch::channel(false);
+    let reached = std::sync::Arc::new(tokio::sync::Notify::new());
+    let hold = {
+        let reached = reached.clone();
+        axum::routing::post(move || async move {
+            reached.notify_one();
+            let mut released = released.clone();
+            let _ = released.wait_for(|r| *r).await;
+            "ok"
+        })
+    };
+    let destination = serve_on_loopback(axum::Router::new().route("/apply", hold)).await;
+    let config = format!(
+        "{}[endpoint.destination]\nurl = \"http://{destination}/apply\"\nsecret = \"whsec_{}\"\n",
+        stripe_config("[delivery]\npoll_ms = 20\ngrace_seconds = 60"),
+        b64(b"readyz destination key")
+    );
+    let mut server = Server::start(&config).await;
+    let admin = admin(&server).await;
+    let t = now();
+    let body = stripe_event("evt_ready", "customer.updated", "cus_ready", t);
+    assert_eq!(server.post_stripe(&[STRIPE_SECRET], t, &body).await.0, 200);
+    tokio::time::timeout(std::time::Duration::from_secs(20), reached.notified())
+        .await
+        .expect("the delivery reached the destination");
+    assert_eq!(get(admin, "/readyz", None).await.0, 200);
+
+    server.begin_stop();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (status, body) = get(admin, "/readyz", None).await;
+        if status == 503 {
+            assert_eq!(body, r#"{"error":"shutting_down"}"#);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still ready while shutting down: {status} {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let _ = release.send(true);
+    server.stop().await;
+}
+
 /// A replay the store cannot make is the store's 503, as on every other admin route
 /// (a replay refused for a reason of its own is 422 `replay_failed`), and the same
 /// replay answers once the store is back.

@@ -365,6 +365,14 @@ impl Server {
         server
     }
 
+    /// Begin a graceful shutdown, as a SIGTERM does, without waiting for it to end
+    /// ([`Server::stop`] waits).
+    pub fn begin_stop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+
     /// Shut down gracefully; hands back the temp dir so the store can be reopened.
     pub async fn stop(mut self) -> tempfile::TempDir {
         if let Some(tx) = self.shutdown.take() {

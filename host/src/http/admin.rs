@@ -96,8 +96,12 @@ async fn metrics(State(admin): State<Admin>) -> Response {
 /// migrations applied (it would not have started otherwise), and the store answers
 /// (on SQLite, its receipt writer commits too: see `Store::ready`). 503
 /// `store_unavailable` when it does not, or before the tenants' endpoints are first
-/// read from it (their requests are answered 503 until then).
+/// read from it (their requests are answered 503 until then); 503 `shutting_down` once
+/// a shutdown has closed the ingest listener.
 async fn ready(State(admin): State<Admin>) -> Response {
+    if admin.app.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "shutting_down");
+    }
     if !admin.app.endpoints.managed_loaded() {
         return error(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable");
     }

@@ -60,6 +60,9 @@ pub struct App {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Endpoints being reconciled now.
     pub reconciling: crate::reconcile::InProgress,
+    /// Set once shutdown begins: the ingest listener is closing, so `/readyz` says
+    /// not ready while the admin listener waits for deliveries in flight.
+    pub stopping: std::sync::atomic::AtomicBool,
 }
 
 /// axum's own refusals (a path, query or body that does not parse, a body that is not
