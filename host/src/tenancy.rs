@@ -812,6 +812,10 @@ pub fn router(app: Arc<App>, tenancy: TenancyConfig) -> axum::Router {
         // No fallback: it is merged into the admin router, whose fallback (behind the
         // admin token) answers every other path.
         .layer(middleware::map_response(crate::http::json_refusal))
+        .layer(middleware::from_fn_with_state(
+            api.app.read_timeout,
+            crate::http::body_deadline,
+        ))
         .layer(middleware::from_fn_with_state(api.clone(), authenticate))
         .with_state(api)
 }

@@ -2254,3 +2254,83 @@ async fn the_admin_listener_serves_the_tenant_api_beside_the_admin_api() {
         "{refused:#}"
     );
 }
+
+/// A request body on the admin listener that stops arriving is 408 `body_timeout`
+/// once `read_timeout_seconds` pass, as on the ingest port: callers with a token
+/// cannot hold its connections mid-body until its connection cap is full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_api_body_is_408() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let server = Server::start(&config_with("[limits]\nread_timeout_seconds = 1\n")).await;
+    let addr = api(&server).await;
+    let acme = tenant(addr, "acme").await;
+    let admin = crate::operations::admin(&server).await;
+    for (addr, path, token) in [
+        (addr, "/v1/plugins", acme.as_str()),
+        (addr, "/v1/tenants", OPERATOR),
+        (admin, "/admin/replay", crate::operations::ADMIN_TOKEN),
+    ] {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\n\
+             content-type: application/json\r\ncontent-length: 1000\r\n\r\n{{\"a"
+        );
+        stream.write_all(head.as_bytes()).await.expect("write");
+        let mut answer = Vec::new();
+        let read = async {
+            let mut chunk = [0u8; 4096];
+            while !String::from_utf8_lossy(&answer).contains("}") {
+                match stream.read(&mut chunk).await.expect("read") {
+                    0 => break,
+                    n => answer.extend_from_slice(&chunk[..n]),
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(15), read)
+            .await
+            .unwrap_or_else(|_| panic!("{path}: no answer to a stalled body"));
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{path}: {answer}");
+        assert!(
+            answer.ends_with(r#"{"error":"body_timeout"}"#),
+            "{path}: {answer}"
+        );
+    }
+
+    // A body that keeps arriving gets a second more per 64 KiB: 256 KiB, then a pause
+    // twice the timeout, then the rest, is read whole (and refused for what it says).
+    let body = format!(r#"{{"pad": "{}"}}"#, "a".repeat(256 * 1024));
+    let (first, rest) = body.split_at(256 * 1024);
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let head = format!(
+        "POST /v1/tenants HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {OPERATOR}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.expect("write");
+    stream.write_all(first.as_bytes()).await.expect("write");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stream.write_all(rest.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(15), async {
+        let mut chunk = [0u8; 4096];
+        while !String::from_utf8_lossy(&answer).contains("}") {
+            match stream.read(&mut chunk).await.expect("read") {
+                0 => break,
+                n => answer.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await
+    .expect("an answer");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("invalid_request"), "{answer}");
+
+    // The deadline is the body's: an upload read in time is compiled and judged for as
+    // long as that takes.
+    let hostile = std::fs::read(guest("hostile")).expect("the test guest");
+    let upload = json!({"wasm_base64": b64(&hostile), "vectors": [guest_vector("test.event")]});
+    let (status, uploaded) = call(addr, "POST", "/v1/plugins", &acme, upload).await;
+    assert_eq!(status, 201, "{uploaded}");
+}

@@ -55,6 +55,10 @@ pub fn router(app: Arc<App>, token: Secret) -> axum::Router {
         .route("/metrics", get(metrics))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found") })
         .layer(middleware::map_response(super::json_refusal))
+        .layer(middleware::from_fn_with_state(
+            admin.app.read_timeout,
+            super::body_deadline,
+        ))
         // Outermost, so it also guards the fallback: no token, no information.
         .layer(middleware::from_fn_with_state(admin.clone(), authorize))
         // Probes carry no token and learn nothing but up or ready.

@@ -65,6 +65,88 @@ pub struct App {
     pub stopping: std::sync::atomic::AtomicBool,
 }
 
+/// On the admin listener, a request body must arrive within `read_timeout` of the
+/// request reaching its route, and a second more for each [`BODY_RATE`] bytes it has
+/// delivered: past that, reading it fails and the answer is 408 `body_timeout`. A
+/// large plugin upload on a slow link arrives; a caller with a token holding
+/// connections open mid-body, a byte at a time, until the listener's connection cap
+/// is full and no operator, tenant or probe is served, does not.
+pub(crate) async fn body_deadline(
+    axum::extract::State(timeout): axum::extract::State<std::time::Duration>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let late = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let started = tokio::time::Instant::now();
+    let request = request.map(|body| {
+        axum::body::Body::new(Timed {
+            inner: body,
+            deadline: Box::pin(tokio::time::sleep_until(started + timeout)),
+            due: started + timeout,
+            received: 0,
+            late: late.clone(),
+        })
+    });
+    let response = next.run(request).await;
+    if late.load(std::sync::atomic::Ordering::SeqCst) {
+        let body = axum::Json(serde_json::json!({ "error": "body_timeout" }));
+        return axum::response::IntoResponse::into_response((
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            body,
+        ));
+    }
+    response
+}
+
+/// Bytes a second an admin listener's request body is allowed beyond its
+/// `read_timeout` (see [`body_deadline`]).
+pub const BODY_RATE: u64 = 64 * 1024;
+
+/// A request body whose reading fails once `deadline` passes, setting `late`. The
+/// deadline is `due` and moves on by a second for each [`BODY_RATE`] bytes received.
+struct Timed {
+    inner: axum::body::Body,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    due: tokio::time::Instant,
+    received: u64,
+    late: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl http_body::Body for Timed {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            this.late.store(true, std::sync::atomic::Ordering::SeqCst);
+            return Poll::Ready(Some(Err(axum::Error::new("the body came too late"))));
+        }
+        let polled = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            this.received = this.received.saturating_add(data.len() as u64);
+            let more =
+                std::time::Duration::from_millis(this.received.saturating_mul(1000) / BODY_RATE);
+            this.deadline.as_mut().reset(this.due + more);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// axum's own refusals (a path, query or body that does not parse, a body that is not
 /// JSON, a method the route does not take) come as plain text or empty. On the admin
 /// and tenant APIs they answer like every other refusal there: JSON with a stable
