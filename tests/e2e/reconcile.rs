@@ -812,6 +812,16 @@ async fn the_admin_api_runs_lists_and_shows_reconciliation() {
         (status, &answer["error"]),
         (404, &serde_json::json!("unknown_run"))
     );
+    // A limit is a count: a negative one is refused, as on every other listing, and
+    // none lists none.
+    let (status, answer) = call("GET", "/admin/reconcile/runs?limit=-5".into(), "").await;
+    assert_eq!(
+        (status, &answer["error"]),
+        (400, &serde_json::json!("invalid_request")),
+        "{answer}"
+    );
+    let (status, listed) = call("GET", "/admin/reconcile/runs?limit=0".into(), "").await;
+    assert_eq!((status, listed), (200, serde_json::json!([])));
 
     let (_, metrics) = crate::operations::get(addr, "/metrics", Some(ADMIN_TOKEN)).await;
     for (sample, want) in [

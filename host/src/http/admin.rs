@@ -246,14 +246,15 @@ async fn reconcile_now(
 #[serde(deny_unknown_fields)]
 struct RunsQuery {
     endpoint: Option<String>,
-    limit: Option<i64>,
+    /// Negative is refused (400 `invalid_request`), as on every other listing.
+    limit: Option<u32>,
 }
 
 async fn reconcile_runs(State(admin): State<Admin>, Query(query): Query<RunsQuery>) -> Response {
     if let Err(refused) = endpoint_known(&admin.app, query.endpoint.as_deref()).await {
         return refused;
     }
-    let limit = query.limit.unwrap_or(50).clamp(1, 1000);
+    let limit = i64::from(query.limit.unwrap_or(50).min(1000));
     match admin.app.store.runs(query.endpoint.as_deref(), limit).await {
         Ok(runs) => Json(runs).into_response(),
         Err(e) => store_error(e),
