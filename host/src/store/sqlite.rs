@@ -64,6 +64,11 @@ impl SqliteStore {
             .busy_timeout(BUSY_TIMEOUT)
             .disable_statement_logging();
         let accepted = Arc::new(Notify::new());
+        // One process at a time checks and applies the migrations (sqlx takes no lock
+        // on SQLite): two starting together on one file would otherwise both apply a
+        // migration, and the second fail on it ("duplicate column"), and one waiting
+        // on another's long migration would give up at its busy timeout.
+        let migrating = migration_lock(path).await?;
         let mut conn = options.connect().await?;
         let applied: Option<i64> = sqlx::query_scalar(
             "SELECT CASE WHEN EXISTS (SELECT 1 FROM sqlite_master WHERE name = '_sqlx_migrations')
@@ -82,6 +87,7 @@ impl SqliteStore {
         super::refuse_newer_schema(applied, &MIGRATOR)?;
         MIGRATOR.run(&mut conn).await?;
         conn.close().await?;
+        drop(migrating);
         // The receipt writer's own connection, opened on its thread's behalf here so
         // that an error is the caller's (see `writer`).
         let writer = writer::spawn(writer::open(path, BUSY_TIMEOUT)?, accepted.clone())?;
@@ -218,6 +224,26 @@ impl SqliteStore {
     }
 }
 
+/// An exclusive `flock` on `DB-migrate.lock` beside the database `DB`, waited for:
+/// held while migrations are checked and applied, released when dropped.
+async fn migration_lock(path: &Path) -> Result<std::fs::File, StoreError> {
+    let mut lock = path.as_os_str().to_owned();
+    lock.push("-migrate.lock");
+    let lock = std::path::PathBuf::from(lock);
+    let shown = lock.display().to_string();
+    let failed = move |e: std::io::Error| StoreError::Unavailable(format!("{shown}: {e}"));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .map_err(&failed)?;
+    tokio::task::spawn_blocking(move || file.lock().map(|()| file))
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("the migration lock: {e}")))?
+        .map_err(failed)
+}
+
 /// One purge batch of a class's receipts (binding `?1` to its time, `?2` to the batch
 /// size), deleted, with their keys. The batch is taken in whatever order the class's
 /// index gives: ordered by key, SQLite read the whole table to find it, holding the
@@ -282,6 +308,39 @@ mod tests {
             .expect("count");
         // The journal mode is kept in the file: the probe committed through the WAL.
         assert_eq!((rows, mode.as_str()), (25, "wal"));
+    }
+
+    /// Processes opening one new file at once apply its migrations once between them,
+    /// and every one of them opens it.
+    #[test]
+    fn stores_opened_together_migrate_one_at_a_time() {
+        for round in 0..4 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("hookhost.db");
+            let start = std::sync::Arc::new(std::sync::Barrier::new(6));
+            // Each on a thread and runtime of its own, as separate processes would be.
+            let opening: Vec<_> = (0..6)
+                .map(|_| {
+                    let (path, start) = (path.clone(), start.clone());
+                    std::thread::spawn(move || {
+                        let runtime = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                            .expect("runtime");
+                        start.wait();
+                        runtime.block_on(async {
+                            let store = SqliteStore::open(&path).await?;
+                            store.close().await;
+                            Ok::<_, StoreError>(())
+                        })
+                    })
+                })
+                .collect();
+            for open in opening {
+                let opened = open.join().expect("thread");
+                opened.unwrap_or_else(|e| panic!("round {round}: {e}"));
+            }
+        }
     }
 
     /// Each purge class finds its batch through the index made for it, never by reading
