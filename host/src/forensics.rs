@@ -128,6 +128,17 @@ pub fn kept_query(url: &str, candidates: &[Candidate]) -> Option<String> {
     (!kept.is_empty()).then(|| kept.join("&"))
 }
 
+/// `url` as a kept request keeps it: its query as a receipt keeps it (see
+/// [`kept_query`]), and none at all when no plan says which of its values are a token
+/// scheme's (as every header but the plain ones is then redacted).
+fn kept_url(url: &str, candidates: Option<&[Candidate]>) -> String {
+    let path = url.split_once('?').map_or(url, |(path, _)| path);
+    match candidates.and_then(|candidates| kept_query(url, candidates)) {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_string(),
+    }
+}
+
 /// Whether `value` holds a token scheme's candidate (as sent, or hex or base64 of
 /// it): the secret itself, never stored with a receipt.
 pub fn holds_token(value: &[u8], candidates: &[Candidate]) -> bool {
@@ -324,7 +335,7 @@ pub async fn keep(
         code,
         detail: serde_json::to_string(&detail).unwrap_or_default(),
         method: refused.method,
-        url: refused.url,
+        url: kept_url(&refused.url, plan.map(|p| &p.candidates[..])),
         headers: serde_json::to_string(&headers).unwrap_or_default(),
         signature_headers: signature_headers.map(|names| serde_json::json!(names).to_string()),
         body_sha256: Sha256::digest(&refused.body).into(),
@@ -831,5 +842,20 @@ mod tests {
             assert_eq!(kept(query, &token), None, "{query}");
         }
         assert_eq!(kept("t=other", &token).as_deref(), Some("t=other"));
+    }
+
+    /// A kept request's URL holds what a receipt's query holds, and no query at all
+    /// when no plan says which of its values are a token scheme's.
+    #[test]
+    fn a_kept_url_holds_no_credential() {
+        let token = [Candidate::new(Algorithm::Token, b"tok".to_vec())];
+        let url = "https://h/webhooks/a?n=1&api_key=s3cret";
+        assert_eq!(kept_url(url, Some(&token)), "https://h/webhooks/a?n=1");
+        assert_eq!(
+            kept_url("https://h/webhooks/a?n=1&t=tok", Some(&token)),
+            "https://h/webhooks/a"
+        );
+        assert_eq!(kept_url(url, None), "https://h/webhooks/a");
+        assert_eq!(kept_url("/webhooks/a", Some(&token)), "/webhooks/a");
     }
 }

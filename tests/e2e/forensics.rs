@@ -73,7 +73,9 @@ async fn a_verified_request_that_failed_is_kept_in_full_and_reingests_after_the_
     let signature = headers[0].1.clone();
     headers.push(("authorization", "Bearer sender-credential".into()));
     headers.push(("x-access-token", "sender-access-token".into()));
-    let answer = server.post("guest", &headers, body.clone()).await;
+    let answer = server
+        .post("guest?n=1&api_key=sender-query-key", &headers, body.clone())
+        .await;
     assert_eq!(answer, (500, json!({"error": "plugin_failed"})));
 
     // Kept before the 500 was answered: no waiting here.
@@ -95,6 +97,10 @@ async fn a_verified_request_that_failed_is_kept_in_full_and_reingests_after_the_
     let text = shown.to_string();
     assert!(!text.contains(&signature) && !text.contains("sender-credential"), "{text}");
     assert!(!text.contains("sender-access-token"), "{text}");
+    // Nor is a credential in its URL kept (a shown query is redacted whatever it holds).
+    let row = server.app.store.forensic(id.as_i64().expect("id")).await;
+    let url = row.expect("store").expect("kept").url;
+    assert!(url.ends_with("/webhooks/guest?n=1"), "{url}");
 
     // The plugin still traps: nothing is ingested.
     let (status, refused) = call(addr, "POST", &format!("/admin/forensics/{id}/reingest")).await;
