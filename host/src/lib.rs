@@ -321,6 +321,23 @@ async fn remap_replay(app: &http::App, endpoint_id: &str, event_id: &str) -> any
         .map_err(http::IngestError::from)
         .and_then(|described| described)
         .map_err(|e| anyhow::anyhow!("describe-event: {e}"))?;
+    // What a live request would not deliver, a remap does not send: the operator
+    // replays it as stored (without remap), or discards it.
+    use hookhost_plugin_sdk::Disposition;
+    match &described.disposition {
+        Disposition::Process => {}
+        Disposition::Ignore(reason) => {
+            anyhow::bail!("the plugin now ignores it ({reason}): not replayed, nor mapped again")
+        }
+        Disposition::Reject(reason) => {
+            anyhow::bail!("the plugin now rejects it ({reason}): not replayed, nor mapped again")
+        }
+        Disposition::Answer(_) => {
+            anyhow::bail!(
+                "the plugin now answers it as a handshake: not replayed, nor mapped again"
+            )
+        }
+    }
     let info = &endpoint.plugin.info;
     Ok(app
         .store

@@ -981,6 +981,50 @@ async fn a_remap_maps_an_event_at_the_url_it_came_to() {
     );
 }
 
+/// A remap sends only what a live request would deliver: an event the plugin now
+/// ignores or rejects is refused, with the reason, and stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remap_refuses_an_event_the_plugin_now_ignores() {
+    let config = |mode: &str| {
+        format!(
+            "plugins_dir = \"plugins\"\n[[endpoint]]\nid = \"guest\"\nplugin = \"hostile\"\n\
+             secrets = [\"s\"]\n[endpoint.config]\nmode = \"{mode}\"\n"
+        )
+    };
+    let server = Server::start_in(with_test_guest(), &config("ok"))
+        .await
+        .expect("starts");
+    let body = br#"{"n":1}"#.to_vec();
+    let answer = server
+        .post("guest", &guest_headers("s", "evt_now_ignored", &body), body)
+        .await;
+    assert_eq!(answer.0, 200, "{answer:?}");
+    // Replayable once discarded (no destination: it would stay pending).
+    assert!(
+        server
+            .app
+            .store
+            .discard("guest", "evt_now_ignored", "test")
+            .await
+            .expect("discard")
+    );
+    let mut server = server;
+    for mode in ["ignore", "reject"] {
+        server = server.restart(&config(mode)).await;
+        let one = hookhost::store::Filter::one("guest", "evt_now_ignored");
+        let refused = hookhost::replay(&server.app, &one, true).await;
+        let error = format!("{:#}", refused.expect_err("refused"));
+        assert!(
+            error.contains(&format!("the plugin now {mode}s it")),
+            "{error}"
+        );
+        assert_eq!(
+            server.receipt("guest", "evt_now_ignored").await.state,
+            "discarded"
+        );
+    }
+}
+
 crate::both_stores! {
 async fn dead_letters_are_listed_replayed_and_discarded_from_the_cli() {
     let (downstream, port) = Downstream::start().await;
