@@ -241,6 +241,28 @@ pub(super) fn purge_classes(
     }
     classes
 }
+/// Every purge class (its rule and time, as [`purge_classes`] gives them), each with
+/// the index made to find its batch: a test on each store reads their plans.
+#[cfg(test)]
+pub(super) fn purge_classes_and_indexes(placeholder: &str) -> Vec<(String, i64, &'static str)> {
+    let retention = crate::config::RetentionConfig {
+        dead: Some(std::time::Duration::from_secs(86_400)),
+        ..Default::default()
+    };
+    let classes = purge_classes(1 << 40, &retention, placeholder);
+    let indexes = [
+        "receipts_delivered",
+        "receipts_settled",
+        "receipts_dead",
+        "receipts_discarded",
+    ];
+    assert_eq!(classes.len(), indexes.len(), "a class without its index");
+    classes
+        .into_iter()
+        .zip(indexes)
+        .map(|((which, before), index)| (which, before, index))
+        .collect()
+}
 /// The time (unix ms) before which a receipt kept for `kept` lets go, at `now_ms`.
 pub(super) fn cut_off(now_ms: i64, kept: std::time::Duration) -> i64 {
     now_ms.saturating_sub(super::millis(kept))

@@ -729,20 +729,8 @@ mod tests {
             .execute(&mut *conn)
             .await
             .expect("set");
-        let retention = crate::config::RetentionConfig {
-            dead: Some(Duration::from_secs(86_400)),
-            ..Default::default()
-        };
-        let classes = super::super::operator::purge_classes(1 << 40, &retention, "$1");
-        let indexes = [
-            "receipts_delivered",
-            "receipts_settled",
-            "receipts_dead",
-            "receipts_discarded",
-        ];
-        assert_eq!(classes.len(), indexes.len());
-        for ((which, before), index) in classes.iter().zip(indexes) {
-            let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {}", purge_pick(which)))
+        for (which, before, index) in super::super::operator::purge_classes_and_indexes("$1") {
+            let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {}", purge_pick(&which)))
                 .bind(before)
                 .bind(PURGE_BATCH)
                 .fetch_all(&mut *conn)

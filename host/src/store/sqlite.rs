@@ -351,21 +351,9 @@ mod tests {
         for migration in MIGRATOR.iter() {
             conn.execute_batch(&migration.sql).expect("migration");
         }
-        let retention = crate::config::RetentionConfig {
-            dead: Some(std::time::Duration::from_secs(86_400)),
-            ..Default::default()
-        };
-        let classes = super::super::operator::purge_classes(1 << 40, &retention, "?1");
-        let indexes = [
-            "receipts_delivered",
-            "receipts_settled",
-            "receipts_dead",
-            "receipts_discarded",
-        ];
-        assert_eq!(classes.len(), indexes.len());
-        for ((which, before), index) in classes.iter().zip(indexes) {
+        for (which, before, index) in super::super::operator::purge_classes_and_indexes("?1") {
             let plan: Vec<String> = conn
-                .prepare(&format!("EXPLAIN QUERY PLAN {}", purge_batch(which)))
+                .prepare(&format!("EXPLAIN QUERY PLAN {}", purge_batch(&which)))
                 .expect("explain")
                 .query_map(rusqlite::params![before, PURGE_BATCH], |row| row.get(3))
                 .expect("plan")
