@@ -1347,11 +1347,14 @@ async fn the_reconciliation_lock_is_one_stores_and_goes_with_its_connection() {
     other.expect("another endpoint's").release().await;
     held.still_held().await.expect("still a's");
 
-    // The lock's connection is ended (a failover, an idle timeout).
+    // The lock's connection is ended (a failover, an idle timeout). Only this test's
+    // database's: a test running beside it may hold one of its own (sqlx's migration
+    // lock, say), on a connection that must live.
     psql_in(
         &db.name,
         "SELECT pg_terminate_backend(pid) FROM pg_locks
-         WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()",
+         WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()
+           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
     );
     let lost = held
         .still_held()
