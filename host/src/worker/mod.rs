@@ -182,7 +182,6 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
         }
     })
     .await;
-    // Answers already in are recorded before any lease is given back.
     if drained.is_err() {
         // An attempt cut off may have reached the destination, which may still be
         // applying it. Its lease stays until it expires, as a crashed worker's would:
@@ -194,10 +193,12 @@ async fn run(app: Arc<App>, config: DeliveryConfig, mut stop: watch::Receiver<bo
             "grace period over; deliveries in flight cut off, their leases left to expire"
         );
         in_flight.abort_all();
-        while recording.join_next().await.is_some() {}
+    }
+    // Answers already in are recorded before any lease is given back.
+    while recording.join_next().await.is_some() {}
+    if drained.is_err() {
         return;
     }
-    while recording.join_next().await.is_some() {}
     match app.store.release_leases(&owner).await {
         Ok(0) => {}
         Ok(released) => tracing::info!(released, "leases given back"),
