@@ -386,18 +386,24 @@ impl CodeCache {
         }
         let path = self.path(digest);
         let compiled = precompile(digest, bytes)?;
-        match self.store(&path, &compiled) {
-            Ok(()) => {
-                // Mapped first: evicting cannot then take the entry from under it.
-                let component = map_compiled(&path);
-                self.evict_to(self.keep);
-                component
-            }
-            Err(error) => {
-                tracing::warn!(%error, path = %path.display(), "cannot write the compiled-plugin cache");
-                load_compiled(&compiled)
-            }
+        if self.stored(&path, &compiled) {
+            // Mapped first: evicting cannot then take the entry from under it.
+            let component = map_compiled(&path);
+            self.evict_to(self.keep);
+            component
+        } else {
+            load_compiled(&compiled)
         }
+    }
+
+    /// [`CodeCache::store`], a failure logged (it costs a compile later): whether the
+    /// entry was written.
+    fn stored(&self, path: &Path, compiled: &[u8]) -> bool {
+        self.store(path, compiled)
+            .inspect_err(|error| {
+                tracing::warn!(%error, path = %path.display(), "cannot write the compiled-plugin cache");
+            })
+            .is_ok()
     }
 
     fn path(&self, digest: &[u8; 32]) -> PathBuf {
@@ -986,14 +992,14 @@ impl Plugin {
             Pre::V0_1(pre, _) => pre.instance_pre().component(),
             Pre::V0_2(pre, _) => pre.instance_pre().component(),
         };
-        let stored = component
-            .serialize()
-            .map_err(|e| format!("{e:#}"))
-            .and_then(|compiled| code.store(&path, &compiled).map_err(|e| e.to_string()));
-        match stored {
-            Ok(()) => code.evict_to(code.keep),
+        match component.serialize() {
+            Ok(compiled) => {
+                if code.stored(&path, &compiled) {
+                    code.evict_to(code.keep);
+                }
+            }
             Err(error) => {
-                tracing::warn!(%error, path = %path.display(), "cannot write the compiled-plugin cache");
+                tracing::warn!(error = %format!("{error:#}"), path = %path.display(), "cannot write the compiled-plugin cache");
             }
         }
     }
