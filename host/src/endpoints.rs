@@ -77,14 +77,27 @@ impl Endpoint {
         plugin
             .check_config(&config.plugin_config.to_string())
             .map_err(|e| format!("{at}: config: plugin {} failed: {e}", plugin.name()))?
-            .map_err(|e| {
-                let key = if e.key.is_empty() {
-                    "config".to_string()
-                } else {
-                    format!("config.{}", e.key)
-                };
-                format!("{at}: {key}: {} (plugin {})", e.message, plugin.name())
-            })
+            .map_err(|e| Endpoint::config_refused(config, plugin, &e))
+    }
+
+    /// The error of an endpoint whose plugin configuration its plugin refused,
+    /// naming the key (`endpoint "id": config.<key>: …`).
+    pub fn config_refused(
+        config: &EndpointConfig,
+        plugin: &Plugin,
+        e: &hookhost_plugin_sdk::ConfigError,
+    ) -> String {
+        let key = if e.key.is_empty() {
+            "config".to_string()
+        } else {
+            format!("config.{}", e.key)
+        };
+        format!(
+            "endpoint {:?}: {key}: {} (plugin {})",
+            config.id,
+            e.message,
+            plugin.name()
+        )
     }
 
     /// The endpoint, with the facts its plugin's configuration check returned (see

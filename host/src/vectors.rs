@@ -488,24 +488,32 @@ fn endpoint(plugin: &Arc<Plugin>, vector: &Vector) -> Result<Result<Endpoint, Ju
         plugin_config: vector.plugin_config.clone().unwrap_or_else(|| json!({})),
         ..Default::default()
     };
-    if let Err(failure) = plugin.check_config(&config.plugin_config.to_string()) {
-        let (status, code) = IngestError::PluginFailed.status_and_code();
-        return Ok(Err(Judged {
-            name: vector.name.clone(),
-            pass: false,
-            differences: vec![format!(
-                "plugin_config: plugin {} failed checking it: {failure}",
-                plugin.name()
-            )],
-            outcome: "failed",
-            status: status.as_u16(),
-            error: Some(code.to_string()),
-            secret_index: None,
-            event: None,
-            response: None,
-        }));
-    }
-    Endpoint::build_with(&config, plugin.clone())
+    // The configuration is checked once, here: its refusal is the file's, its failure
+    // the vector's.
+    let checked = plugin.check_config(&config.plugin_config.to_string());
+    let checked = match checked {
+        Ok(Ok(facts)) => Ok(facts),
+        Ok(Err(refused)) => Err(Endpoint::config_refused(&config, plugin, &refused)),
+        Err(failure) => {
+            let (status, code) = IngestError::PluginFailed.status_and_code();
+            return Ok(Err(Judged {
+                name: vector.name.clone(),
+                pass: false,
+                differences: vec![format!(
+                    "plugin_config: plugin {} failed checking it: {failure}",
+                    plugin.name()
+                )],
+                outcome: "failed",
+                status: status.as_u16(),
+                error: Some(code.to_string()),
+                secret_index: None,
+                event: None,
+                response: None,
+            }));
+        }
+    };
+    checked
+        .and_then(|facts| Endpoint::assemble(&config, plugin.clone(), &facts))
         .map(Ok)
         .map_err(|e| {
             // The message names the endpoint's key (`config.<key>`, `tolerance`,
