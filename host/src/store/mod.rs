@@ -377,6 +377,20 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// A file to hold an `flock` on beside the SQLite database (created, with its
+/// directory, if need be; never truncated): a process's reconciliation lock, or the
+/// migrations'.
+fn lock_file_at(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+}
+
 /// Refuse a database whose schema has a migration this binary does not know: an
 /// older hookhost must not write rows a newer one's schema means differently.
 fn refuse_newer_schema(

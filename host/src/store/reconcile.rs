@@ -133,15 +133,7 @@ fn lock_key(endpoint: &str) -> i64 {
 /// Lock `path` (created if needed), without waiting: none when another holds it.
 fn lock_file(path: &std::path::Path) -> Result<Option<RunLock>, StoreError> {
     let failed = |e: std::io::Error| StoreError::Unavailable(format!("{}: {e}", path.display()));
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(failed)?;
-    }
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(failed)?;
+    let file = super::lock_file_at(path).map_err(failed)?;
     match file.try_lock() {
         Ok(()) => Ok(Some(RunLock {
             held: Held::File(file),

@@ -232,12 +232,7 @@ async fn migration_lock(path: &Path) -> Result<std::fs::File, StoreError> {
     let lock = std::path::PathBuf::from(lock);
     let shown = lock.display().to_string();
     let failed = move |e: std::io::Error| StoreError::Unavailable(format!("{shown}: {e}"));
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock)
-        .map_err(&failed)?;
+    let file = super::lock_file_at(&lock).map_err(&failed)?;
     tokio::task::spawn_blocking(move || file.lock().map(|()| file))
         .await
         .map_err(|e| StoreError::Unavailable(format!("the migration lock: {e}")))?
